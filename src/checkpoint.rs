@@ -1,0 +1,316 @@
+//! Kafka-style checkpoint files and the one function that rewrites any file atomically.
+//!
+//! ```text
+//! 0                      version line (always 0)
+//! 2                      count line: number of entry lines that follow
+//! orders 0 1200          offset checkpoints: `topic partition offset`
+//! orders 1 977
+//! ```
+//! `leader-epoch-checkpoint` has the same frame with `epoch start_offset` lines.
+//!
+//! Write protocol ([`rewrite_atomic`]): write `<name>.tmp` in the same directory, fsync it,
+//! rename it over `<name>`, fsync the directory. A crash at any point leaves either the old or
+//! the new file whole; a left-over `.tmp` is ignored and overwritten next time.
+//! Readers reject anything malformed with an error naming the file and line; callers then fall
+//! back to what the log itself proves (see `checkpoint-format.md`).
+
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+pub const REPLICATION_OFFSET: &str = "replication-offset-checkpoint";
+pub const RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
+pub const LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
+pub const LEADER_EPOCH: &str = "leader-epoch-checkpoint";
+const VERSION: u32 = 0;
+
+/// A topic-partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+    /// The partition directory name, `<topic>-<partition>`.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+    /// Parses a partition directory name, splitting at the last `-`.
+    pub fn parse_dir_name(name: &str) -> Option<TopicPartition> {
+        let (topic, p) = name.rsplit_once('-')?;
+        if topic.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(TopicPartition::new(topic, p.parse().ok()?))
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// fsyncs a directory so that a rename or a file creation in it is durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("failed to fsync directory `{}`", dir.display()))
+}
+
+/// Replaces `path` with `contents` atomically and durably: temp file, fsync, rename, fsync dir.
+pub fn rewrite_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .with_context(|| format!("`{}` has no file name", path.display()))?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .with_context(|| format!("failed to create `{}`", tmp.display()))?;
+    f.write_all(contents)
+        .with_context(|| format!("failed to write `{}`", tmp.display()))?;
+    f.sync_all()
+        .with_context(|| format!("failed to fsync `{}`", tmp.display()))?;
+    drop(f);
+    fs::rename(&tmp, path).with_context(|| {
+        format!(
+            "failed to rename `{}` to `{}`",
+            tmp.display(),
+            path.display()
+        )
+    })?;
+    fsync_dir(dir)
+}
+
+fn render(lines: &[String]) -> Vec<u8> {
+    let mut s = format!("{VERSION}\n{}\n", lines.len());
+    for l in lines {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.into_bytes()
+}
+
+/// Splits a checkpoint file into its entry lines after checking version and count.
+fn entry_lines<'a>(path: &Path, text: &'a str) -> Result<Vec<(usize, &'a str)>> {
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    let (_, version) = lines
+        .next()
+        .with_context(|| format!("`{}` is empty", path.display()))?;
+    if version.trim() != VERSION.to_string() {
+        bail!(
+            "`{}` line 1: unsupported version `{version}` (expected {VERSION})",
+            path.display()
+        );
+    }
+    let (_, count) = lines
+        .next()
+        .with_context(|| format!("`{}` has no count line", path.display()))?;
+    let count: usize = count
+        .trim()
+        .parse()
+        .with_context(|| format!("`{}` line 2: bad count `{count}`", path.display()))?;
+    let entries: Vec<(usize, &str)> = lines.filter(|(_, l)| !l.trim().is_empty()).collect();
+    if entries.len() != count {
+        bail!(
+            "`{}`: count line says {count} entries, file has {}",
+            path.display(),
+            entries.len()
+        );
+    }
+    Ok(entries)
+}
+
+/// Writes an offset checkpoint (`topic partition offset` lines) atomically.
+pub fn write_offsets(path: &Path, offsets: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+    let lines: Vec<String> = offsets
+        .iter()
+        .map(|(tp, o)| format!("{} {} {o}", tp.topic, tp.partition))
+        .collect();
+    rewrite_atomic(path, &render(&lines))
+}
+
+/// Reads an offset checkpoint. A missing file is an empty map; a malformed one is an error
+/// naming the file and line.
+pub fn read_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
+    let text = match fs::read(path) {
+        Ok(b) => String::from_utf8(b)
+            .map_err(|_| anyhow::anyhow!("`{}` is not UTF-8 text", path.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(e).with_context(|| format!("failed to read `{}`", path.display())),
+    };
+    let mut out = BTreeMap::new();
+    for (n, line) in entry_lines(path, &text)? {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [topic, partition, offset] = fields[..] else {
+            bail!(
+                "`{}` line {n}: expected `topic partition offset`, got `{line}`",
+                path.display()
+            );
+        };
+        let partition: i32 = partition
+            .parse()
+            .ok()
+            .filter(|p| *p >= 0)
+            .with_context(|| {
+                format!("`{}` line {n}: bad partition `{partition}`", path.display())
+            })?;
+        let offset: i64 = offset
+            .parse()
+            .ok()
+            .filter(|o| *o >= 0)
+            .with_context(|| format!("`{}` line {n}: bad offset `{offset}`", path.display()))?;
+        if out
+            .insert(TopicPartition::new(topic, partition), offset)
+            .is_some()
+        {
+            bail!(
+                "`{}` line {n}: {topic}-{partition} appears twice",
+                path.display()
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Writes a leader-epoch checkpoint (`epoch start_offset` lines) atomically.
+pub fn write_epochs(path: &Path, epochs: &[(i32, i64)]) -> Result<()> {
+    let lines: Vec<String> = epochs.iter().map(|(e, o)| format!("{e} {o}")).collect();
+    rewrite_atomic(path, &render(&lines))
+}
+
+/// Reads a leader-epoch checkpoint; entries must grow in both epoch and start offset.
+pub fn read_epochs(path: &Path) -> Result<Vec<(i32, i64)>> {
+    let text = match fs::read(path) {
+        Ok(b) => String::from_utf8(b)
+            .map_err(|_| anyhow::anyhow!("`{}` is not UTF-8 text", path.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("failed to read `{}`", path.display())),
+    };
+    let mut out: Vec<(i32, i64)> = Vec::new();
+    for (n, line) in entry_lines(path, &text)? {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let parsed = match fields[..] {
+            [e, o] => e.parse::<i32>().ok().zip(o.parse::<i64>().ok()),
+            _ => None,
+        };
+        let Some((epoch, start)) = parsed.filter(|(e, o)| *e >= 0 && *o >= 0) else {
+            bail!(
+                "`{}` line {n}: expected `epoch start_offset`, got `{line}`",
+                path.display()
+            );
+        };
+        if let Some(&(pe, po)) = out.last()
+            && (epoch <= pe || start < po)
+        {
+            bail!(
+                "`{}` line {n}: entry `{line}` does not follow `{pe} {po}`",
+                path.display()
+            );
+        }
+        out.push((epoch, start));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_roundtrip_in_kafka_text_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(RECOVERY_POINT);
+        let mut m = BTreeMap::new();
+        m.insert(TopicPartition::new("orders", 1), 977);
+        m.insert(TopicPartition::new("my-topic", 0), 1200);
+        write_offsets(&p, &m).unwrap();
+        assert_eq!(
+            fs::read_to_string(&p).unwrap(),
+            "0\n2\nmy-topic 0 1200\norders 1 977\n"
+        );
+        assert_eq!(read_offsets(&p).unwrap(), m);
+        assert!(!dir.path().join(format!("{RECOVERY_POINT}.tmp")).exists());
+    }
+
+    #[test]
+    fn missing_file_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_offsets(&dir.path().join("nope")).unwrap().is_empty());
+        assert!(read_epochs(&dir.path().join("nope")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_files_are_rejected_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(REPLICATION_OFFSET);
+        for bad in [
+            "",
+            "1\n0\n",
+            "0\n2\nt 0 5\n",
+            "0\n1\nt 0\n",
+            "0\n1\nt x 5\n",
+            "0\n1\nt 0 -5\n",
+            "0\nabc\n",
+            "0\n2\nt 0 5\nt 0 6\n",
+            "0\n1\nt 0 5 9\n",
+        ] {
+            fs::write(&p, bad).unwrap();
+            let e = read_offsets(&p).unwrap_err().to_string();
+            assert!(e.contains(REPLICATION_OFFSET), "{bad:?}: {e}");
+        }
+        fs::write(&p, [0xff, 0xfe]).unwrap();
+        assert!(read_offsets(&p).is_err());
+    }
+
+    #[test]
+    fn epochs_roundtrip_and_must_increase() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(LEADER_EPOCH);
+        write_epochs(&p, &[(0, 0), (3, 120)]).unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "0\n2\n0 0\n3 120\n");
+        assert_eq!(read_epochs(&p).unwrap(), vec![(0, 0), (3, 120)]);
+        fs::write(&p, "0\n2\n3 120\n2 130\n").unwrap();
+        assert!(read_epochs(&p).is_err());
+    }
+
+    #[test]
+    fn rewrite_atomic_replaces_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(dir.path().join("f.tmp"), b"stale half-written").unwrap();
+        rewrite_atomic(&p, b"one").unwrap();
+        rewrite_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert!(!dir.path().join("f.tmp").exists());
+    }
+
+    #[test]
+    fn dir_names_split_at_the_last_dash() {
+        assert_eq!(
+            TopicPartition::parse_dir_name("my-topic-12"),
+            Some(TopicPartition::new("my-topic", 12))
+        );
+        assert_eq!(TopicPartition::parse_dir_name("topic"), None);
+        assert_eq!(TopicPartition::parse_dir_name("topic-x"), None);
+        assert_eq!(TopicPartition::parse_dir_name("-3"), None);
+    }
+}

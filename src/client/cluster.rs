@@ -1,0 +1,175 @@
+//! The cluster as a follower sees it: brokers, and for each partition its leader and epoch.
+//! Also the request helpers that carry partition lists: ListOffsets and OffsetForLeaderEpoch.
+
+use super::connection::BrokerConnection;
+use crate::checkpoint::TopicPartition;
+use crate::protocol::error::ErrorCode;
+use crate::protocol::list_offsets::{self, ListOffsetsPartition};
+use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset, EpochRequest};
+use crate::protocol::{ApiKey, metadata};
+use anyhow::{Context, Result, anyhow, bail};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionLeader {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub error: ErrorCode,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ClusterMetadata {
+    /// node id → `host:port`
+    pub brokers: HashMap<i32, String>,
+    /// topic → (error, partition → leader)
+    pub topics: BTreeMap<String, (ErrorCode, BTreeMap<i32, PartitionLeader>)>,
+}
+
+impl ClusterMetadata {
+    pub fn leader(&self, tp: &TopicPartition) -> Option<PartitionLeader> {
+        self.topics.get(&tp.topic)?.1.get(&tp.partition).copied()
+    }
+
+    pub fn broker_addr(&self, id: i32) -> Option<&str> {
+        self.brokers.get(&id).map(String::as_str)
+    }
+}
+
+/// Asks `conn` for the metadata of `topics`.
+pub fn fetch_metadata(conn: &mut BrokerConnection, topics: &[String]) -> Result<ClusterMetadata> {
+    let v = conn.require_version(ApiKey::Metadata)?;
+    let addr = conn.addr().to_string();
+    let body = conn.send(ApiKey::Metadata, v, Duration::ZERO, |w| {
+        metadata::encode_request(w, v, topics)
+    })?;
+    let resp = metadata::decode_response(body, v)
+        .with_context(|| format!("broker {addr}: bad Metadata v{v} response"))?;
+    let mut out = ClusterMetadata::default();
+    for b in resp.brokers {
+        out.brokers
+            .insert(b.node_id, format!("{}:{}", b.host, b.port));
+    }
+    for t in resp.topics {
+        let parts = t
+            .partitions
+            .iter()
+            .map(|p| {
+                (
+                    p.partition,
+                    PartitionLeader {
+                        leader_id: p.leader_id,
+                        leader_epoch: p.leader_epoch,
+                        error: p.error,
+                    },
+                )
+            })
+            .collect();
+        out.topics.insert(t.name, (t.error, parts));
+    }
+    Ok(out)
+}
+
+/// Tries each address in turn until one answers a Metadata request.
+pub fn bootstrap_metadata(
+    addrs: &[String],
+    client_id: &str,
+    topics: &[String],
+) -> Result<ClusterMetadata> {
+    let mut errors = Vec::new();
+    for a in addrs {
+        match BrokerConnection::connect(a, client_id, 64 << 20)
+            .and_then(|mut c| fetch_metadata(&mut c, topics))
+        {
+            Ok(m) => return Ok(m),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    Err(anyhow!(
+        "no broker answered a Metadata request: {}",
+        errors.join("; ")
+    ))
+}
+
+/// One partition's ListOffsets answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetAnswer {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub leader_epoch: i32,
+}
+
+/// ListOffsets for one partition: `timestamp` -2 earliest, -1 latest, or ms. A broker error
+/// code comes back as `Err(code)` inside `Ok`, so callers can branch on it.
+pub fn list_offset(
+    conn: &mut BrokerConnection,
+    isolation_level: i8,
+    tp: &TopicPartition,
+    current_leader_epoch: i32,
+    timestamp: i64,
+) -> Result<std::result::Result<OffsetAnswer, ErrorCode>> {
+    let v = conn.require_version(ApiKey::ListOffsets)?;
+    let addr = conn.addr().to_string();
+    let req = vec![(
+        tp.topic.clone(),
+        vec![ListOffsetsPartition {
+            partition: tp.partition,
+            current_leader_epoch,
+            timestamp,
+        }],
+    )];
+    let body = conn.send(ApiKey::ListOffsets, v, Duration::ZERO, |w| {
+        list_offsets::encode_request(w, v, isolation_level, &req)
+    })?;
+    let resp = list_offsets::decode_response(body, v)
+        .with_context(|| format!("broker {addr}: bad ListOffsets v{v} response"))?;
+    let p = resp
+        .iter()
+        .filter(|(t, _)| *t == tp.topic)
+        .flat_map(|(_, ps)| ps.iter())
+        .find(|p| p.partition == tp.partition)
+        .with_context(|| format!("broker {addr}: ListOffsets response lacks {tp}"))?;
+    if !p.error.is_ok() {
+        return Ok(Err(p.error));
+    }
+    Ok(Ok(OffsetAnswer {
+        offset: p.offset,
+        timestamp: p.timestamp,
+        leader_epoch: p.leader_epoch,
+    }))
+}
+
+/// OffsetForLeaderEpoch for one partition; `Ok(None)` when the broker does not offer the API.
+pub fn epoch_end_offset(
+    conn: &mut BrokerConnection,
+    tp: &TopicPartition,
+    current_leader_epoch: i32,
+    epoch: i32,
+) -> Result<Option<EpochEndOffset>> {
+    let Some(v) = conn.version(ApiKey::OffsetForLeaderEpoch) else {
+        return Ok(None);
+    };
+    let addr = conn.addr().to_string();
+    let req = vec![(
+        tp.topic.clone(),
+        vec![EpochRequest {
+            partition: tp.partition,
+            current_leader_epoch,
+            leader_epoch: epoch,
+        }],
+    )];
+    let body = conn.send(ApiKey::OffsetForLeaderEpoch, v, Duration::ZERO, |w| {
+        offset_for_leader_epoch::encode_request(w, v, &req)
+    })?;
+    let resp = offset_for_leader_epoch::decode_response(body, v)
+        .with_context(|| format!("broker {addr}: bad OffsetForLeaderEpoch v{v} response"))?;
+    let Some(p) = resp
+        .into_iter()
+        .filter(|(t, _)| *t == tp.topic)
+        .flat_map(|(_, ps)| ps.into_iter())
+        .find(|p| p.partition == tp.partition)
+    else {
+        bail!("broker {addr}: OffsetForLeaderEpoch response lacks {tp}");
+    };
+    Ok(Some(p))
+}

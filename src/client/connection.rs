@@ -1,0 +1,235 @@
+//! A blocking connection to one broker.
+//!
+//! On connect it negotiates versions with ApiVersions: it asks at v3; a broker that does not
+//! know v3 answers a v0 body with UNSUPPORTED_VERSION and its own range, and the request is
+//! sent again at the highest version both know. Every other API is then used at
+//! min(our max, broker max), and refused if that is below either side's minimum (a broker
+//! closes the connection on a version it does not speak).
+//!
+//! Requests are sent one at a time; responses are matched by correlation id. The receive
+//! buffer is reused across requests, so a fetch response's records are borrowed from it
+//! without a copy. Frame sizes are bounded; a bad frame is an error, never a panic.
+
+use crate::protocol::codec::{Reader, Writer};
+use crate::protocol::error::ErrorCode;
+use crate::protocol::{ApiKey, api_versions, decode_response_header, encode_request_header};
+use anyhow::{Context, Result, anyhow, bail};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+pub struct BrokerConnection {
+    addr: String,
+    stream: TcpStream,
+    client_id: String,
+    next_correlation_id: i32,
+    versions: HashMap<ApiKey, i16>,
+    send_buf: Vec<u8>,
+    recv_buf: Vec<u8>,
+    request_timeout: Duration,
+    max_response_bytes: usize,
+}
+
+impl BrokerConnection {
+    /// Connects to `addr` (`host:port`) and negotiates API versions.
+    pub fn connect(addr: &str, client_id: &str, max_response_bytes: usize) -> Result<Self> {
+        Self::connect_with(
+            addr,
+            client_id,
+            max_response_bytes,
+            DEFAULT_CONNECT_TIMEOUT,
+            DEFAULT_REQUEST_TIMEOUT,
+        )
+    }
+
+    pub fn connect_with(
+        addr: &str,
+        client_id: &str,
+        max_response_bytes: usize,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Self> {
+        let addrs: Vec<_> = addr
+            .to_socket_addrs()
+            .with_context(|| format!("broker {addr}: cannot resolve address"))?
+            .collect();
+        let mut last_err = None;
+        let mut stream = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, connect_timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        let stream = match (stream, last_err) {
+            (Some(s), _) => s,
+            (None, Some(e)) => {
+                return Err(e).with_context(|| format!("broker {addr}: connect failed"));
+            }
+            (None, None) => bail!("broker {addr}: address resolves to nothing"),
+        };
+        stream
+            .set_nodelay(true)
+            .with_context(|| format!("broker {addr}: set_nodelay"))?;
+        stream
+            .set_write_timeout(Some(request_timeout))
+            .with_context(|| format!("broker {addr}: set timeout"))?;
+        let mut conn = BrokerConnection {
+            addr: addr.to_string(),
+            stream,
+            client_id: client_id.to_string(),
+            next_correlation_id: 1,
+            versions: HashMap::new(),
+            send_buf: Vec::with_capacity(4096),
+            recv_buf: Vec::new(),
+            request_timeout,
+            max_response_bytes,
+        };
+        conn.negotiate()?;
+        Ok(conn)
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// A second handle on the socket, so another thread can shut it down.
+    pub fn try_clone_socket(&self) -> std::io::Result<TcpStream> {
+        self.stream.try_clone()
+    }
+
+    fn negotiate(&mut self) -> Result<()> {
+        let (_, our_max) = ApiKey::ApiVersions.supported();
+        let mut version = our_max;
+        let resp = loop {
+            let body = self.send(ApiKey::ApiVersions, version, Duration::ZERO, |w| {
+                api_versions::encode_request(w, version)
+            })?;
+            let resp = api_versions::decode_response(body, version)
+                .with_context(|| format!("broker {}: bad ApiVersions response", self.addr))?;
+            if resp.error == ErrorCode::UNSUPPORTED_VERSION && version > 0 {
+                let theirs = resp
+                    .api_keys
+                    .iter()
+                    .find(|k| k.api_key == 18)
+                    .map_or(0, |k| k.max);
+                let next = theirs.min(version - 1).max(0);
+                crate::log_debug!(
+                    "broker {}: ApiVersions v{version} unsupported, retrying at v{next}",
+                    self.addr
+                );
+                version = next;
+                continue;
+            }
+            if !resp.error.is_ok() {
+                bail!(
+                    "broker {}: ApiVersions failed with {}",
+                    self.addr,
+                    resp.error
+                );
+            }
+            break resp;
+        };
+        for api in ApiKey::ALL {
+            let (our_min, our_max) = api.supported();
+            if let Some(r) = resp.api_keys.iter().find(|k| k.api_key == api.key()) {
+                let v = our_max.min(r.max);
+                if v >= our_min.max(r.min) {
+                    self.versions.insert(api, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The negotiated version of `api`, or `None` when the broker and we share none.
+    pub fn version(&self, api: ApiKey) -> Option<i16> {
+        self.versions.get(&api).copied()
+    }
+
+    /// The negotiated version, or an error naming the broker and API.
+    pub fn require_version(&self, api: ApiKey) -> Result<i16> {
+        self.version(api).ok_or_else(|| {
+            anyhow!(
+                "broker {}: no common version of {} (we speak v{}–v{})",
+                self.addr,
+                api.name(),
+                api.supported().0,
+                api.supported().1
+            )
+        })
+    }
+
+    /// Sends one request and returns the response body (borrowed from the receive buffer).
+    /// `extra_wait` is added to the read timeout (a fetch's max wait).
+    pub fn send(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        extra_wait: Duration,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<&[u8]> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
+        let mut w = Writer {
+            buf: std::mem::take(&mut self.send_buf),
+        };
+        w.buf.clear();
+        w.buf.extend_from_slice(&[0; 4]);
+        encode_request_header(&mut w, api, version, correlation_id, &self.client_id);
+        encode(&mut w);
+        let len = (w.buf.len() - 4) as i32;
+        if let Some(s) = w.buf.get_mut(..4) {
+            s.copy_from_slice(&len.to_be_bytes());
+        }
+        let sent = self.stream.write_all(&w.buf);
+        self.send_buf = w.buf;
+        sent.with_context(|| format!("broker {}: sending {} failed", self.addr, api.name()))?;
+
+        self.stream
+            .set_read_timeout(Some(self.request_timeout + extra_wait))
+            .with_context(|| format!("broker {}: set timeout", self.addr))?;
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).with_context(|| {
+            format!(
+                "broker {}: no response to {} (connection closed or timed out)",
+                self.addr,
+                api.name()
+            )
+        })?;
+        let size = i32::from_be_bytes(size);
+        if size < 4 || size as usize > self.max_response_bytes {
+            bail!(
+                "broker {}: {} response frame of {size} bytes is out of bounds (limit {})",
+                self.addr,
+                api.name(),
+                self.max_response_bytes
+            );
+        }
+        self.recv_buf.clear();
+        self.recv_buf.resize(size as usize, 0);
+        self.stream
+            .read_exact(&mut self.recv_buf)
+            .with_context(|| format!("broker {}: {} response cut short", self.addr, api.name()))?;
+        let mut r = Reader::new(&self.recv_buf);
+        let got = decode_response_header(&mut r, api, version)
+            .with_context(|| format!("broker {}: bad {} response header", self.addr, api.name()))?;
+        if got != correlation_id {
+            bail!(
+                "broker {}: {} response has correlation id {got}, expected {correlation_id}",
+                self.addr,
+                api.name()
+            );
+        }
+        let at = r.position();
+        Ok(self.recv_buf.get(at..).unwrap_or_default())
+    }
+}

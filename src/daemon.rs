@@ -1,0 +1,186 @@
+//! `replica-follower run`: start-up, the periodic flush/checkpoint task, signals, shutdown.
+//!
+//! Start-up: load the config; take the exclusive lock on `<data_dir>/.lock` (a second daemon
+//! on the same directory is refused); load and recover every local log; start the checkpoint
+//! task and the fetcher manager; tell systemd READY=1.
+//! Shutdown (SIGTERM/SIGINT): stop the manager and its fetchers (their sockets are shut down,
+//! so a fetch in flight ends at once), stop the checkpoint task, flush every log, write the
+//! checkpoints and the clean-shutdown marker, exit 0.
+
+use crate::config::Config;
+use crate::fetcher::manager::{FetcherManager, ManagerEvent};
+use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
+use crate::log::manager::LogManager;
+use anyhow::{Context, Result, bail};
+use fs2::FileExt;
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+pub const LOCK_FILE: &str = ".lock";
+
+/// Takes the data-dir lock; held until the returned file is dropped (process exit included).
+pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("failed to create data dir `{}`", data_dir.display()))?;
+    let path = data_dir.join(LOCK_FILE);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("failed to open lock file `{}`", path.display()))?;
+    if f.try_lock_exclusive().is_err() {
+        bail!(
+            "data dir `{}` is locked by another replica-follower (lock file `{}`)",
+            data_dir.display(),
+            path.display()
+        );
+    }
+    Ok(f)
+}
+
+/// Sends a state line to systemd's notify socket, when there is one.
+fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    let p = path.to_string_lossy();
+    if p.starts_with('@') {
+        // Abstract sockets need platform-specific addressing; systemd uses a path by default.
+        crate::log_debug!("NOTIFY_SOCKET {p} is abstract; not notifying");
+        return;
+    }
+    if let Err(e) = sock.send_to(state.as_bytes(), &*p) {
+        crate::log_warn!("sd_notify to {p} failed: {e}");
+    }
+}
+
+/// The flag and wake-up of the checkpoint task.
+struct TaskSignal {
+    running: AtomicBool,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl ShutdownSignal for TaskSignal {
+    fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+    fn initiate_shutdown(&self) {
+        self.running.store(false, Ordering::SeqCst);
+        let _g = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.cond.notify_all();
+    }
+}
+
+/// Starts the task that flushes every `flush_interval_ms` and checkpoints (plus retention)
+/// every `checkpoint.interval_ms`.
+fn start_checkpoint_task(cfg: &Config, logs: Arc<LogManager>) -> Result<ShutdownableThread> {
+    let flush_every = Duration::from_millis(cfg.log.flush_interval_ms as u64);
+    let checkpoint_every = Duration::from_millis(cfg.checkpoint.interval_ms as u64);
+    let sig = Arc::new(TaskSignal {
+        running: AtomicBool::new(true),
+        lock: Mutex::new(()),
+        cond: Condvar::new(),
+    });
+    let mut next_flush = Instant::now() + flush_every;
+    let mut next_checkpoint = Instant::now() + checkpoint_every;
+    let s2 = sig.clone();
+    let work = move || {
+        {
+            let g = s2
+                .lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let wake = next_flush.min(next_checkpoint);
+            if s2.is_running() {
+                let _r = s2
+                    .cond
+                    .wait_timeout(g, wake.saturating_duration_since(Instant::now()));
+            }
+        }
+        if !s2.is_running() {
+            return;
+        }
+        let now = Instant::now();
+        if now >= next_checkpoint {
+            logs.apply_retention();
+            if let Err(e) = logs.checkpoint() {
+                crate::log_error!("checkpoint failed: {e:#}");
+            }
+            next_checkpoint = now + checkpoint_every;
+            next_flush = now + flush_every;
+        } else if now >= next_flush {
+            if let Err(e) = logs.flush_all() {
+                crate::log_error!("flush failed: {e:#}");
+            }
+            next_flush = now + flush_every;
+        }
+    };
+    ShutdownableThread::start("checkpoint-task", sig, work)
+        .context("failed to start the checkpoint task")
+}
+
+/// Runs the daemon with a validated configuration until SIGTERM/SIGINT.
+pub fn run(cfg: Config) -> Result<()> {
+    let cfg = Arc::new(cfg);
+    let _lock = lock_data_dir(&cfg.data_dir)?;
+    // Register before anything starts, so an early SIGTERM is not lost.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("failed to install signal handlers")?;
+    crate::log_info!(
+        "replica-follower {} starting; data dir `{}`",
+        env!("CARGO_PKG_VERSION"),
+        cfg.data_dir.display()
+    );
+    let logs = Arc::new(LogManager::open(&cfg.data_dir, cfg.log_config())?);
+    // Checkpoint right away so the files describe what was just loaded and recovered.
+    logs.checkpoint()?;
+    let mut task = start_checkpoint_task(&cfg, logs.clone())?;
+    let manager = FetcherManager::new(cfg.clone(), logs.clone());
+    let to_manager = manager.sender();
+    let manager_thread = std::thread::Builder::new()
+        .name("fetcher-manager".into())
+        .spawn(move || manager.run())
+        .context("failed to start the fetcher manager")?;
+    sd_notify("READY=1");
+    crate::log_info!(
+        "following {} topic(s) from {}",
+        cfg.follow.len(),
+        cfg.bootstrap_servers.join(",")
+    );
+
+    let sig = signals.forever().next();
+    crate::log_info!("received signal {}; shutting down", sig.unwrap_or(0));
+    sd_notify("STOPPING=1");
+    let _ = to_manager.send(ManagerEvent::Shutdown);
+    if manager_thread.join().is_err() {
+        crate::log_error!("the fetcher manager panicked");
+    }
+    task.shutdown();
+    logs.shutdown()?;
+    for (tp, s) in logs.summaries() {
+        crate::log_info!(
+            "{tp}: log {}..{}, high watermark {}, checkpointed",
+            s.log_start_offset,
+            s.log_end_offset,
+            s.high_watermark
+        );
+    }
+    crate::log_info!("clean shutdown complete");
+    Ok(())
+}

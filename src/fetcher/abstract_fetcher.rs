@@ -1,0 +1,657 @@
+//! The abstract fetch loop (Kafka's `AbstractFetcherThread`).
+//!
+//! A fetcher owns a partition map (partition → [`PartitionFetchState`]) shared with the
+//! manager through [`FetcherShared`]. Each [`AbstractFetcher::do_work`] round:
+//! 1. resolves partitions in the `Truncating` state (leaders without Fetch v12 divergence
+//!    detection are asked OffsetForLeaderEpoch);
+//! 2. `build_fetch_request` — one Fetch for every partition that is ready, or waits on the
+//!    condition variable until one is (added by the manager, or its backoff ends);
+//! 3. `fetch` — through the [`LeaderEndPoint`];
+//! 4. `process_partition_data` — through the [`ReplicaOps`], per partition, then the
+//!    partition's state advances to the offset after the last appended batch. Errors are per
+//!    partition: that partition backs off (delayed until T), the others go on.
+//! OffsetOutOfRange follows Kafka's follower rule; partitions whose leader is stale go back to
+//! the manager, which looks the leader up again.
+
+use super::shutdownable::ShutdownSignal;
+use crate::checkpoint::TopicPartition;
+use crate::protocol::error::{ErrorAction, ErrorCode};
+use crate::protocol::fetch::{
+    DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
+};
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchStatus {
+    Fetching,
+    /// Must find the point where the local log and the leader's agree before fetching.
+    Truncating,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionFetchState {
+    /// Next offset to fetch. Invariant: equals the local log end after every round.
+    pub fetch_offset: i64,
+    /// The leader epoch from metadata, sent as CurrentLeaderEpoch (-1: unknown).
+    pub current_leader_epoch: i32,
+    pub status: FetchStatus,
+    /// Not fetched before this instant (set after an error).
+    pub delayed_until: Option<Instant>,
+}
+
+impl PartitionFetchState {
+    pub fn new(fetch_offset: i64, current_leader_epoch: i32, status: FetchStatus) -> Self {
+        PartitionFetchState {
+            fetch_offset,
+            current_leader_epoch,
+            status,
+            delayed_until: None,
+        }
+    }
+    fn is_ready(&self, now: Instant) -> bool {
+        self.status == FetchStatus::Fetching && self.delayed_until.is_none_or(|t| t <= now)
+    }
+}
+
+/// What a fetcher shares with its manager.
+pub struct FetcherShared {
+    /// Written by the manager (add/remove) and the fetcher thread (state after each round);
+    /// the fetcher waits on `cond` while no partition is ready; `cond` is signalled when
+    /// partitions are added and at shutdown.
+    map: Mutex<BTreeMap<TopicPartition, PartitionFetchState>>,
+    cond: Condvar,
+    running: AtomicBool,
+    /// A clone of the fetcher's socket, shut down by `initiate_shutdown` so that a fetch in
+    /// flight ends at once instead of at its timeout.
+    socket: Mutex<Option<TcpStream>>,
+}
+
+impl Default for FetcherShared {
+    fn default() -> Self {
+        FetcherShared {
+            map: Mutex::new(BTreeMap::new()),
+            cond: Condvar::new(),
+            running: AtomicBool::new(true),
+            socket: Mutex::new(None),
+        }
+    }
+}
+
+impl FetcherShared {
+    pub fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, PartitionFetchState>> {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds (or replaces) partitions and wakes the fetcher.
+    pub fn add_partitions(
+        &self,
+        parts: impl IntoIterator<Item = (TopicPartition, PartitionFetchState)>,
+    ) {
+        let mut map = self.lock();
+        map.extend(parts);
+        self.cond.notify_all();
+    }
+
+    /// Removes a partition; returns its last state.
+    pub fn remove_partition(&self, tp: &TopicPartition) -> Option<PartitionFetchState> {
+        self.lock().remove(tp)
+    }
+
+    pub fn partition_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn partitions(&self) -> Vec<(TopicPartition, PartitionFetchState)> {
+        self.lock()
+            .iter()
+            .map(|(t, s)| (t.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Registers the socket a fetch in flight uses (see `socket`).
+    pub fn set_socket(&self, s: Option<TcpStream>) {
+        *self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = s;
+    }
+}
+
+impl ShutdownSignal for FetcherShared {
+    fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+    fn initiate_shutdown(&self) {
+        self.running.store(false, Ordering::SeqCst);
+        if let Some(s) = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        // Taking the map lock before notifying closes the window between a waiter's running
+        // check and its wait.
+        let _map = self.lock();
+        self.cond.notify_all();
+    }
+}
+
+/// Events a fetcher sends its manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetcherEvent {
+    /// The partition was removed from the fetcher: its leader must be looked up again.
+    NeedsLeader { tp: TopicPartition, reason: String },
+}
+
+/// The leader side of the loop (Kafka's `LeaderEndPoint`).
+pub trait LeaderEndPoint: Send {
+    fn describe(&self) -> String;
+    /// Sends a Fetch; the response borrows from the endpoint's buffer.
+    fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse<'_>>;
+    fn fetch_earliest_offset(
+        &mut self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+    ) -> Result<std::result::Result<i64, ErrorCode>>;
+    fn fetch_latest_offset(
+        &mut self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+    ) -> Result<std::result::Result<i64, ErrorCode>>;
+    /// OffsetForLeaderEpoch: the leader's (epoch, end offset) for `epoch`; `Ok(None)` when the
+    /// leader does not offer the API.
+    fn fetch_epoch_end_offset(
+        &mut self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+        epoch: i32,
+    ) -> Result<Option<(ErrorCode, i32, i64)>>;
+    /// Whether Fetch responses report diverging epochs (Fetch v12+).
+    fn supports_diverging_epoch(&mut self) -> Result<bool>;
+    /// Drops the connection; the next call reconnects.
+    fn close(&mut self);
+}
+
+/// The local side of the loop: what a replica fetcher does with fetched data.
+pub trait ReplicaOps: Send {
+    /// Verifies and appends the records fetched at `fetch_offset`; returns the next fetch
+    /// offset. Nothing is written unless every whole batch verifies.
+    fn process_partition_data(
+        &mut self,
+        tp: &TopicPartition,
+        fetch_offset: i64,
+        data: &FetchPartitionResponse<'_>,
+    ) -> Result<i64>;
+    fn log_start_offset(&self, tp: &TopicPartition) -> Option<i64>;
+    fn log_end_offset(&self, tp: &TopicPartition) -> Option<i64>;
+    fn latest_epoch(&self, tp: &TopicPartition) -> Option<i32>;
+    /// The largest local epoch ≤ `epoch` and its end offset.
+    fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)>;
+    fn truncate(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
+    fn truncate_fully_and_start_at(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchParams {
+    pub max_wait_ms: i32,
+    pub min_bytes: i32,
+    pub max_bytes: i32,
+    pub partition_max_bytes: i32,
+    pub isolation_level: i8,
+    pub backoff: Duration,
+}
+
+pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
+    pub name: String,
+    shared: std::sync::Arc<FetcherShared>,
+    leader: L,
+    replica: R,
+    params: FetchParams,
+    events: Sender<FetcherEvent>,
+}
+
+/// Marks a partition not ready before now + `backoff`.
+fn delay(
+    map: &mut BTreeMap<TopicPartition, PartitionFetchState>,
+    tp: &TopicPartition,
+    backoff: Duration,
+) {
+    if let Some(s) = map.get_mut(tp) {
+        s.delayed_until = Some(Instant::now() + backoff);
+    }
+}
+
+/// What to do with a partition after its part of a response was looked at.
+enum Outcome {
+    Advanced(i64),
+    Delay,
+    Diverged(DivergingEpoch),
+    OutOfRange,
+    NeedsLeader(String),
+    Unchanged,
+}
+
+impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
+    pub fn new(
+        name: String,
+        shared: std::sync::Arc<FetcherShared>,
+        leader: L,
+        replica: R,
+        params: FetchParams,
+        events: Sender<FetcherEvent>,
+    ) -> Self {
+        AbstractFetcher {
+            name,
+            shared,
+            leader,
+            replica,
+            params,
+            events,
+        }
+    }
+
+    pub fn replica(&self) -> &R {
+        &self.replica
+    }
+
+    /// One round: truncate where needed, build, fetch, process.
+    pub fn do_work(&mut self) {
+        self.maybe_truncate();
+        if let Some(req) = self.build_fetch_request() {
+            self.process_fetch_request(&req);
+        }
+    }
+
+    /// Builds one request for every ready partition, or waits until one is ready (or a
+    /// partition is added, or shutdown) and returns `None`.
+    pub fn build_fetch_request(&mut self) -> Option<FetchRequest> {
+        let shared = self.shared.clone();
+        let map = shared.lock();
+        let now = Instant::now();
+        let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
+        for (tp, st) in map.iter().filter(|(_, s)| s.is_ready(now)) {
+            let part = FetchPartition {
+                partition: tp.partition,
+                current_leader_epoch: st.current_leader_epoch,
+                fetch_offset: st.fetch_offset,
+                last_fetched_epoch: self.replica.latest_epoch(tp).unwrap_or(-1),
+                log_start_offset: self.replica.log_start_offset(tp).unwrap_or(-1),
+                partition_max_bytes: self.params.partition_max_bytes,
+            };
+            match topics.last_mut() {
+                Some((t, parts)) if *t == tp.topic => parts.push(part),
+                _ => topics.push((tp.topic.clone(), vec![part])),
+            }
+        }
+        if !topics.is_empty() {
+            return Some(FetchRequest {
+                replica_id: -1,
+                max_wait_ms: self.params.max_wait_ms,
+                min_bytes: self.params.min_bytes,
+                max_bytes: self.params.max_bytes,
+                isolation_level: self.params.isolation_level,
+                topics,
+            });
+        }
+        if !shared.is_running() {
+            return None;
+        }
+        // Nothing ready: sleep until the earliest backoff ends, or until woken.
+        let wake_at = map.values().filter_map(|s| s.delayed_until).min();
+        match wake_at {
+            Some(t) => {
+                let _r = shared
+                    .cond
+                    .wait_timeout(map, t.saturating_duration_since(now));
+            }
+            None if map.values().any(|s| s.status == FetchStatus::Truncating) => {
+                let _r = shared.cond.wait_timeout(map, self.params.backoff);
+            }
+            None => {
+                let _r = shared.cond.wait(map);
+            }
+        }
+        None
+    }
+
+    /// Sends the request and handles the response partition by partition.
+    pub fn process_fetch_request(&mut self, req: &FetchRequest) {
+        let requested: BTreeMap<TopicPartition, i64> = req
+            .topics
+            .iter()
+            .flat_map(|(t, ps)| {
+                ps.iter()
+                    .map(move |p| (TopicPartition::new(t.clone(), p.partition), p.fetch_offset))
+            })
+            .collect();
+        let shared = self.shared.clone();
+        let leader = self.leader.describe();
+        let resp = match self.leader.fetch(req) {
+            Ok(r) => r,
+            Err(e) => {
+                if shared.is_running() {
+                    crate::log_warn!(
+                        "{}: fetch of {} partition(s) from {leader} failed: {e:#}; retrying in {:?}",
+                        self.name,
+                        requested.len(),
+                        self.params.backoff
+                    );
+                }
+                self.leader.close();
+                let mut map = shared.lock();
+                for tp in requested.keys() {
+                    delay(&mut map, tp, self.params.backoff);
+                }
+                return;
+            }
+        };
+        if !resp.error.is_ok() {
+            crate::log_warn!(
+                "{}: fetch from {leader} failed with {}",
+                self.name,
+                resp.error
+            );
+            let mut map = shared.lock();
+            for tp in requested.keys() {
+                delay(&mut map, tp, self.params.backoff);
+            }
+            return;
+        }
+        let mut map = shared.lock();
+        let mut follow_up: Vec<(TopicPartition, Outcome)> = Vec::new();
+        for (topic, parts) in &resp.topics {
+            for data in parts {
+                let tp = TopicPartition::new(topic.clone(), data.partition);
+                let Some(&fetch_offset) = requested.get(&tp) else {
+                    continue;
+                };
+                // The manager may have removed or reset the partition while we fetched.
+                let Some(state) = map.get(&tp) else { continue };
+                if state.fetch_offset != fetch_offset || state.status != FetchStatus::Fetching {
+                    continue;
+                }
+                let outcome = if let Some(d) = data.diverging_epoch {
+                    Outcome::Diverged(d)
+                } else {
+                    match data.error.action() {
+                        ErrorAction::None => {
+                            match self.replica.process_partition_data(&tp, fetch_offset, data) {
+                                Ok(next) if next != fetch_offset => Outcome::Advanced(next),
+                                Ok(_) => Outcome::Unchanged,
+                                Err(e) => {
+                                    crate::log_warn!(
+                                        "{}: {tp} at offset {fetch_offset}: {e:#}; backing off {:?}",
+                                        self.name,
+                                        self.params.backoff
+                                    );
+                                    Outcome::Delay
+                                }
+                            }
+                        }
+                        ErrorAction::OffsetOutOfRange => Outcome::OutOfRange,
+                        ErrorAction::RefreshMetadata => {
+                            Outcome::NeedsLeader(format!("leader answered {}", data.error))
+                        }
+                        ErrorAction::Retry | ErrorAction::ResetSession => {
+                            crate::log_warn!(
+                                "{}: {tp}: leader answered {}; retrying in {:?}",
+                                self.name,
+                                data.error,
+                                self.params.backoff
+                            );
+                            Outcome::Delay
+                        }
+                        ErrorAction::Fatal => {
+                            crate::log_error!(
+                                "{}: {tp}: leader answered {}; retrying in {:?}",
+                                self.name,
+                                data.error,
+                                self.params.backoff * 30
+                            );
+                            if let Some(s) = map.get_mut(&tp) {
+                                s.delayed_until = Some(Instant::now() + self.params.backoff * 30);
+                            }
+                            Outcome::Unchanged
+                        }
+                    }
+                };
+                match outcome {
+                    Outcome::Advanced(next) => {
+                        if let Some(s) = map.get_mut(&tp) {
+                            s.fetch_offset = next;
+                            s.delayed_until = None;
+                        }
+                    }
+                    Outcome::Delay => delay(&mut map, &tp, self.params.backoff),
+                    Outcome::Unchanged => {}
+                    other => follow_up.push((tp, other)),
+                }
+            }
+        }
+        drop(map);
+        drop(resp);
+        for (tp, outcome) in follow_up {
+            match outcome {
+                Outcome::Diverged(d) => self.truncate_on_divergence(&tp, d),
+                Outcome::OutOfRange => self.handle_offset_out_of_range(&tp),
+                Outcome::NeedsLeader(reason) => self.hand_back(&tp, reason),
+                _ => {}
+            }
+        }
+    }
+
+    /// Removes the partition and asks the manager to look its leader up again.
+    fn hand_back(&mut self, tp: &TopicPartition, reason: String) {
+        crate::log_info!(
+            "{}: {tp}: {reason}; handing it back for a leader lookup",
+            self.name
+        );
+        self.shared.remove_partition(tp);
+        let _ = self.events.send(FetcherEvent::NeedsLeader {
+            tp: tp.clone(),
+            reason,
+        });
+    }
+
+    fn set_offset(&mut self, tp: &TopicPartition, offset: i64, status: FetchStatus) {
+        let mut map = self.shared.lock();
+        if let Some(s) = map.get_mut(tp) {
+            s.fetch_offset = offset;
+            s.status = status;
+            s.delayed_until = None;
+        }
+    }
+
+    fn delay_one(&mut self, tp: &TopicPartition) {
+        let shared = self.shared.clone();
+        let mut map = shared.lock();
+        delay(&mut map, tp, self.params.backoff);
+    }
+
+    /// The leader said our fetch offset diverges from its log at `d`: truncate to the point
+    /// where both logs agree (Kafka's `truncateOnFetchResponse`), then fetch on from there.
+    fn truncate_on_divergence(&mut self, tp: &TopicPartition, d: DivergingEpoch) {
+        let target = match self.replica.end_offset_for_epoch(tp, d.epoch) {
+            Some((e, end)) if e == d.epoch => end.min(d.end_offset),
+            Some((_, end)) => end,
+            None => self.replica.log_start_offset(tp).unwrap_or(0),
+        };
+        crate::log_warn!(
+            "{}: {tp}: leader reports divergence at epoch {} offset {}; truncating to {target}",
+            self.name,
+            d.epoch,
+            d.end_offset
+        );
+        match self.replica.truncate(tp, target) {
+            Ok(()) => {
+                let end = self.replica.log_end_offset(tp).unwrap_or(target);
+                self.set_offset(tp, end, FetchStatus::Fetching);
+            }
+            Err(e) => {
+                crate::log_error!("{}: {tp}: truncation failed: {e:#}", self.name);
+                self.delay_one(tp);
+            }
+        }
+    }
+
+    /// Kafka's follower rule for OffsetOutOfRange: if the leader's end is below our end,
+    /// truncate to it; if the leader's start is above our end, delete our log and restart at
+    /// the leader's start; otherwise fetch again from our end.
+    pub fn handle_offset_out_of_range(&mut self, tp: &TopicPartition) {
+        let epoch = self
+            .shared
+            .lock()
+            .get(tp)
+            .map_or(-1, |s| s.current_leader_epoch);
+        let Some(local_end) = self.replica.log_end_offset(tp) else {
+            return;
+        };
+        let result: Result<Option<(i64, &'static str)>> = (|| {
+            let leader_end = match self.leader.fetch_latest_offset(tp, epoch)? {
+                Ok(o) => o,
+                Err(code) => {
+                    if code.action() == ErrorAction::RefreshMetadata {
+                        return Ok(None);
+                    }
+                    anyhow::bail!("ListOffsets latest answered {code}");
+                }
+            };
+            if leader_end < local_end {
+                self.replica.truncate(tp, leader_end)?;
+                return Ok(Some((leader_end, "truncated to the leader's end")));
+            }
+            let leader_start = match self.leader.fetch_earliest_offset(tp, epoch)? {
+                Ok(o) => o,
+                Err(code) => anyhow::bail!("ListOffsets earliest answered {code}"),
+            };
+            if leader_start > local_end {
+                self.replica.truncate_fully_and_start_at(tp, leader_start)?;
+                return Ok(Some((leader_start, "restarted at the leader's log start")));
+            }
+            Ok(Some((local_end, "offset is in range again")))
+        })();
+        match result {
+            Ok(Some((offset, what))) => {
+                crate::log_warn!(
+                    "{}: {tp}: OFFSET_OUT_OF_RANGE at {local_end}: {what}; fetching from {offset}",
+                    self.name
+                );
+                let end = self.replica.log_end_offset(tp).unwrap_or(offset);
+                self.set_offset(tp, end, FetchStatus::Fetching);
+                if end == local_end {
+                    // Nothing changed locally: do not hammer the leader.
+                    self.delay_one(tp);
+                }
+            }
+            Ok(None) => self.hand_back(
+                tp,
+                "leader moved while resolving OFFSET_OUT_OF_RANGE".into(),
+            ),
+            Err(e) => {
+                crate::log_warn!(
+                    "{}: {tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}",
+                    self.name
+                );
+                self.leader.close();
+                self.delay_one(tp);
+            }
+        }
+    }
+
+    /// Partitions in the `Truncating` state: with Fetch v12+ the leader reports divergence in
+    /// fetch responses, so fetching starts at once; otherwise OffsetForLeaderEpoch finds the
+    /// common point first (where the leader offers it).
+    fn maybe_truncate(&mut self) {
+        let truncating: Vec<(TopicPartition, i32)> = self
+            .shared
+            .lock()
+            .iter()
+            .filter(|(_, s)| {
+                s.status == FetchStatus::Truncating
+                    && s.delayed_until.is_none_or(|t| t <= Instant::now())
+            })
+            .map(|(tp, s)| (tp.clone(), s.current_leader_epoch))
+            .collect();
+        if truncating.is_empty() {
+            return;
+        }
+        let diverging = match self.leader.supports_diverging_epoch() {
+            Ok(d) => d,
+            Err(e) => {
+                crate::log_warn!(
+                    "{}: cannot reach {}: {e:#}",
+                    self.name,
+                    self.leader.describe()
+                );
+                self.leader.close();
+                for (tp, _) in &truncating {
+                    self.delay_one(tp);
+                }
+                return;
+            }
+        };
+        for (tp, current_epoch) in truncating {
+            let end = self.replica.log_end_offset(&tp).unwrap_or(0);
+            let latest = self.replica.latest_epoch(&tp);
+            let (Some(latest), false) = (latest, diverging) else {
+                self.set_offset(&tp, end, FetchStatus::Fetching);
+                continue;
+            };
+            match self
+                .leader
+                .fetch_epoch_end_offset(&tp, current_epoch, latest)
+            {
+                Ok(None) => self.set_offset(&tp, end, FetchStatus::Fetching),
+                Ok(Some((code, _, _))) if !code.is_ok() => {
+                    if code.action() == ErrorAction::RefreshMetadata {
+                        self.hand_back(&tp, format!("OffsetForLeaderEpoch answered {code}"));
+                    } else {
+                        self.delay_one(&tp);
+                    }
+                }
+                Ok(Some((_, leader_epoch, leader_end))) => {
+                    let target = if leader_epoch < 0 || leader_end < 0 {
+                        end
+                    } else {
+                        match self.replica.end_offset_for_epoch(&tp, leader_epoch) {
+                            Some((e, local_end)) if e == leader_epoch => local_end.min(leader_end),
+                            Some((_, local_end)) => local_end,
+                            None => self.replica.log_start_offset(&tp).unwrap_or(0),
+                        }
+                    };
+                    if target < end {
+                        crate::log_warn!(
+                            "{}: {tp}: leader's epoch {leader_epoch} ends at {leader_end}; truncating {end} → {target}",
+                            self.name
+                        );
+                    }
+                    match self.replica.truncate(&tp, target) {
+                        Ok(()) => {
+                            let new_end = self.replica.log_end_offset(&tp).unwrap_or(target);
+                            self.set_offset(&tp, new_end, FetchStatus::Fetching);
+                        }
+                        Err(e) => {
+                            crate::log_error!("{}: {tp}: truncation failed: {e:#}", self.name);
+                            self.delay_one(&tp);
+                        }
+                    }
+                }
+                Err(e) => {
+                    crate::log_warn!("{}: {tp}: OffsetForLeaderEpoch failed: {e:#}", self.name);
+                    self.leader.close();
+                    self.delay_one(&tp);
+                }
+            }
+        }
+    }
+}

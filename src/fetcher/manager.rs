@@ -1,0 +1,446 @@
+//! The fetcher manager (Kafka's `AbstractFetcherManager`).
+//!
+//! It looks up every followed partition's leader, picks the fetcher thread for it — keyed by
+//! (leader broker, fetcher id), fetcher id = hash(topic, partition) mod `fetchers_per_broker`
+//! as Kafka does — and hands the partition over with its initial fetch state: the local log
+//! end when a log exists, else the offset ListOffsets gives for the configured `start`.
+//! When a fetcher hands a partition back (stale leader) or metadata shows a new leader or
+//! epoch, the partition moves. Fetchers left without partitions are shut down.
+//! The manager runs on its own thread and sleeps on its event channel between rounds.
+
+use super::abstract_fetcher::{
+    AbstractFetcher, FetchParams, FetchStatus, FetcherEvent, FetcherShared, PartitionFetchState,
+};
+use super::leader_endpoint::BrokerEndPoint;
+use super::replica_fetcher::ReplicaLogOps;
+use super::shutdownable::ShutdownableThread;
+use crate::checkpoint::TopicPartition;
+use crate::client::BrokerConnection;
+use crate::client::cluster::{self, ClusterMetadata};
+use crate::config::{Config, StartPosition};
+use crate::log::manager::{LogManager, lock_log};
+use crate::protocol::error::ErrorCode;
+use anyhow::{Context, Result, anyhow};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+/// How often metadata is refreshed when nothing asks for it (Kafka's metadata.max.age.ms
+/// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
+pub const METADATA_REFRESH: Duration = Duration::from_secs(30);
+
+/// Messages to the manager thread.
+#[derive(Debug)]
+pub enum ManagerEvent {
+    Fetcher(FetcherEvent),
+    Shutdown,
+}
+
+struct FetcherThread {
+    shared: Arc<FetcherShared>,
+    thread: ShutdownableThread,
+}
+
+/// Where a partition is being fetched from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Assignment {
+    broker: i32,
+    fetcher_id: usize,
+    leader_epoch: i32,
+}
+
+pub struct FetcherManager {
+    cfg: Arc<Config>,
+    logs: Arc<LogManager>,
+    fetchers: BTreeMap<(i32, usize), FetcherThread>,
+    assigned: BTreeMap<TopicPartition, Assignment>,
+    metadata: ClusterMetadata,
+    events_tx: Sender<ManagerEvent>,
+    events_rx: Receiver<ManagerEvent>,
+    fetcher_events: Sender<FetcherEvent>,
+    /// Problems already reported, so a persistent one is logged once, not every round.
+    reported: BTreeSet<String>,
+}
+
+/// Kafka's `getFetcherId`: abs(31 * topic.hashCode + partition) mod n, with Java's String
+/// hash over UTF-16 units.
+pub fn fetcher_id(tp: &TopicPartition, n: usize) -> usize {
+    let mut h: i32 = 0;
+    for unit in tp.topic.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    let v = h.wrapping_mul(31).wrapping_add(tp.partition);
+    // Kafka's Utils.abs maps MIN_VALUE to 0 (it masks the sign bit).
+    ((v & 0x7fff_ffff) as usize) % n.max(1)
+}
+
+impl FetcherManager {
+    pub fn new(cfg: Arc<Config>, logs: Arc<LogManager>) -> Self {
+        let (events_tx, events_rx) = std::sync::mpsc::channel();
+        let (fetcher_events, fetcher_rx) = std::sync::mpsc::channel::<FetcherEvent>();
+        // Forward fetcher events into the manager's own channel.
+        let fwd = events_tx.clone();
+        let _ = std::thread::Builder::new()
+            .name("fetcher-events".into())
+            .spawn(move || {
+                while let Ok(e) = fetcher_rx.recv() {
+                    if fwd.send(ManagerEvent::Fetcher(e)).is_err() {
+                        break;
+                    }
+                }
+            });
+        FetcherManager {
+            cfg,
+            logs,
+            fetchers: BTreeMap::new(),
+            assigned: BTreeMap::new(),
+            metadata: ClusterMetadata::default(),
+            events_tx,
+            events_rx,
+            fetcher_events,
+            reported: BTreeSet::new(),
+        }
+    }
+
+    /// A sender the daemon uses to ask for shutdown.
+    pub fn sender(&self) -> Sender<ManagerEvent> {
+        self.events_tx.clone()
+    }
+
+    fn report_once(&mut self, key: String, msg: impl FnOnce() -> String) {
+        if self.reported.insert(key) {
+            crate::log_warn!("{}", msg());
+        }
+    }
+
+    /// Runs until a `Shutdown` event; then shuts every fetcher down and returns.
+    pub fn run(mut self) {
+        let backoff = Duration::from_millis(self.cfg.fetch.backoff_ms as u64);
+        let mut next_refresh = Instant::now();
+        loop {
+            let now = Instant::now();
+            let event = if next_refresh <= now {
+                Err(RecvTimeoutError::Timeout)
+            } else {
+                self.events_rx.recv_timeout(next_refresh - now)
+            };
+            match event {
+                Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader { tp, .. })) => {
+                    self.assigned.remove(&tp);
+                    // Metadata may lag a leader change: look again after a backoff.
+                    next_refresh = next_refresh.min(Instant::now() + backoff);
+                    continue;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            let complete = match self.reconcile() {
+                Ok(c) => c,
+                Err(e) => {
+                    crate::log_warn!("metadata refresh failed: {e:#}; retrying in {backoff:?}");
+                    false
+                }
+            };
+            next_refresh = Instant::now() + if complete { METADATA_REFRESH } else { backoff };
+        }
+        self.shutdown_all();
+    }
+
+    fn shutdown_all(&mut self) {
+        for f in self.fetchers.values() {
+            f.thread.initiate_shutdown();
+        }
+        for (_, mut f) in std::mem::take(&mut self.fetchers) {
+            f.thread.await_shutdown();
+        }
+        crate::log_info!("all fetchers stopped");
+    }
+
+    fn refresh_metadata(&mut self) -> Result<()> {
+        let topics: Vec<String> = self.cfg.follow.iter().map(|f| f.topic.clone()).collect();
+        let mut addrs: Vec<String> = self.cfg.bootstrap_servers.clone();
+        for a in self.metadata.brokers.values() {
+            if !addrs.contains(a) {
+                addrs.push(a.clone());
+            }
+        }
+        self.metadata = cluster::bootstrap_metadata(&addrs, &self.cfg.client_id, &topics)?;
+        Ok(())
+    }
+
+    /// The partitions the configuration asks for, as far as metadata knows them, and whether
+    /// metadata knew every one.
+    fn wanted(&mut self) -> (Vec<(TopicPartition, StartPosition)>, bool) {
+        let mut out = Vec::new();
+        let mut all_known = true;
+        let follows = self.cfg.follow.clone();
+        for f in &follows {
+            let Some((err, parts)) = self.metadata.topics.get(&f.topic).cloned() else {
+                self.report_once(format!("missing-{}", f.topic), || {
+                    format!("topic `{}` is not in the leader's metadata", f.topic)
+                });
+                all_known = false;
+                continue;
+            };
+            if !err.is_ok() {
+                self.report_once(format!("err-{}-{}", f.topic, err.0), || {
+                    format!("topic `{}`: metadata error {err}", f.topic)
+                });
+                all_known = false;
+                continue;
+            }
+            let ids: Vec<i32> = match &f.partitions {
+                Some(p) => p.clone(),
+                None => parts.keys().copied().collect(),
+            };
+            for p in ids {
+                if !parts.contains_key(&p) {
+                    self.report_once(format!("nopart-{}-{p}", f.topic), || {
+                        format!("partition {}-{p} does not exist on the leader", f.topic)
+                    });
+                    all_known = false;
+                    continue;
+                }
+                out.push((TopicPartition::new(f.topic.clone(), p), f.start));
+            }
+        }
+        (out, all_known)
+    }
+
+    /// One round: refresh metadata, (re)assign partitions, stop idle fetchers. Returns whether
+    /// every wanted partition has a fetcher.
+    fn reconcile(&mut self) -> Result<bool> {
+        self.refresh_metadata()?;
+        let (wanted, mut complete) = self.wanted();
+        let n = self.cfg.fetch.fetchers_per_broker;
+        let mut to_add: BTreeMap<(i32, usize), Vec<(TopicPartition, StartPosition, i32)>> =
+            BTreeMap::new();
+        for (tp, start) in wanted {
+            let Some(leader) = self.metadata.leader(&tp) else {
+                continue;
+            };
+            if leader.leader_id < 0
+                || !leader.error.is_ok()
+                || self.metadata.broker_addr(leader.leader_id).is_none()
+            {
+                complete = false;
+                continue;
+            }
+            let target = Assignment {
+                broker: leader.leader_id,
+                fetcher_id: fetcher_id(&tp, n),
+                leader_epoch: leader.leader_epoch,
+            };
+            if self.assigned.get(&tp) == Some(&target) {
+                continue;
+            }
+            if let Some(old) = self.assigned.remove(&tp) {
+                if let Some(f) = self.fetchers.get(&(old.broker, old.fetcher_id)) {
+                    f.shared.remove_partition(&tp);
+                }
+                crate::log_info!(
+                    "{tp}: leader is now broker {} (epoch {}), was broker {} (epoch {})",
+                    target.broker,
+                    target.leader_epoch,
+                    old.broker,
+                    old.leader_epoch
+                );
+            }
+            to_add
+                .entry((target.broker, target.fetcher_id))
+                .or_default()
+                .push((tp, start, target.leader_epoch));
+        }
+        let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
+        for ((broker, fid), parts) in to_add {
+            let mut states = Vec::new();
+            for (tp, start, epoch) in parts {
+                match self.initial_state(&mut conns, broker, &tp, start, epoch) {
+                    Ok(st) => {
+                        self.reported
+                            .retain(|k| !k.starts_with(&format!("init-{tp}")));
+                        self.assigned.insert(
+                            tp.clone(),
+                            Assignment {
+                                broker,
+                                fetcher_id: fid,
+                                leader_epoch: epoch,
+                            },
+                        );
+                        states.push((tp, st));
+                    }
+                    Err(e) => {
+                        complete = false;
+                        conns.remove(&broker);
+                        self.report_once(format!("init-{tp}-{e}"), || {
+                            format!("{tp}: cannot set the initial fetch position: {e:#}")
+                        });
+                    }
+                }
+            }
+            if !states.is_empty() {
+                let shared = self.fetcher(broker, fid)?;
+                for (tp, st) in &states {
+                    crate::log_info!(
+                        "{tp}: fetching from broker {broker} at offset {} (leader epoch {})",
+                        st.fetch_offset,
+                        st.current_leader_epoch
+                    );
+                }
+                shared.add_partitions(states);
+            }
+        }
+        // Stop fetchers that have nothing left to do.
+        let idle: Vec<(i32, usize)> = self
+            .fetchers
+            .iter()
+            .filter(|(_, f)| f.shared.partition_count() == 0)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in idle {
+            if let Some(mut f) = self.fetchers.remove(&k) {
+                crate::log_info!("stopping idle {}", f.thread.name());
+                f.thread.shutdown();
+            }
+        }
+        Ok(complete)
+    }
+
+    /// The fetcher thread for (broker, fetcher id), started if needed.
+    fn fetcher(&mut self, broker: i32, fid: usize) -> Result<Arc<FetcherShared>> {
+        if let Some(f) = self.fetchers.get(&(broker, fid)) {
+            return Ok(f.shared.clone());
+        }
+        let addr = self
+            .metadata
+            .broker_addr(broker)
+            .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?
+            .to_string();
+        let shared = Arc::new(FetcherShared::default());
+        let fc = &self.cfg.fetch;
+        let params = FetchParams {
+            max_wait_ms: fc.max_wait_ms,
+            min_bytes: fc.min_bytes,
+            max_bytes: fc.max_bytes,
+            partition_max_bytes: fc.partition_max_bytes,
+            isolation_level: fc.isolation.level(),
+            backoff: Duration::from_millis(fc.backoff_ms as u64),
+        };
+        // A response holds at most max_bytes, plus one oversized first batch (KIP-74) and
+        // framing; bound it well above that but finitely.
+        let max_response = (fc.max_bytes as usize)
+            .saturating_mul(2)
+            .saturating_add(64 << 20);
+        let endpoint = BrokerEndPoint::new(
+            broker,
+            &addr,
+            &self.cfg.client_id,
+            max_response,
+            fc.isolation.level(),
+            Some(shared.clone()),
+        );
+        let name = format!("fetcher-broker-{broker}-{fid}");
+        let mut fetcher = AbstractFetcher::new(
+            name.clone(),
+            shared.clone(),
+            endpoint,
+            ReplicaLogOps::new(self.logs.clone()),
+            params,
+            self.fetcher_events.clone(),
+        );
+        let thread = ShutdownableThread::start(&name, shared.clone(), move || fetcher.do_work())
+            .with_context(|| format!("failed to start thread {name}"))?;
+        crate::log_info!("started {name} for broker {broker} at {addr}");
+        self.fetchers.insert(
+            (broker, fid),
+            FetcherThread {
+                shared: shared.clone(),
+                thread,
+            },
+        );
+        Ok(shared)
+    }
+
+    /// The fetch state a partition starts with: the local log end if there is a log, else
+    /// ListOffsets for the configured start (a timestamp with no later record: latest).
+    fn initial_state(
+        &mut self,
+        conns: &mut HashMap<i32, BrokerConnection>,
+        broker: i32,
+        tp: &TopicPartition,
+        start: StartPosition,
+        epoch: i32,
+    ) -> Result<PartitionFetchState> {
+        if let Some(log) = self.logs.get(tp) {
+            let log = lock_log(&log);
+            let status = if log.latest_epoch().is_some() {
+                FetchStatus::Truncating
+            } else {
+                FetchStatus::Fetching
+            };
+            return Ok(PartitionFetchState::new(
+                log.log_end_offset(),
+                epoch,
+                status,
+            ));
+        }
+        let addr = self
+            .metadata
+            .broker_addr(broker)
+            .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?
+            .to_string();
+        if !conns.contains_key(&broker) {
+            let c = BrokerConnection::connect(&addr, &self.cfg.client_id, 64 << 20)?;
+            conns.insert(broker, c);
+        }
+        let conn = conns.get_mut(&broker).context("connection vanished")?;
+        let iso = self.cfg.fetch.isolation.level();
+        let ts = start.list_offsets_timestamp();
+        let mut offset = match cluster::list_offset(conn, iso, tp, epoch, ts)? {
+            Ok(a) => a.offset,
+            Err(code) => {
+                return Err(anyhow!(
+                    "ListOffsets({ts}) on broker {broker} answered {code}"
+                ));
+            }
+        };
+        if offset < 0 {
+            // No record at or after the timestamp: start at the end.
+            offset = match cluster::list_offset(conn, iso, tp, epoch, -1)? {
+                Ok(a) => a.offset,
+                Err(code) => {
+                    return Err(anyhow!(
+                        "ListOffsets(latest) on broker {broker} answered {code}"
+                    ));
+                }
+            };
+        }
+        if offset < 0 {
+            return Err(anyhow!(
+                "broker {broker} gave no offset for {tp} ({})",
+                ErrorCode::OFFSET_NOT_AVAILABLE
+            ));
+        }
+        self.logs.get_or_create(tp, offset)?;
+        Ok(PartitionFetchState::new(
+            offset,
+            epoch,
+            FetchStatus::Fetching,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetcher_id_matches_kafka() {
+        // Java: "orders".hashCode() = -1008770331; 31 * h + 0, abs, mod 3
+        let h: i32 = -1_008_770_331;
+        let expect = ((h.wrapping_mul(31)) & 0x7fff_ffff) as usize % 3;
+        assert_eq!(fetcher_id(&TopicPartition::new("orders", 0), 3), expect);
+        assert_eq!(fetcher_id(&TopicPartition::new("orders", 5), 1), 0);
+    }
+}

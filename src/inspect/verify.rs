@@ -1,0 +1,208 @@
+//! `replica-follower verify`: checks a data dir end to end and lists every problem, one line
+//! each: batch CRCs and offsets, continuity within and across segments, every offset- and
+//! time-index entry, and the checkpoint files against the logs.
+
+use super::partition_dirs;
+use crate::checkpoint::{self, TopicPartition};
+use crate::log::partition::list_segment_bases;
+use crate::log::segment::{self, MAX_BATCH_SIZE};
+use crate::record::{BatchIter, SetEnd};
+use anyhow::Result;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub partitions: usize,
+    pub segments: usize,
+    pub batches: usize,
+    pub problems: Vec<String>,
+    /// Log start (first segment base) and end per partition.
+    pub extents: BTreeMap<TopicPartition, (i64, i64)>,
+}
+
+fn be_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(b.get(..4).unwrap_or(&[0; 4]));
+    u32::from_be_bytes(a)
+}
+
+fn be_i64(b: &[u8]) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b.get(..8).unwrap_or(&[0; 8]));
+    i64::from_be_bytes(a)
+}
+
+fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) -> Result<()> {
+    let dir = data_dir.join(tp.dir_name());
+    let bases = list_segment_bases(&dir)?;
+    let mut prev_last: Option<i64> = None;
+    let mut first_base = None;
+    for &base in &bases {
+        r.segments += 1;
+        first_base.get_or_insert(base);
+        let log_path = dir.join(segment::file_name(base, "log"));
+        let bytes = match std::fs::read(&log_path) {
+            Ok(b) => b,
+            Err(e) => {
+                r.problems
+                    .push(format!("{}: unreadable: {e}", log_path.display()));
+                continue;
+            }
+        };
+        // batch start position → (last offset, max timestamp)
+        let mut starts: HashMap<u32, (i64, i64)> = HashMap::new();
+        let mut by_last: HashMap<i64, i64> = HashMap::new();
+        let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
+        let mut max_ts = -1;
+        for (h, pos, b) in it.by_ref() {
+            r.batches += 1;
+            if let Err(e) = h.verify_crc(b) {
+                r.problems
+                    .push(format!("{}: byte {pos}: {e}", log_path.display()));
+            }
+            if h.last_offset < base {
+                r.problems.push(format!(
+                    "{}: byte {pos}: batch {}..{} lies below the segment base {base}",
+                    log_path.display(),
+                    h.base_offset,
+                    h.last_offset
+                ));
+            }
+            if let Some(p) = prev_last
+                && h.base_offset != p + 1
+            {
+                r.problems.push(format!("{}: byte {pos}: batch starts at offset {} but the previous one ended at {p} ({})", log_path.display(), h.base_offset, if h.base_offset <= p { "overlap" } else { "gap" }));
+            }
+            prev_last = Some(h.last_offset);
+            max_ts = max_ts.max(h.max_timestamp);
+            starts.insert(pos as u32, (h.last_offset, h.max_timestamp));
+            by_last.insert(h.last_offset, max_ts);
+        }
+        match it.end() {
+            Some(SetEnd::Partial { bytes: n }) => r.problems.push(format!(
+                "{}: partial batch of {n} bytes at the end",
+                log_path.display()
+            )),
+            Some(SetEnd::Corrupt { position, reason }) => r.problems.push(format!(
+                "{}: corrupt batch at byte {position}: {reason}",
+                log_path.display()
+            )),
+            _ => {}
+        }
+        let idx_path = dir.join(segment::file_name(base, "index"));
+        match std::fs::read(&idx_path) {
+            Ok(idx) => {
+                if idx.len() % 8 != 0 {
+                    r.problems.push(format!(
+                        "{}: size {} is not a multiple of 8",
+                        idx_path.display(),
+                        idx.len()
+                    ));
+                }
+                for (i, e) in idx.chunks_exact(8).enumerate() {
+                    let off = base + i64::from(be_u32(e));
+                    let pos = be_u32(e.get(4..).unwrap_or_default());
+                    match starts.get(&pos) {
+                        Some(&(last, _)) if last == off => {}
+                        Some(&(last, _)) => r.problems.push(format!("{}: entry {i} says offset {off} at byte {pos}, but the batch there ends at {last}", idx_path.display())),
+                        None => r.problems.push(format!("{}: entry {i} (offset {off}) points at byte {pos}, which is not a batch start", idx_path.display())),
+                    }
+                }
+            }
+            Err(e) => r
+                .problems
+                .push(format!("{}: unreadable: {e}", idx_path.display())),
+        }
+        let tix_path = dir.join(segment::file_name(base, "timeindex"));
+        match std::fs::read(&tix_path) {
+            Ok(tix) => {
+                if tix.len() % 12 != 0 {
+                    r.problems.push(format!(
+                        "{}: size {} is not a multiple of 12",
+                        tix_path.display(),
+                        tix.len()
+                    ));
+                }
+                let mut prev_ts = i64::MIN;
+                for (i, e) in tix.chunks_exact(12).enumerate() {
+                    let ts = be_i64(e);
+                    let off = base + i64::from(be_u32(e.get(8..).unwrap_or_default()));
+                    if ts <= prev_ts {
+                        r.problems.push(format!(
+                            "{}: entry {i}: timestamp {ts} does not increase",
+                            tix_path.display()
+                        ));
+                    }
+                    prev_ts = ts;
+                    match by_last.get(&off) {
+                        Some(&t) if t >= ts => {}
+                        Some(&t) => r.problems.push(format!("{}: entry {i}: timestamp {ts} at offset {off} exceeds the largest timestamp {t} up to that batch", tix_path.display())),
+                        None => r.problems.push(format!("{}: entry {i}: offset {off} is not the last offset of a batch", tix_path.display())),
+                    }
+                }
+            }
+            Err(e) => r
+                .problems
+                .push(format!("{}: unreadable: {e}", tix_path.display())),
+        }
+    }
+    let start = first_base.unwrap_or(0);
+    let end = prev_last
+        .map_or(start, |l| l + 1)
+        .max(bases.last().copied().unwrap_or(start));
+    r.extents.insert(tp.clone(), (start, end));
+    match checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH)) {
+        Ok(epochs) => {
+            for (e, o) in epochs {
+                if o > end {
+                    r.problems.push(format!("{tp}: leader-epoch-checkpoint: epoch {e} starts at {o}, past the log end {end}"));
+                }
+            }
+        }
+        Err(e) => r.problems.push(format!("{e:#}")),
+    }
+    Ok(())
+}
+
+pub fn verify(data_dir: &Path) -> Result<VerifyReport> {
+    if !data_dir.is_dir() {
+        anyhow::bail!("data dir `{}` does not exist", data_dir.display());
+    }
+    let mut r = VerifyReport::default();
+    for tp in partition_dirs(data_dir)? {
+        r.partitions += 1;
+        verify_partition(data_dir, &tp, &mut r)?;
+    }
+    for (name, what) in [
+        (checkpoint::REPLICATION_OFFSET, "high watermark"),
+        (checkpoint::RECOVERY_POINT, "recovery point"),
+        (checkpoint::LOG_START_OFFSET, "log start offset"),
+    ] {
+        match checkpoint::read_offsets(&data_dir.join(name)) {
+            Ok(m) => {
+                for (tp, off) in m {
+                    match r.extents.get(&tp) {
+                        None => r
+                            .problems
+                            .push(format!("{name}: {tp} has no partition directory")),
+                        Some(&(start, end)) => {
+                            if off > end {
+                                r.problems.push(format!(
+                                    "{name}: {tp} {what} {off} is past the log end {end}"
+                                ));
+                            }
+                            if off < start && name == checkpoint::LOG_START_OFFSET {
+                                r.problems.push(format!(
+                                    "{name}: {tp} {what} {off} is below the first segment {start}"
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => r.problems.push(format!("{e:#}")),
+        }
+    }
+    Ok(r)
+}

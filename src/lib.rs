@@ -1,0 +1,30 @@
+//! replica-follower: keeps an exact, crash-safe local replica of Kafka topic-partitions.
+//!
+//! # Layout
+//! Each layer calls only the ones above it in this list:
+//! 1. [`protocol`] — the Kafka wire codec: primitives, headers, one module per API.
+//! 2. [`record`] — record batches: headers, CRC-32C / CRC-32 checks, walking a record set.
+//! 3. [`client`] — blocking broker connections, version negotiation, cluster metadata.
+//! 4. [`log`] and [`checkpoint`] — segments and indexes in Kafka's on-disk format, recovery,
+//!    retention; atomic checkpoint files.
+//! 5. [`fetcher`] — the shutdownable thread, the abstract fetch loop, the replica fetcher
+//!    plugged into it, and the manager that assigns partitions to fetcher threads.
+//! 6. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task.
+//! 7. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
+//!
+//! [`config`] turns the TOML file into a validated [`config::Config`]; `main.rs` only parses
+//! the command line and dispatches.
+
+#![forbid(unsafe_code)]
+
+#[macro_use]
+pub mod logging;
+pub mod checkpoint;
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod fetcher;
+pub mod inspect;
+pub mod log;
+pub mod protocol;
+pub mod record;

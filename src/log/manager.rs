@@ -1,0 +1,206 @@
+//! Every partition's log, and the data-dir checkpoint files.
+//!
+//! Each log sits behind its own mutex: the fetcher that owns the partition appends under it,
+//! the checkpoint task flushes under it, and nothing holds two at once. The map itself is
+//! behind an RwLock that is written only when a partition's log is created.
+//!
+//! Checkpoint order (durability): for each log, fsync the active segment (recovery point :=
+//! log end) and write its leader-epoch checkpoint; only then rewrite the three data-dir files,
+//! each atomically. So a checkpoint never names an offset whose bytes are not on disk.
+
+use super::loader::{self, CheckpointHints};
+use super::partition::{LogConfig, LogSummary, PartitionLog, now_ms};
+use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+/// Written at a clean shutdown, removed once the logs are loaded; its absence at start-up
+/// means the logs past the recovery point must be recovered.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+
+pub type SharedLog = Arc<Mutex<PartitionLog>>;
+
+pub fn lock_log(log: &SharedLog) -> MutexGuard<'_, PartitionLog> {
+    // A poisoned lock means a thread panicked mid-append; the log's on-disk state is still
+    // what recovery would see, so go on with it.
+    log.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Debug)]
+pub struct LogManager {
+    data_dir: PathBuf,
+    config: LogConfig,
+    logs: RwLock<BTreeMap<TopicPartition, SharedLog>>,
+    /// Serialises checkpoint writers (periodic task and shutdown).
+    checkpoint_lock: Mutex<()>,
+}
+
+fn read_hints(path: &Path) -> BTreeMap<TopicPartition, i64> {
+    checkpoint::read_offsets(path).unwrap_or_else(|e| {
+        crate::log_warn!("{e:#}; falling back to what the logs themselves show");
+        BTreeMap::new()
+    })
+}
+
+impl LogManager {
+    /// Loads every partition directory under `data_dir` (recovering where needed) and removes
+    /// the clean-shutdown marker. The caller holds the data-dir lock.
+    pub fn open(data_dir: &Path, config: LogConfig) -> Result<Self> {
+        fs::create_dir_all(data_dir)
+            .with_context(|| format!("failed to create data dir `{}`", data_dir.display()))?;
+        let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+        let rp = read_hints(&data_dir.join(checkpoint::RECOVERY_POINT));
+        let ls = read_hints(&data_dir.join(checkpoint::LOG_START_OFFSET));
+        let hw = read_hints(&data_dir.join(checkpoint::REPLICATION_OFFSET));
+        let mut logs = BTreeMap::new();
+        let mut entries: Vec<_> = fs::read_dir(data_dir)
+            .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| TopicPartition::parse_dir_name(&e.file_name().to_string_lossy()))
+            .collect();
+        entries.sort();
+        for tp in entries {
+            let hints = CheckpointHints {
+                recovery_point: rp.get(&tp).copied(),
+                log_start_offset: ls.get(&tp).copied(),
+                high_watermark: hw.get(&tp).copied(),
+            };
+            let loaded = loader::load(data_dir, &tp, config.clone(), hints, clean)
+                .with_context(|| format!("failed to load the log of {tp}"))?;
+            if let Some((log, _)) = loaded {
+                crate::log_info!(
+                    "{tp}: loaded log {}..{} ({} segment(s), {} bytes){}",
+                    log.log_start_offset(),
+                    log.log_end_offset(),
+                    log.summary().segments,
+                    log.size_bytes(),
+                    if clean {
+                        ""
+                    } else {
+                        " after an unclean shutdown"
+                    }
+                );
+                logs.insert(tp, Arc::new(Mutex::new(log)));
+            }
+        }
+        if clean {
+            fs::remove_file(&marker)
+                .with_context(|| format!("failed to remove `{}`", marker.display()))?;
+            fsync_dir(data_dir)?;
+        }
+        Ok(LogManager {
+            data_dir: data_dir.to_path_buf(),
+            config,
+            logs: RwLock::new(logs),
+            checkpoint_lock: Mutex::new(()),
+        })
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<SharedLog> {
+        self.logs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(tp)
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<(TopicPartition, SharedLog)> {
+        let logs = self
+            .logs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        logs.iter().map(|(tp, l)| (tp.clone(), l.clone())).collect()
+    }
+
+    /// Creates an empty log for `tp` starting at `start_offset` (or returns the existing one).
+    pub fn get_or_create(&self, tp: &TopicPartition, start_offset: i64) -> Result<SharedLog> {
+        let mut logs = self
+            .logs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(l) = logs.get(tp) {
+            return Ok(l.clone());
+        }
+        let log = PartitionLog::create(&self.data_dir, tp, self.config.clone(), start_offset)?;
+        crate::log_info!("{tp}: created an empty local log starting at offset {start_offset}");
+        let shared = Arc::new(Mutex::new(log));
+        logs.insert(tp.clone(), shared.clone());
+        Ok(shared)
+    }
+
+    /// Flushes every log (the recovery point moves to each log end). Errors are per partition:
+    /// the first is returned after every log was tried.
+    pub fn flush_all(&self) -> Result<()> {
+        let mut first_err = None;
+        for (tp, log) in self.all() {
+            if let Err(e) = lock_log(&log).flush() {
+                crate::log_error!("{tp}: flush failed: {e:#}");
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Flushes every log, then rewrites the three checkpoint files atomically.
+    pub fn checkpoint(&self) -> Result<()> {
+        let _guard = self
+            .checkpoint_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut hw = BTreeMap::new();
+        let mut rp = BTreeMap::new();
+        let mut ls = BTreeMap::new();
+        let mut first_err = None;
+        for (tp, log) in self.all() {
+            let mut log = lock_log(&log);
+            let flushed = log.flush().and_then(|_| log.checkpoint_epochs());
+            if let Err(e) = flushed {
+                crate::log_error!("{tp}: flush before checkpoint failed: {e:#}");
+                first_err.get_or_insert(e);
+            }
+            // Only what is fsynced is claimed: every figure is capped by the recovery point.
+            let s = log.summary();
+            rp.insert(tp.clone(), s.recovery_point);
+            hw.insert(tp.clone(), s.high_watermark.min(s.recovery_point));
+            ls.insert(tp, s.log_start_offset.min(s.recovery_point));
+        }
+        checkpoint::write_offsets(&self.data_dir.join(checkpoint::REPLICATION_OFFSET), &hw)?;
+        checkpoint::write_offsets(&self.data_dir.join(checkpoint::RECOVERY_POINT), &rp)?;
+        checkpoint::write_offsets(&self.data_dir.join(checkpoint::LOG_START_OFFSET), &ls)?;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    pub fn apply_retention(&self) {
+        let now = now_ms();
+        for (tp, log) in self.all() {
+            if let Err(e) = lock_log(&log).apply_retention(now) {
+                crate::log_error!("{tp}: retention failed: {e:#}");
+            }
+        }
+    }
+
+    /// Final checkpoint and the clean-shutdown marker. After this, a restart trusts the logs.
+    pub fn shutdown(&self) -> Result<()> {
+        self.checkpoint()?;
+        let marker = self.data_dir.join(CLEAN_SHUTDOWN_FILE);
+        checkpoint::rewrite_atomic(&marker, b"")?;
+        Ok(())
+    }
+
+    pub fn summaries(&self) -> Vec<(TopicPartition, LogSummary)> {
+        self.all()
+            .into_iter()
+            .map(|(tp, l)| (tp, lock_log(&l).summary()))
+            .collect()
+    }
+}

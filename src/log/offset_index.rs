@@ -1,0 +1,270 @@
+//! Offset index (`.index`): maps offsets to byte positions in the segment's `.log`.
+//!
+//! ```text
+//! entry (8 bytes): 0: relative offset UINT32 (offset − segment base) | 4: position UINT32
+//! ```
+//! Entries are appended in offset order; the entry for a batch holds the batch's *last* offset
+//! and the position where the batch starts (Kafka's follower convention). Lookup: the largest
+//! entry ≤ target, else (base, 0); scan the log forward from there.
+//!
+//! Crash policy: no checksum. Entries are written to the file when the segment is flushed and
+//! fsynced with it; after a crash, indexes of segments past the recovery point are rebuilt from
+//! the log, and any index that fails [`OffsetIndex::load`]'s sanity check is rebuilt too.
+//! Who touches it: only its [`super::segment::Segment`], under the partition log's lock.
+
+use anyhow::{Context, Result, bail};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+pub const ENTRY_SIZE: usize = 8;
+
+#[derive(Debug)]
+pub struct OffsetIndex {
+    path: PathBuf,
+    file: File,
+    base_offset: i64,
+    /// (relative offset, position). Invariant: both strictly increasing.
+    entries: Vec<(u32, u32)>,
+    /// How many of `entries` are in the file. Invariant: <= entries.len().
+    written: usize,
+}
+
+impl OffsetIndex {
+    /// Creates an empty index file (truncating any existing one).
+    pub fn create(path: &Path, base_offset: i64) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .with_context(|| format!("failed to create index `{}`", path.display()))?;
+        Ok(OffsetIndex {
+            path: path.to_path_buf(),
+            file,
+            base_offset,
+            entries: Vec::new(),
+            written: 0,
+        })
+    }
+
+    /// Opens an existing index and checks it: whole entries, strictly increasing offsets and
+    /// positions, every position below `log_size`. An error means: rebuild it.
+    pub fn load(path: &Path, base_offset: i64, log_size: u64) -> Result<Self> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("failed to open index `{}`", path.display()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .with_context(|| format!("failed to read index `{}`", path.display()))?;
+        if bytes.len() % ENTRY_SIZE != 0 {
+            bail!(
+                "index `{}`: size {} is not a multiple of {ENTRY_SIZE}",
+                path.display(),
+                bytes.len()
+            );
+        }
+        let mut entries = Vec::with_capacity(bytes.len() / ENTRY_SIZE);
+        for chunk in bytes.chunks_exact(ENTRY_SIZE) {
+            let rel = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
+            if let Some(&(pr, pp)) = entries.last()
+                && (rel <= pr || pos <= pp)
+            {
+                bail!(
+                    "index `{}`: entry ({rel}, {pos}) does not follow ({pr}, {pp})",
+                    path.display()
+                );
+            }
+            if u64::from(pos) >= log_size {
+                bail!(
+                    "index `{}`: position {pos} is past the log end {log_size}",
+                    path.display()
+                );
+            }
+            entries.push((rel, pos));
+        }
+        let written = entries.len();
+        Ok(OffsetIndex {
+            path: path.to_path_buf(),
+            file,
+            base_offset,
+            entries,
+            written,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The entry for `offset` (absolute) at `position`. Callers add entries in order.
+    pub fn append(&mut self, offset: i64, position: u32) -> Result<()> {
+        let rel = offset - self.base_offset;
+        let Ok(rel) = u32::try_from(rel) else {
+            bail!(
+                "index `{}`: offset {offset} does not fit relative to base {}",
+                self.path.display(),
+                self.base_offset
+            );
+        };
+        if let Some(&(pr, pp)) = self.entries.last()
+            && (rel <= pr || position <= pp)
+        {
+            bail!(
+                "index `{}`: entry for offset {offset} at {position} is out of order",
+                self.path.display()
+            );
+        }
+        self.entries.push((rel, position));
+        Ok(())
+    }
+
+    /// The (offset, position) to start scanning from for `target`.
+    pub fn lookup(&self, target: i64) -> (i64, u32) {
+        let rel = target - self.base_offset;
+        let idx = self.entries.partition_point(|&(r, _)| i64::from(r) <= rel);
+        match idx.checked_sub(1).and_then(|i| self.entries.get(i)) {
+            Some(&(r, p)) => (self.base_offset + i64::from(r), p),
+            None => (self.base_offset, 0),
+        }
+    }
+
+    /// The last entry, absolute.
+    pub fn last_entry(&self) -> Option<(i64, u32)> {
+        self.entries
+            .last()
+            .map(|&(r, p)| (self.base_offset + i64::from(r), p))
+    }
+
+    /// All entries, absolute (verify and tests use them).
+    pub fn all_entries(&self) -> impl Iterator<Item = (i64, u32)> + '_ {
+        self.entries
+            .iter()
+            .map(|&(r, p)| (self.base_offset + i64::from(r), p))
+    }
+
+    /// Drops entries for offsets ≥ `offset` or positions ≥ `max_position`.
+    pub fn truncate(&mut self, offset: i64, max_position: u64) -> Result<()> {
+        let keep = self
+            .entries
+            .iter()
+            .take_while(|&&(r, p)| {
+                self.base_offset + i64::from(r) < offset && u64::from(p) < max_position
+            })
+            .count();
+        self.entries.truncate(keep);
+        if self.written > keep {
+            self.written = keep;
+            self.file
+                .set_len((keep * ENTRY_SIZE) as u64)
+                .with_context(|| format!("failed to truncate index `{}`", self.path.display()))?;
+        }
+        Ok(())
+    }
+
+    pub fn clear(&mut self) -> Result<()> {
+        self.truncate(i64::MIN, 0)
+    }
+
+    /// Writes the entries not yet in the file; `sync` fsyncs it as well.
+    pub fn flush(&mut self, sync: bool) -> Result<()> {
+        if self.written < self.entries.len() {
+            let mut buf = Vec::with_capacity((self.entries.len() - self.written) * ENTRY_SIZE);
+            for &(r, p) in self.entries.iter().skip(self.written) {
+                buf.extend_from_slice(&r.to_be_bytes());
+                buf.extend_from_slice(&p.to_be_bytes());
+            }
+            self.file
+                .seek(SeekFrom::Start((self.written * ENTRY_SIZE) as u64))
+                .and_then(|_| self.file.write_all(&buf))
+                .with_context(|| format!("failed to write index `{}`", self.path.display()))?;
+            self.written = self.entries.len();
+        }
+        if sync {
+            self.file
+                .sync_data()
+                .with_context(|| format!("failed to fsync index `{}`", self.path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_entry_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000100.index");
+        let mut idx = OffsetIndex::create(&p, 100).unwrap();
+        idx.append(105, 4096).unwrap();
+        idx.flush(true).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), [0, 0, 0, 5, 0, 0, 0x10, 0]);
+    }
+
+    #[test]
+    fn roundtrip_and_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i.index");
+        let mut idx = OffsetIndex::create(&p, 100).unwrap();
+        idx.append(110, 100).unwrap();
+        idx.append(120, 200).unwrap();
+        idx.flush(true).unwrap();
+        let idx = OffsetIndex::load(&p, 100, 1000).unwrap();
+        assert_eq!(idx.lookup(99), (100, 0));
+        assert_eq!(idx.lookup(109), (100, 0));
+        assert_eq!(idx.lookup(110), (110, 100));
+        assert_eq!(idx.lookup(500), (120, 200));
+    }
+
+    #[test]
+    fn out_of_order_append_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut idx = OffsetIndex::create(&dir.path().join("i"), 0).unwrap();
+        idx.append(10, 100).unwrap();
+        assert!(idx.append(10, 200).is_err());
+        assert!(idx.append(11, 100).is_err());
+        assert!(idx.append(-1, 300).is_err());
+    }
+
+    #[test]
+    fn load_detects_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i");
+        std::fs::write(&p, [0u8; 7]).unwrap();
+        assert!(OffsetIndex::load(&p, 0, 100).is_err());
+        // decreasing offsets
+        std::fs::write(&p, [0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 2]).unwrap();
+        assert!(OffsetIndex::load(&p, 0, 100).is_err());
+        // position past the log
+        std::fs::write(&p, [0, 0, 0, 5, 0, 0, 1, 0]).unwrap();
+        assert!(OffsetIndex::load(&p, 0, 100).is_err());
+        assert!(OffsetIndex::load(&p, 0, 1000).is_ok());
+    }
+
+    #[test]
+    fn truncate_cuts_file_and_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i");
+        let mut idx = OffsetIndex::create(&p, 0).unwrap();
+        for i in 1..=5 {
+            idx.append(i * 10, (i * 100) as u32).unwrap();
+        }
+        idx.flush(false).unwrap();
+        idx.truncate(30, u64::MAX).unwrap();
+        assert_eq!(idx.entries(), 2);
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 16);
+        idx.append(30, 300).unwrap();
+        idx.flush(false).unwrap();
+        assert_eq!(OffsetIndex::load(&p, 0, 1000).unwrap().entries(), 3);
+    }
+}

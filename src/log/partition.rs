@@ -1,0 +1,434 @@
+//! The local log of one partition: an ordered set of segments, the last one active, plus the
+//! offsets that checkpoints record (log start, recovery point, high watermark) and the
+//! leader-epoch cache.
+//!
+//! Invariants: `segments` is never empty; segment base offsets increase and each segment's
+//! batches end before the next segment's base; `log_start_offset <= high_watermark <=
+//! log_end_offset`; `recovery_point <= log_end_offset` and every byte below the recovery point
+//! has been fsynced (rolled segments are fsynced when they roll, the active one by
+//! [`PartitionLog::flush`]).
+//! Thread-safety: none inside; the log manager wraps each log in a mutex and every caller
+//! (fetcher, checkpoint task, status) goes through it.
+
+use super::epoch_cache::EpochCache;
+use super::segment::{self, Segment};
+use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use crate::record::BatchHeader;
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    pub index_interval_bytes: u64,
+    /// -1: unlimited.
+    pub retention_bytes: i64,
+    /// -1: unlimited.
+    pub retention_ms: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 604_800_000,
+            index_interval_bytes: 4096,
+            retention_bytes: -1,
+            retention_ms: -1,
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[derive(Debug)]
+pub struct PartitionLog {
+    pub tp: TopicPartition,
+    pub dir: PathBuf,
+    pub config: LogConfig,
+    pub(super) segments: BTreeMap<i64, Segment>,
+    pub(super) log_start_offset: i64,
+    pub(super) recovery_point: i64,
+    pub(super) high_watermark: i64,
+    pub(super) epochs: EpochCache,
+}
+
+/// The figures `status` and checkpoints need, taken under the lock in one go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSummary {
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+    pub recovery_point: i64,
+    pub leader_epoch: Option<i32>,
+    pub segments: usize,
+    pub size_bytes: u64,
+}
+
+impl PartitionLog {
+    /// Creates the partition directory and an empty log starting at `start_offset`.
+    pub fn create(
+        data_dir: &Path,
+        tp: &TopicPartition,
+        config: LogConfig,
+        start_offset: i64,
+    ) -> Result<Self> {
+        let dir = data_dir.join(tp.dir_name());
+        fs::create_dir_all(&dir)
+            .with_context(|| format!("failed to create `{}`", dir.display()))?;
+        let seg = Segment::create(&dir, start_offset, config.index_interval_bytes, now_ms())?;
+        fsync_dir(&dir)?;
+        fsync_dir(data_dir)?;
+        let mut segments = BTreeMap::new();
+        segments.insert(start_offset, seg);
+        Ok(PartitionLog {
+            tp: tp.clone(),
+            dir,
+            config,
+            segments,
+            log_start_offset: start_offset,
+            recovery_point: start_offset,
+            high_watermark: start_offset,
+            epochs: EpochCache::default(),
+        })
+    }
+
+    pub(super) fn active(&self) -> &Segment {
+        #[expect(clippy::expect_used, reason = "invariant: segments is never empty")]
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        #[expect(clippy::expect_used, reason = "invariant: segments is never empty")]
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.latest_epoch()
+    }
+    pub fn epoch_cache(&self) -> &EpochCache {
+        &self.epochs
+    }
+    pub fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.values()
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size).sum()
+    }
+
+    pub fn summary(&self) -> LogSummary {
+        LogSummary {
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset(),
+            high_watermark: self.high_watermark,
+            recovery_point: self.recovery_point,
+            leader_epoch: self.latest_epoch(),
+            segments: self.segments.len(),
+            size_bytes: self.size_bytes(),
+        }
+    }
+
+    /// Whether `h` must go to a new segment, given `pending` bytes about to be written to the
+    /// active one. Positions in the offset index are u32, so a segment never passes 2 GiB.
+    fn should_roll(&self, h: &BatchHeader, pending: u64, now: i64) -> bool {
+        let a = self.active();
+        if a.is_empty() && pending == 0 {
+            return false;
+        }
+        let limit = self.config.segment_bytes.min(i32::MAX as u64);
+        a.size() + pending + h.size_in_bytes as u64 > limit
+            || now - a.created_ms > self.config.segment_ms
+            || h.last_offset - a.base_offset > i64::from(i32::MAX)
+    }
+
+    /// Makes a new active segment at `base`; the old one is fsynced first, so everything below
+    /// the new segment is durable.
+    fn roll(&mut self, base: i64, now: i64) -> Result<()> {
+        let old = self.active_mut();
+        old.on_become_inactive()?;
+        old.flush()?;
+        let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now)?;
+        fsync_dir(&self.dir)?;
+        self.segments.insert(base, seg);
+        crate::log_info!("{}: rolled new segment at offset {base}", self.tp);
+        Ok(())
+    }
+
+    /// Appends verified batches (`bytes` is exactly the concatenation of `headers`), as a
+    /// follower does: offsets must continue the log, and each batch is written verbatim.
+    /// Batches that fit in the active segment are written with one write.
+    pub fn append(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<()> {
+        let Some(first) = headers.first() else {
+            return Ok(());
+        };
+        let leo = self.log_end_offset();
+        if first.last_offset < leo {
+            bail!(
+                "{}: append of offsets {}..{} is below the log end {leo}",
+                self.tp,
+                first.base_offset,
+                first.last_offset
+            );
+        }
+        let now = now_ms();
+        let (mut chunk_start, mut chunk_byte_start, mut pos) = (0usize, 0usize, 0usize);
+        let mut prev_last: Option<i64> = None;
+        for (i, h) in headers.iter().enumerate() {
+            if let Some(p) = prev_last
+                && h.base_offset <= p
+            {
+                bail!(
+                    "{}: batch at offset {} does not follow offset {p}",
+                    self.tp,
+                    h.base_offset
+                );
+            }
+            prev_last = Some(h.last_offset);
+            if self.should_roll(h, (pos - chunk_byte_start) as u64, now) {
+                self.write_chunk(
+                    bytes.get(chunk_byte_start..pos).unwrap_or_default(),
+                    headers.get(chunk_start..i).unwrap_or_default(),
+                )?;
+                let base = h.base_offset.max(self.log_end_offset());
+                self.roll(base, now)?;
+                chunk_start = i;
+                chunk_byte_start = pos;
+            }
+            pos += h.size_in_bytes;
+        }
+        if pos != bytes.len() {
+            bail!(
+                "{}: {} bytes given for batches of {pos} bytes",
+                self.tp,
+                bytes.len()
+            );
+        }
+        self.write_chunk(
+            bytes.get(chunk_byte_start..pos).unwrap_or_default(),
+            headers.get(chunk_start..).unwrap_or_default(),
+        )
+    }
+
+    fn write_chunk(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<()> {
+        if headers.is_empty() {
+            return Ok(());
+        }
+        self.active_mut().append(bytes, headers)?;
+        for h in headers {
+            if h.partition_leader_epoch >= 0 {
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset);
+            }
+        }
+        Ok(())
+    }
+
+    /// The follower's high watermark: min(leader's HW, log end), never below the log start.
+    pub fn update_high_watermark(&mut self, leader_hw: i64) {
+        self.high_watermark = leader_hw
+            .min(self.log_end_offset())
+            .max(self.log_start_offset);
+    }
+
+    /// fsyncs the active segment and its indexes; the recovery point moves to the log end.
+    /// Returns the new recovery point.
+    pub fn flush(&mut self) -> Result<i64> {
+        let leo = self.log_end_offset();
+        if self.recovery_point < leo || leo == self.active().base_offset {
+            self.active_mut().flush()?;
+        }
+        self.recovery_point = leo;
+        Ok(leo)
+    }
+
+    /// Removes every offset ≥ `offset` (no-op when the log ends below it).
+    pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset {
+            return self.truncate_fully_and_start_at(offset);
+        }
+        crate::log_warn!(
+            "{}: truncating log from {} to {offset}",
+            self.tp,
+            self.log_end_offset()
+        );
+        // The first segment's base is ≤ the log start < offset, so at least it survives.
+        let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        for b in doomed {
+            if let Some(seg) = self.segments.remove(&b) {
+                seg.delete()?;
+            }
+        }
+        self.active_mut().truncate_to(offset)?;
+        self.active_mut().flush()?;
+        fsync_dir(&self.dir)?;
+        self.epochs.truncate_from_end(offset);
+        self.recovery_point = self.recovery_point.min(self.log_end_offset());
+        self.high_watermark = self.high_watermark.min(self.log_end_offset());
+        Ok(())
+    }
+
+    /// Deletes the whole log and restarts it empty at `offset`.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        crate::log_warn!(
+            "{}: deleting local log {}..{} and restarting at {offset}",
+            self.tp,
+            self.log_start_offset,
+            self.log_end_offset()
+        );
+        let old = std::mem::take(&mut self.segments);
+        for (_, seg) in old {
+            seg.delete()?;
+        }
+        let seg = Segment::create(
+            &self.dir,
+            offset,
+            self.config.index_interval_bytes,
+            now_ms(),
+        )?;
+        fsync_dir(&self.dir)?;
+        self.segments.insert(offset, seg);
+        self.log_start_offset = offset;
+        self.recovery_point = offset;
+        self.high_watermark = offset;
+        self.epochs.clear();
+        Ok(())
+    }
+
+    /// Raises the log start (after the leader's moved up, or retention); deletes the segments
+    /// that lie wholly below it. Never goes past the high watermark.
+    pub fn maybe_increment_log_start_offset(&mut self, new_start: i64) -> Result<()> {
+        let new_start = new_start.min(self.high_watermark);
+        if new_start <= self.log_start_offset {
+            return Ok(());
+        }
+        self.log_start_offset = new_start;
+        self.epochs.truncate_from_start(new_start);
+        self.delete_segments_below(new_start)
+    }
+
+    /// Deletes segments whose successor's base is ≤ `offset` (their every batch is below it).
+    fn delete_segments_below(&mut self, offset: i64) -> Result<()> {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        let mut deleted = 0;
+        for pair in bases.windows(2) {
+            if let [b, next] = pair
+                && *next <= offset
+                && let Some(seg) = self.segments.remove(b)
+            {
+                seg.delete()?;
+                deleted += 1;
+            }
+        }
+        if deleted > 0 {
+            fsync_dir(&self.dir)?;
+            crate::log_info!(
+                "{}: deleted {deleted} segment(s) below offset {offset}",
+                self.tp
+            );
+        }
+        Ok(())
+    }
+
+    /// Applies `retention_bytes` and `retention_ms`: deletes the oldest inactive segments and
+    /// moves the log start to the first segment kept.
+    pub fn apply_retention(&mut self, now: i64) -> Result<()> {
+        let mut size = self.size_bytes() as i64;
+        let mut new_start = None;
+        let count = self.segments.len();
+        for (i, (_, seg)) in self.segments.iter().enumerate() {
+            if i + 1 == count {
+                break;
+            }
+            let by_size = self.config.retention_bytes >= 0
+                && size - seg.size() as i64 >= self.config.retention_bytes;
+            let by_time = self.config.retention_ms >= 0
+                && seg.max_timestamp() >= 0
+                && now - seg.max_timestamp() > self.config.retention_ms;
+            if !(by_size || by_time) {
+                break;
+            }
+            size -= seg.size() as i64;
+            new_start = Some(seg.next_offset());
+        }
+        if let Some(s) = new_start {
+            let s = s.min(self.high_watermark);
+            if s > self.log_start_offset {
+                crate::log_info!("{}: retention moves the log start to {s}", self.tp);
+                self.log_start_offset = s;
+                self.epochs.truncate_from_start(s);
+                self.delete_segments_below(s)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `leader-epoch-checkpoint` if the cache changed. Call after a flush.
+    pub fn checkpoint_epochs(&mut self) -> Result<()> {
+        if self.epochs.dirty {
+            checkpoint::write_epochs(
+                &self.dir.join(checkpoint::LEADER_EPOCH),
+                self.epochs.entries(),
+            )?;
+            self.epochs.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// The end offset of `epoch` in this log, as OffsetForLeaderEpoch would answer.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Reads the raw bytes of every segment in order (tests and inspection).
+    pub fn read_all(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for seg in self.segments.values() {
+            out.extend_from_slice(&seg.read_at(0, seg.size() as usize)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Base offsets of the `.log` files in a partition directory, sorted.
+pub fn list_segment_bases(dir: &Path) -> Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("failed to list `{}`", dir.display()))? {
+        let entry = entry.with_context(|| format!("failed to list `{}`", dir.display()))?;
+        if let Some(b) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| segment::parse_base_offset(n, "log"))
+        {
+            bases.push(b);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}

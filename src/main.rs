@@ -1,0 +1,249 @@
+//! Command line: parses arguments and dispatches; nothing else.
+
+use replica_follower::checkpoint::TopicPartition;
+use replica_follower::config::Config;
+use replica_follower::{daemon, inspect, logging};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+replica-follower — keeps an exact, crash-safe local replica of Kafka topic-partitions
+
+Usage:
+  replica-follower run --config FILE
+  replica-follower status --data-dir DIR [--json]
+  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]
+  replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
+  replica-follower verify --data-dir DIR
+  replica-follower check-config --config FILE
+
+Run `replica-follower <command> --help` for a command's details.
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
+";
+
+fn help(cmd: &str) -> &'static str {
+    match cmd {
+        "run" => {
+            "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. Log level from RF_LOG (error|warn|info|debug).\n"
+        }
+        "status" => {
+            "replica-follower status --data-dir DIR [--json]\n\nPer partition: log start, log end, high watermark, recovery point, leader epoch,\nsegments and bytes. Read-only; works while the daemon runs.\n"
+        }
+        "dump" => {
+            "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]\n\nPrints the batches (and the records of uncompressed batches) from OFFSET (default 0).\n"
+        }
+        "offsets" => {
+            "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\n\nOffsets before time MS (-1 latest, -2 earliest) from the local log, one a line,\nnewest first, at most N (default 1).\n"
+        }
+        "verify" => {
+            "replica-follower verify --data-dir DIR\n\nChecks every batch CRC, offset continuity, every index entry and the checkpoint files.\nExit 1 and one line per problem when anything is wrong.\n"
+        }
+        "check-config" => {
+            "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
+        }
+        _ => USAGE,
+    }
+}
+
+struct Args {
+    cmd: String,
+    values: HashMap<String, String>,
+    flags: Vec<String>,
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}\n\n{USAGE}");
+    ExitCode::from(2)
+}
+
+fn parse(
+    argv: Vec<String>,
+    allowed_values: &[&str],
+    allowed_flags: &[&str],
+) -> Result<Args, String> {
+    let mut it = argv.into_iter();
+    let cmd = it.next().unwrap_or_default();
+    let mut values = HashMap::new();
+    let mut flags = Vec::new();
+    while let Some(a) = it.next() {
+        let Some(name) = a.strip_prefix("--") else {
+            return Err(format!("unexpected argument `{a}`"));
+        };
+        let (name, inline) = match name.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (name.to_string(), None),
+        };
+        if allowed_flags.contains(&name.as_str()) {
+            flags.push(name);
+        } else if allowed_values.contains(&name.as_str()) {
+            let v = match inline {
+                Some(v) => v,
+                None => it.next().ok_or_else(|| format!("--{name} needs a value"))?,
+            };
+            if values.insert(name.clone(), v).is_some() {
+                return Err(format!("--{name} given twice"));
+            }
+        } else {
+            return Err(format!("unknown option --{name} for `{cmd}`"));
+        }
+    }
+    Ok(Args { cmd, values, flags })
+}
+
+impl Args {
+    fn req(&self, name: &str) -> Result<&str, String> {
+        self.values
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| format!("`{}` needs --{name}", self.cmd))
+    }
+    fn num<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, String> {
+        self.values
+            .get(name)
+            .map(|v| {
+                v.parse::<T>()
+                    .map_err(|_| format!("--{name}: `{v}` is not a valid number"))
+            })
+            .transpose()
+    }
+    fn tp(&self) -> Result<TopicPartition, String> {
+        let topic = self.req("topic")?.to_string();
+        let partition = self.num::<i32>("partition")?.ok_or("needs --partition")?;
+        if partition < 0 {
+            return Err("--partition must be ≥ 0".into());
+        }
+        Ok(TopicPartition::new(topic, partition))
+    }
+}
+
+fn runtime(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    logging::init_from_env();
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = argv.first().cloned() else {
+        return usage_error("no command given");
+    };
+    if cmd == "--help" || cmd == "-h" || cmd == "help" {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if argv.iter().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{}", help(&cmd));
+        return ExitCode::SUCCESS;
+    }
+    let spec: (&[&str], &[&str]) = match cmd.as_str() {
+        "run" | "check-config" => (&["config"], &[]),
+        "status" => (&["data-dir"], &["json"]),
+        "dump" => (&["data-dir", "topic", "partition", "from"], &[]),
+        "offsets" => (&["data-dir", "topic", "partition", "time", "max"], &[]),
+        "verify" => (&["data-dir"], &[]),
+        other => return usage_error(&format!("unknown command `{other}`")),
+    };
+    let args = match parse(argv, spec.0, spec.1) {
+        Ok(a) => a,
+        Err(e) => return usage_error(&e),
+    };
+    match dispatch(&args) {
+        Ok(code) => code,
+        Err(e) => usage_error(&e),
+    }
+}
+
+fn load_config(args: &Args) -> Result<Result<Config, ExitCode>, String> {
+    let path = PathBuf::from(args.req("config")?);
+    Ok(Config::load(&path).map_err(|e| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(2)
+    }))
+}
+
+fn dispatch(args: &Args) -> Result<ExitCode, String> {
+    match args.cmd.as_str() {
+        "check-config" => Ok(match load_config(args)? {
+            Ok(cfg) => {
+                println!(
+                    "{}: ok ({} topic(s), data dir `{}`)",
+                    args.req("config")?,
+                    cfg.follow.len(),
+                    cfg.data_dir.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        }),
+        "run" => Ok(match load_config(args)? {
+            Ok(cfg) => runtime(daemon::run(cfg)),
+            Err(code) => code,
+        }),
+        "status" => {
+            let dir = PathBuf::from(args.req("data-dir")?);
+            let json = args.flags.iter().any(|f| f == "json");
+            Ok(runtime(inspect::status::collect(&dir).map(
+                |(parts, notes)| {
+                    for n in notes {
+                        eprintln!("warning: {n}");
+                    }
+                    if json {
+                        println!("{}", inspect::status::render_json(&parts));
+                    } else {
+                        print!("{}", inspect::status::render_text(&parts));
+                    }
+                },
+            )))
+        }
+        "dump" => {
+            let dir = PathBuf::from(args.req("data-dir")?);
+            let tp = args.tp()?;
+            let from = args.num::<i64>("from")?.unwrap_or(0);
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            Ok(runtime(inspect::dump::dump(&dir, &tp, from, &mut out)))
+        }
+        "offsets" => {
+            let dir = PathBuf::from(args.req("data-dir")?);
+            let tp = args.tp()?;
+            let time = args.num::<i64>("time")?.ok_or("`offsets` needs --time")?;
+            if time < -2 {
+                return Err("--time must be -1, -2 or a timestamp in ms".into());
+            }
+            let max = args.num::<usize>("max")?.unwrap_or(1);
+            Ok(runtime(
+                inspect::offsets::offsets(&dir, &tp, time, max).map(|offs| {
+                    for o in offs {
+                        println!("{o}");
+                    }
+                }),
+            ))
+        }
+        "verify" => {
+            let dir = PathBuf::from(args.req("data-dir")?);
+            match inspect::verify::verify(&dir) {
+                Ok(r) if r.problems.is_empty() => {
+                    println!(
+                        "ok: {} partition(s), {} segment(s), {} batch(es) verified",
+                        r.partitions, r.segments, r.batches
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(r) => {
+                    for p in &r.problems {
+                        println!("{p}");
+                    }
+                    Ok(ExitCode::from(1))
+                }
+                Err(e) => Ok(runtime(Err(e))),
+            }
+        }
+        other => Err(format!("unknown command `{other}`")),
+    }
+}

@@ -1,0 +1,113 @@
+//! Kafka error codes a follower meets (`common/protocol/Errors.java`) and what it does about
+//! each. Callers branch on [`ErrorCode::action`], so the table below is the one place that
+//! decides how a partition reacts to a broker's error.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub i16);
+
+/// What the fetcher does with a partition that got this error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// Not an error.
+    None,
+    /// Ask the leader for its log start and end and reset the fetch position (Kafka's rule).
+    OffsetOutOfRange,
+    /// The partition's leadership or metadata is stale: refresh metadata, then retry.
+    RefreshMetadata,
+    /// Back off and retry the same request.
+    Retry,
+    /// The fetch session must be reset.
+    ResetSession,
+    /// Fatal for this partition until the configuration changes; retried after a long backoff.
+    Fatal,
+}
+
+impl ErrorCode {
+    pub const NONE: ErrorCode = ErrorCode(0);
+    pub const UNKNOWN_SERVER_ERROR: ErrorCode = ErrorCode(-1);
+    pub const OFFSET_OUT_OF_RANGE: ErrorCode = ErrorCode(1);
+    pub const CORRUPT_MESSAGE: ErrorCode = ErrorCode(2);
+    pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode(3);
+    pub const LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(5);
+    pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
+    pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
+    pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
+    pub const OFFSET_NOT_AVAILABLE: ErrorCode = ErrorCode(78);
+
+    pub fn is_ok(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            -1 => "UNKNOWN_SERVER_ERROR",
+            0 => "NONE",
+            1 => "OFFSET_OUT_OF_RANGE",
+            2 => "CORRUPT_MESSAGE",
+            3 => "UNKNOWN_TOPIC_OR_PARTITION",
+            4 => "INVALID_FETCH_SIZE",
+            5 => "LEADER_NOT_AVAILABLE",
+            6 => "NOT_LEADER_OR_FOLLOWER",
+            7 => "REQUEST_TIMED_OUT",
+            8 => "BROKER_NOT_AVAILABLE",
+            9 => "REPLICA_NOT_AVAILABLE",
+            10 => "MESSAGE_TOO_LARGE",
+            13 => "NETWORK_EXCEPTION",
+            15 => "COORDINATOR_NOT_AVAILABLE",
+            29 => "TOPIC_AUTHORIZATION_FAILED",
+            31 => "CLUSTER_AUTHORIZATION_FAILED",
+            35 => "UNSUPPORTED_VERSION",
+            42 => "INVALID_REQUEST",
+            56 => "KAFKA_STORAGE_ERROR",
+            70 => "FETCH_SESSION_ID_NOT_FOUND",
+            71 => "INVALID_FETCH_SESSION_EPOCH",
+            74 => "FENCED_LEADER_EPOCH",
+            75 => "UNKNOWN_LEADER_EPOCH",
+            76 => "UNSUPPORTED_COMPRESSION_TYPE",
+            78 => "OFFSET_NOT_AVAILABLE",
+            100 => "UNKNOWN_TOPIC_ID",
+            103 => "INCONSISTENT_TOPIC_ID",
+            106 => "FETCH_SESSION_TOPIC_ID_ERROR",
+            109 => "OFFSET_MOVED_TO_TIERED_STORAGE",
+            _ => "UNKNOWN_ERROR_CODE",
+        }
+    }
+
+    pub fn action(self) -> ErrorAction {
+        match self.0 {
+            0 => ErrorAction::None,
+            1 => ErrorAction::OffsetOutOfRange,
+            3 | 5 | 6 | 9 | 56 | 74 | 100 | 103 => ErrorAction::RefreshMetadata,
+            70 | 71 | 106 => ErrorAction::ResetSession,
+            29 | 31 | 76 | 109 => ErrorAction::Fatal,
+            _ => ErrorAction::Retry,
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_follow_the_follower_table() {
+        assert_eq!(ErrorCode(1).action(), ErrorAction::OffsetOutOfRange);
+        assert_eq!(ErrorCode(6).action(), ErrorAction::RefreshMetadata);
+        assert_eq!(ErrorCode(74).action(), ErrorAction::RefreshMetadata);
+        assert_eq!(ErrorCode(2).action(), ErrorAction::Retry);
+        assert_eq!(ErrorCode(75).action(), ErrorAction::Retry);
+        assert_eq!(ErrorCode(29).action(), ErrorAction::Fatal);
+        assert_eq!(ErrorCode(70).action(), ErrorAction::ResetSession);
+        assert_eq!(ErrorCode(0).action(), ErrorAction::None);
+        assert_eq!(ErrorCode(6).to_string(), "NOT_LEADER_OR_FOLLOWER (6)");
+    }
+}

@@ -1,0 +1,487 @@
+//! Fetch (key 1), v4–12; flexible from v12.
+//!
+//! Request, wire order: ReplicaId INT32 · MaxWaitMs INT32 · MinBytes INT32 · MaxBytes INT32 ·
+//! IsolationLevel INT8 · SessionId INT32 (v7+) · SessionEpoch INT32 (v7+) · Topics ARRAY{Topic,
+//! Partitions ARRAY{Partition INT32, CurrentLeaderEpoch INT32 (v9+), FetchOffset INT64,
+//! LastFetchedEpoch INT32 (v12+), LogStartOffset INT64 (v5+), PartitionMaxBytes INT32}} ·
+//! ForgottenTopicsData ARRAY (v7+) · RackId STRING (v11+) · tags (v12).
+//!
+//! Response, wire order: ThrottleTimeMs INT32 · ErrorCode INT16 (v7+) · SessionId INT32 (v7+) ·
+//! Responses ARRAY{Topic, Partitions ARRAY{PartitionIndex INT32, ErrorCode INT16,
+//! HighWatermark INT64, LastStableOffset INT64, LogStartOffset INT64 (v5+),
+//! AbortedTransactions nullable ARRAY{ProducerId INT64, FirstOffset INT64},
+//! PreferredReadReplica INT32 (v11+), Records, tags (v12: 0 DivergingEpoch{Epoch INT32,
+//! EndOffset INT64}, 1 CurrentLeader{LeaderId INT32, LeaderEpoch INT32})}} · tags (v12).
+//!
+//! The decoded response borrows its records from the receive buffer: they reach the segment
+//! file without a copy.
+
+use super::codec::{DecodeResult, Reader, Writer};
+use super::error::ErrorCode;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchPartition {
+    pub partition: i32,
+    pub current_leader_epoch: i32,
+    pub fetch_offset: i64,
+    pub last_fetched_epoch: i32,
+    pub log_start_offset: i64,
+    pub partition_max_bytes: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    pub replica_id: i32,
+    pub max_wait_ms: i32,
+    pub min_bytes: i32,
+    pub max_bytes: i32,
+    pub isolation_level: i8,
+    pub topics: Vec<(String, Vec<FetchPartition>)>,
+}
+
+impl FetchRequest {
+    pub fn partition_count(&self) -> usize {
+        self.topics.iter().map(|(_, p)| p.len()).sum()
+    }
+}
+
+pub fn encode_request(w: &mut Writer, version: i16, req: &FetchRequest) {
+    let flexible = version >= 12;
+    w.i32(req.replica_id)
+        .i32(req.max_wait_ms)
+        .i32(req.min_bytes)
+        .i32(req.max_bytes);
+    w.i8(req.isolation_level);
+    if version >= 7 {
+        // Sessionless full fetch: every request names every partition.
+        w.i32(0).i32(-1);
+    }
+    w.array_len(req.topics.len(), flexible);
+    for (topic, parts) in &req.topics {
+        w.string(Some(topic), flexible);
+        w.array_len(parts.len(), flexible);
+        for p in parts {
+            w.i32(p.partition);
+            if version >= 9 {
+                w.i32(p.current_leader_epoch);
+            }
+            w.i64(p.fetch_offset);
+            if version >= 12 {
+                w.i32(p.last_fetched_epoch);
+            }
+            if version >= 5 {
+                w.i64(p.log_start_offset);
+            }
+            w.i32(p.partition_max_bytes);
+            w.empty_tags(flexible);
+        }
+        w.empty_tags(flexible);
+    }
+    if version >= 7 {
+        w.array_len(0, flexible);
+    }
+    if version >= 11 {
+        w.string(Some(""), flexible);
+    }
+    w.empty_tags(flexible);
+}
+
+/// Decodes a request; the in-process test leader uses it.
+pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
+    let flexible = version >= 12;
+    let mut r = Reader::new(body);
+    let replica_id = r.i32("Fetch replica_id")?;
+    let max_wait_ms = r.i32("Fetch max_wait_ms")?;
+    let min_bytes = r.i32("Fetch min_bytes")?;
+    let max_bytes = r.i32("Fetch max_bytes")?;
+    let isolation_level = r.i8("Fetch isolation_level")?;
+    if version >= 7 {
+        r.i32("Fetch session_id")?;
+        r.i32("Fetch session_epoch")?;
+    }
+    let nt = r.array_count(flexible, 3, "Fetch topics")?;
+    let mut topics = Vec::with_capacity(nt);
+    for _ in 0..nt {
+        let topic = r.string(flexible, "Fetch topic")?;
+        let np = r.array_count(flexible, 16, "Fetch partitions")?;
+        let mut parts = Vec::with_capacity(np);
+        for _ in 0..np {
+            let partition = r.i32("Fetch partition")?;
+            let current_leader_epoch = if version >= 9 {
+                r.i32("Fetch current_leader_epoch")?
+            } else {
+                -1
+            };
+            let fetch_offset = r.i64("Fetch fetch_offset")?;
+            let last_fetched_epoch = if version >= 12 {
+                r.i32("Fetch last_fetched_epoch")?
+            } else {
+                -1
+            };
+            let log_start_offset = if version >= 5 {
+                r.i64("Fetch log_start_offset")?
+            } else {
+                -1
+            };
+            let partition_max_bytes = r.i32("Fetch partition_max_bytes")?;
+            if flexible {
+                r.skip_tagged_fields("Fetch partition tags")?;
+            }
+            parts.push(FetchPartition {
+                partition,
+                current_leader_epoch,
+                fetch_offset,
+                last_fetched_epoch,
+                log_start_offset,
+                partition_max_bytes,
+            });
+        }
+        if flexible {
+            r.skip_tagged_fields("Fetch topic tags")?;
+        }
+        topics.push((topic, parts));
+    }
+    Ok(FetchRequest {
+        replica_id,
+        max_wait_ms,
+        min_bytes,
+        max_bytes,
+        isolation_level,
+        topics,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DivergingEpoch {
+    pub epoch: i32,
+    pub end_offset: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CurrentLeader {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchPartitionResponse<'a> {
+    pub partition: i32,
+    pub error: ErrorCode,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    pub diverging_epoch: Option<DivergingEpoch>,
+    pub current_leader: Option<CurrentLeader>,
+    /// The raw record set: whole batches, possibly ending in a partial one.
+    pub records: &'a [u8],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchResponse<'a> {
+    pub error: ErrorCode,
+    pub topics: Vec<(String, Vec<FetchPartitionResponse<'a>>)>,
+}
+
+fn decode_tagged_partition_fields(
+    tag: u32,
+    value: &[u8],
+    diverging: &mut Option<DivergingEpoch>,
+    leader: &mut Option<CurrentLeader>,
+) -> DecodeResult<()> {
+    let mut v = Reader::new(value);
+    match tag {
+        0 => {
+            let epoch = v.i32("Fetch diverging_epoch epoch")?;
+            let end_offset = v.i64("Fetch diverging_epoch end_offset")?;
+            v.skip_tagged_fields("Fetch diverging_epoch tags")?;
+            *diverging = Some(DivergingEpoch { epoch, end_offset });
+        }
+        1 => {
+            let leader_id = v.i32("Fetch current_leader leader_id")?;
+            let leader_epoch = v.i32("Fetch current_leader leader_epoch")?;
+            v.skip_tagged_fields("Fetch current_leader tags")?;
+            *leader = Some(CurrentLeader {
+                leader_id,
+                leader_epoch,
+            });
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<FetchResponse<'_>> {
+    let flexible = version >= 12;
+    let mut r = Reader::new(body);
+    r.i32("Fetch throttle_time_ms")?;
+    let mut error = ErrorCode::NONE;
+    if version >= 7 {
+        error = ErrorCode(r.i16("Fetch error_code")?);
+        r.i32("Fetch session_id")?;
+    }
+    let nt = r.array_count(flexible, 3, "Fetch responses")?;
+    let mut topics = Vec::with_capacity(nt);
+    for _ in 0..nt {
+        let topic = r.string(flexible, "Fetch response topic")?;
+        let np = r.array_count(flexible, 30, "Fetch response partitions")?;
+        let mut parts = Vec::with_capacity(np);
+        for _ in 0..np {
+            let partition = r.i32("Fetch partition_index")?;
+            let error = ErrorCode(r.i16("Fetch partition error_code")?);
+            let high_watermark = r.i64("Fetch high_watermark")?;
+            let last_stable_offset = r.i64("Fetch last_stable_offset")?;
+            let log_start_offset = if version >= 5 {
+                r.i64("Fetch log_start_offset")?
+            } else {
+                -1
+            };
+            if let Some(n) = r.array_len(flexible, 16, "Fetch aborted_transactions")? {
+                for _ in 0..n {
+                    r.i64("Fetch aborted producer_id")?;
+                    r.i64("Fetch aborted first_offset")?;
+                    if flexible {
+                        r.skip_tagged_fields("Fetch aborted transaction tags")?;
+                    }
+                }
+            }
+            if version >= 11 {
+                r.i32("Fetch preferred_read_replica")?;
+            }
+            let records = r
+                .nullable_bytes(flexible, "Fetch records")?
+                .unwrap_or_default();
+            let mut diverging_epoch = None;
+            let mut current_leader = None;
+            if flexible {
+                r.tagged_fields("Fetch partition tags", |tag, value| {
+                    decode_tagged_partition_fields(
+                        tag,
+                        value,
+                        &mut diverging_epoch,
+                        &mut current_leader,
+                    )
+                })?;
+            }
+            parts.push(FetchPartitionResponse {
+                partition,
+                error,
+                high_watermark,
+                last_stable_offset,
+                log_start_offset,
+                diverging_epoch,
+                current_leader,
+                records,
+            });
+        }
+        if flexible {
+            r.skip_tagged_fields("Fetch response topic tags")?;
+        }
+        topics.push((topic, parts));
+    }
+    if flexible {
+        r.skip_tagged_fields("Fetch response tags")?;
+    }
+    r.expect_end("Fetch response")?;
+    Ok(FetchResponse { error, topics })
+}
+
+/// Encodes a response; the in-process test leader and the round-trip tests use it.
+pub fn encode_response(w: &mut Writer, version: i16, resp: &FetchResponse<'_>) {
+    let flexible = version >= 12;
+    w.i32(0);
+    if version >= 7 {
+        w.i16(resp.error.0).i32(0);
+    }
+    w.array_len(resp.topics.len(), flexible);
+    for (topic, parts) in &resp.topics {
+        w.string(Some(topic), flexible);
+        w.array_len(parts.len(), flexible);
+        for p in parts {
+            w.i32(p.partition)
+                .i16(p.error.0)
+                .i64(p.high_watermark)
+                .i64(p.last_stable_offset);
+            if version >= 5 {
+                w.i64(p.log_start_offset);
+            }
+            // Aborted transactions: null.
+            if flexible {
+                w.unsigned_varint(0);
+            } else {
+                w.i32(-1);
+            }
+            if version >= 11 {
+                w.i32(-1);
+            }
+            if flexible {
+                w.unsigned_varint(p.records.len() as u32 + 1);
+            } else {
+                w.i32(p.records.len() as i32);
+            }
+            w.buf.extend_from_slice(p.records);
+            if flexible {
+                let mut tags = Writer::new();
+                let mut count = 0;
+                if let Some(d) = p.diverging_epoch {
+                    tags.unsigned_varint(0)
+                        .unsigned_varint(13)
+                        .i32(d.epoch)
+                        .i64(d.end_offset);
+                    tags.unsigned_varint(0);
+                    count += 1;
+                }
+                if let Some(l) = p.current_leader {
+                    tags.unsigned_varint(1)
+                        .unsigned_varint(9)
+                        .i32(l.leader_id)
+                        .i32(l.leader_epoch);
+                    tags.unsigned_varint(0);
+                    count += 1;
+                }
+                w.unsigned_varint(count);
+                w.buf.extend_from_slice(&tags.buf);
+            }
+        }
+        w.empty_tags(flexible);
+    }
+    w.empty_tags(flexible);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ApiKey, decode_response_header, encode_request_header};
+
+    pub(crate) fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    const BATCH_C: &str = "0000000000000000000000400000000002db5e9cdd0000000000000000018bcfe568000000018bcfe56800ffffffffffffffffffffffffffff000000011c000000066b65790a76616c756500";
+
+    #[test]
+    fn v12_request_matches_reference_vector_d() {
+        let req = FetchRequest {
+            replica_id: 1,
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 10_485_760,
+            isolation_level: 0,
+            topics: vec![(
+                "t".into(),
+                vec![FetchPartition {
+                    partition: 0,
+                    current_leader_epoch: 5,
+                    fetch_offset: 100,
+                    last_fetched_epoch: 5,
+                    log_start_offset: 0,
+                    partition_max_bytes: 1_048_576,
+                }],
+            )],
+        };
+        let mut w = Writer::new();
+        encode_request_header(&mut w, ApiKey::Fetch, 12, 3, "follower-1");
+        encode_request(&mut w, 12, &req);
+        let mut framed = (w.buf.len() as i32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&w.buf);
+        let expect = unhex(
+            "00000057 0001000c 00000003 000a 666f6c6c6f7765722d31 00 \
+             00000001 000001f4 00000001 00a00000 00 00000000 ffffffff \
+             02 0274 02 00000000 00000005 0000000000000064 00000005 0000000000000000 00100000 00 00 \
+             01 01 00",
+        );
+        assert_eq!(framed, expect);
+        // and the test leader reads it back
+        let body = &w.buf[w.buf.len() - (expect.len() - 4 - 21)..];
+        assert_eq!(decode_request(body, 12).unwrap(), req);
+    }
+
+    #[test]
+    fn v12_response_matches_reference_vector_f() {
+        let framed = unhex(&format!(
+            "00000086 00000003 00 00000000 0000 00000000 02 0274 02 00000000 0000 \
+             0000000000000001 0000000000000001 0000000000000000 00 ffffffff 4d {BATCH_C} 00 00 00"
+        ));
+        assert_eq!(framed.len(), 4 + 0x86);
+        let mut r = Reader::new(&framed[4..]);
+        assert_eq!(
+            decode_response_header(&mut r, ApiKey::Fetch, 12).unwrap(),
+            3
+        );
+        let body = &framed[4 + r.position()..];
+        let resp = decode_response(body, 12).unwrap();
+        let p = &resp.topics[0].1[0];
+        assert_eq!(resp.topics[0].0, "t");
+        assert_eq!(p.high_watermark, 1);
+        assert_eq!(p.records, &unhex(BATCH_C)[..]);
+        assert_eq!(p.diverging_epoch, None);
+        // re-encoding gives the same bytes
+        let mut w = Writer::new();
+        encode_response(&mut w, 12, &resp);
+        assert_eq!(w.buf, body);
+    }
+
+    #[test]
+    fn diverging_epoch_tag_vector_g() {
+        let body = unhex(
+            "00000000 0000 00000000 02 0274 02 00000000 0000 \
+             0000000000000064 0000000000000064 0000000000000000 00 ffffffff 01 \
+             01 00 0d 00000004 000000000000005a 00 00 00",
+        );
+        let resp = decode_response(&body, 12).unwrap();
+        let p = &resp.topics[0].1[0];
+        assert_eq!(
+            p.diverging_epoch,
+            Some(DivergingEpoch {
+                epoch: 4,
+                end_offset: 90
+            })
+        );
+        assert!(p.records.is_empty());
+    }
+
+    #[test]
+    fn every_version_roundtrips_and_every_truncation_errors() {
+        let batch = unhex(BATCH_C);
+        for v in 4..=12 {
+            let resp = FetchResponse {
+                error: ErrorCode::NONE,
+                topics: vec![(
+                    "orders".into(),
+                    vec![FetchPartitionResponse {
+                        partition: 2,
+                        error: ErrorCode::NONE,
+                        high_watermark: 10,
+                        last_stable_offset: 10,
+                        log_start_offset: if v >= 5 { 0 } else { -1 },
+                        diverging_epoch: None,
+                        current_leader: None,
+                        records: &batch,
+                    }],
+                )],
+            };
+            let mut w = Writer::new();
+            encode_response(&mut w, v, &resp);
+            assert_eq!(decode_response(&w.buf, v).unwrap(), resp, "v{v}");
+            for cut in 0..w.buf.len() {
+                assert!(decode_response(&w.buf[..cut], v).is_err(), "v{v} cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn negative_partition_count_is_an_error() {
+        let mut w = Writer::new();
+        w.i32(0)
+            .i16(0)
+            .i32(0)
+            .i32(1)
+            .string(Some("t"), false)
+            .i32(-5);
+        let e = decode_response(&w.buf, 11).unwrap_err();
+        assert!(e.what.contains("partitions"), "{e}");
+    }
+}

@@ -1,0 +1,147 @@
+//! The Kafka wire protocol: primitives ([`codec`]), error codes ([`error`]), request and
+//! response headers (here), and one module per API a follower uses.
+//!
+//! Framing: every message is an INT32 size, then a header and a body. Request header v1 =
+//! api_key INT16, api_version INT16, correlation_id INT32, client_id NULLABLE_STRING; v2 adds a
+//! tagged-field section (flexible versions). Response header v0 = correlation_id; v1 adds tags.
+//! ApiVersions responses always use header v0.
+//!
+//! Encoders only write what the version has; decoders take `&[u8]` and return a
+//! [`codec::DecodeError`] naming the field on any malformed input, never panic.
+
+pub mod api_versions;
+pub mod codec;
+pub mod error;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod offset_for_leader_epoch;
+
+use codec::{DecodeResult, Reader, Writer};
+
+/// The APIs a follower speaks, with the versions this code can encode and decode, and the first
+/// flexible version of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ApiKey {
+    Fetch,
+    ListOffsets,
+    Metadata,
+    OffsetForLeaderEpoch,
+    ApiVersions,
+}
+
+impl ApiKey {
+    pub const ALL: [ApiKey; 5] = [
+        ApiKey::Fetch,
+        ApiKey::ListOffsets,
+        ApiKey::Metadata,
+        ApiKey::OffsetForLeaderEpoch,
+        ApiKey::ApiVersions,
+    ];
+
+    pub fn key(self) -> i16 {
+        match self {
+            ApiKey::Fetch => 1,
+            ApiKey::ListOffsets => 2,
+            ApiKey::Metadata => 3,
+            ApiKey::ApiVersions => 18,
+            ApiKey::OffsetForLeaderEpoch => 23,
+        }
+    }
+
+    /// Versions this implementation supports, inclusive.
+    pub fn supported(self) -> (i16, i16) {
+        match self {
+            // v13+ identify topics by id only; v12 is the last version naming them, and every
+            // broker that offers v13+ still offers v12.
+            ApiKey::Fetch => (4, 12),
+            ApiKey::ListOffsets => (1, 7),
+            ApiKey::Metadata => (1, 12),
+            ApiKey::ApiVersions => (0, 3),
+            ApiKey::OffsetForLeaderEpoch => (2, 4),
+        }
+    }
+
+    pub fn first_flexible(self) -> i16 {
+        match self {
+            ApiKey::Fetch => 12,
+            ApiKey::ListOffsets => 6,
+            ApiKey::Metadata => 9,
+            ApiKey::ApiVersions => 3,
+            ApiKey::OffsetForLeaderEpoch => 4,
+        }
+    }
+
+    pub fn is_flexible(self, version: i16) -> bool {
+        version >= self.first_flexible()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ApiKey::Fetch => "Fetch",
+            ApiKey::ListOffsets => "ListOffsets",
+            ApiKey::Metadata => "Metadata",
+            ApiKey::ApiVersions => "ApiVersions",
+            ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+        }
+    }
+}
+
+/// Writes a request header (v1, or v2 for flexible versions) into `w`.
+pub fn encode_request_header(
+    w: &mut Writer,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client_id: &str,
+) {
+    w.i16(api.key()).i16(version).i32(correlation_id);
+    // client_id stays an INT16-length string even in header v2.
+    w.string(Some(client_id), false);
+    w.empty_tags(api.is_flexible(version));
+}
+
+/// Reads the response header and returns its correlation id; `r` is left at the body.
+pub fn decode_response_header(r: &mut Reader<'_>, api: ApiKey, version: i16) -> DecodeResult<i32> {
+    let correlation_id = r.i32("response header correlation_id")?;
+    if api != ApiKey::ApiVersions && api.is_flexible(version) {
+        r.skip_tagged_fields("response header tags")?;
+    }
+    Ok(correlation_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_header_v1_and_v2_golden_bytes() {
+        let mut w = Writer::new();
+        encode_request_header(&mut w, ApiKey::ApiVersions, 0, 1, "test");
+        assert_eq!(
+            w.buf,
+            [0, 0x12, 0, 0, 0, 0, 0, 1, 0, 4, b't', b'e', b's', b't']
+        );
+        let mut w = Writer::new();
+        encode_request_header(&mut w, ApiKey::Fetch, 12, 3, "x");
+        assert_eq!(w.buf, [0, 1, 0, 12, 0, 0, 0, 3, 0, 1, b'x', 0]);
+    }
+
+    #[test]
+    fn api_versions_response_header_has_no_tags_even_when_flexible() {
+        let bytes = [0, 0, 0, 9, 0xaa];
+        let mut r = Reader::new(&bytes);
+        assert_eq!(
+            decode_response_header(&mut r, ApiKey::ApiVersions, 3).unwrap(),
+            9
+        );
+        assert_eq!(r.remaining(), 1);
+        let bytes = [0, 0, 0, 9, 0, 0xaa];
+        let mut r = Reader::new(&bytes);
+        assert_eq!(
+            decode_response_header(&mut r, ApiKey::Fetch, 12).unwrap(),
+            9
+        );
+        assert_eq!(r.remaining(), 1);
+    }
+}

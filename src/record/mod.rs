@@ -1,0 +1,23 @@
+//! Record batches as they travel on the wire and lie in `.log` files.
+//!
+//! ```text
+//! every format:  0: offset INT64 | 8: size INT32 (bytes after these 12) | … | 16: magic INT8
+//! v2 batch:      12: partitionLeaderEpoch INT32 | 16: magic=2 | 17: crc UINT32 (CRC-32C of 21..)
+//!                21: attributes INT16 | 23: lastOffsetDelta INT32 | 27: baseTimestamp INT64
+//!                35: maxTimestamp INT64 | 43: producerId INT64 | 51: producerEpoch INT16
+//!                53: baseSequence INT32 | 57: recordsCount INT32 | 61: records…
+//! v0/v1 message: 12: crc UINT32 (CRC-32 IEEE of 16..) | 16: magic | 17: attributes INT8
+//!                18: timestamp INT64 (v1 only) | key BYTES | value BYTES
+//! ```
+//!
+//! [`batch`] reads one batch header and verifies its checksum; [`set`] walks a record set
+//! (a fetch response's records or a segment file) batch by batch and tells a partial batch at
+//! the end (normal in fetch responses: fetch it again) from a corrupt one.
+//! Nothing here decompresses: the follower stores batches exactly as the leader sent them.
+
+pub mod batch;
+pub mod records;
+pub mod set;
+
+pub use batch::{BatchError, BatchHeader};
+pub use set::{BatchIter, SetEnd};

