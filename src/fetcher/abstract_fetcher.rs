@@ -655,3 +655,366 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The loop against a scripted leader and an in-memory replica: no sockets.
+    use super::*;
+    use crate::record::records::{NewRecord, build_v2_batch};
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+
+    /// A leader that serves `log` (whole batches) and can be told to fail.
+    struct MockLeader {
+        log: Vec<(i64, i64, Vec<u8>)>,
+        start: i64,
+        hw: i64,
+        buf: Vec<u8>,
+        fail_next: usize,
+        errors: VecDeque<ErrorCode>,
+        corrupt_next: usize,
+        requests: Arc<Mutex<Vec<FetchRequest>>>,
+    }
+
+    impl MockLeader {
+        fn new(batches: usize) -> Self {
+            let mut log = Vec::new();
+            for i in 0..batches as i64 {
+                let v = [b'x'; 20];
+                let recs: Vec<NewRecord<'_>> = (0..5)
+                    .map(|j| NewRecord {
+                        key: None,
+                        value: Some(&v),
+                        timestamp: i * 5 + j,
+                    })
+                    .collect();
+                log.push((i * 5, i * 5 + 4, build_v2_batch(i * 5, 0, &recs)));
+            }
+            let hw = batches as i64 * 5;
+            MockLeader {
+                log,
+                start: 0,
+                hw,
+                buf: Vec::new(),
+                fail_next: 0,
+                errors: VecDeque::new(),
+                corrupt_next: 0,
+                requests: Arc::default(),
+            }
+        }
+    }
+
+    impl LeaderEndPoint for MockLeader {
+        fn describe(&self) -> String {
+            "mock leader".into()
+        }
+        fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse<'_>> {
+            self.requests.lock().unwrap().push(req.clone());
+            if self.fail_next > 0 {
+                self.fail_next -= 1;
+                anyhow::bail!("connection reset");
+            }
+            let error = self.errors.pop_front().unwrap_or(ErrorCode::NONE);
+            self.buf.clear();
+            let (topic, parts) = &req.topics[0];
+            let p = &parts[0];
+            let oor = p.fetch_offset < self.start || p.fetch_offset > self.hw;
+            if error.is_ok() && !oor {
+                // two batches at most per response
+                for (_, last, b) in self
+                    .log
+                    .iter()
+                    .filter(|(_, l, _)| *l >= p.fetch_offset)
+                    .take(2)
+                {
+                    let _ = last;
+                    self.buf.extend_from_slice(b);
+                }
+                if self.corrupt_next > 0 && !self.buf.is_empty() {
+                    self.corrupt_next -= 1;
+                    let n = self.buf.len() - 1;
+                    self.buf[n] ^= 1;
+                }
+            }
+            let error = if oor {
+                ErrorCode::OFFSET_OUT_OF_RANGE
+            } else {
+                error
+            };
+            Ok(FetchResponse {
+                error: ErrorCode::NONE,
+                topics: vec![(
+                    topic.clone(),
+                    vec![FetchPartitionResponse {
+                        partition: p.partition,
+                        error,
+                        high_watermark: self.hw,
+                        last_stable_offset: self.hw,
+                        log_start_offset: self.start,
+                        diverging_epoch: None,
+                        current_leader: None,
+                        records: &self.buf,
+                    }],
+                )],
+            })
+        }
+        fn fetch_earliest_offset(
+            &mut self,
+            _: &TopicPartition,
+            _: i32,
+        ) -> Result<std::result::Result<i64, ErrorCode>> {
+            Ok(Ok(self.start))
+        }
+        fn fetch_latest_offset(
+            &mut self,
+            _: &TopicPartition,
+            _: i32,
+        ) -> Result<std::result::Result<i64, ErrorCode>> {
+            Ok(Ok(self.hw))
+        }
+        fn fetch_epoch_end_offset(
+            &mut self,
+            _: &TopicPartition,
+            _: i32,
+            _: i32,
+        ) -> Result<Option<(ErrorCode, i32, i64)>> {
+            Ok(None)
+        }
+        fn supports_diverging_epoch(&mut self) -> Result<bool> {
+            Ok(true)
+        }
+        fn close(&mut self) {}
+    }
+
+    /// A replica that keeps appended bytes in memory and validates like the real one.
+    #[derive(Default)]
+    struct MemReplica {
+        bytes: Vec<u8>,
+        start: i64,
+        end: i64,
+        truncations: Vec<(&'static str, i64)>,
+    }
+
+    impl ReplicaOps for MemReplica {
+        fn process_partition_data(
+            &mut self,
+            tp: &TopicPartition,
+            fetch_offset: i64,
+            data: &FetchPartitionResponse<'_>,
+        ) -> Result<i64> {
+            let v =
+                crate::fetcher::replica_fetcher::validate_fetched(tp, fetch_offset, data.records)?;
+            self.bytes.extend_from_slice(&data.records[v.range.clone()]);
+            if let Some(h) = v.headers.last() {
+                self.end = h.last_offset + 1;
+            }
+            Ok(self.end)
+        }
+        fn log_start_offset(&self, _: &TopicPartition) -> Option<i64> {
+            Some(self.start)
+        }
+        fn log_end_offset(&self, _: &TopicPartition) -> Option<i64> {
+            Some(self.end)
+        }
+        fn latest_epoch(&self, _: &TopicPartition) -> Option<i32> {
+            None
+        }
+        fn end_offset_for_epoch(&self, _: &TopicPartition, _: i32) -> Option<(i32, i64)> {
+            None
+        }
+        fn truncate(&mut self, _: &TopicPartition, offset: i64) -> Result<()> {
+            self.truncations.push(("truncate", offset));
+            self.end = self.end.min(offset);
+            Ok(())
+        }
+        fn truncate_fully_and_start_at(&mut self, _: &TopicPartition, offset: i64) -> Result<()> {
+            self.truncations.push(("restart", offset));
+            self.bytes.clear();
+            self.start = offset;
+            self.end = offset;
+            Ok(())
+        }
+    }
+
+    fn fetcher(
+        leader: MockLeader,
+        replica: MemReplica,
+        backoff_ms: u64,
+    ) -> (
+        AbstractFetcher<MockLeader, MemReplica>,
+        Arc<FetcherShared>,
+        std::sync::mpsc::Receiver<FetcherEvent>,
+    ) {
+        let shared = Arc::new(FetcherShared::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let params = FetchParams {
+            max_wait_ms: 10,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            partition_max_bytes: 1 << 20,
+            isolation_level: 0,
+            backoff: Duration::from_millis(backoff_ms),
+        };
+        (
+            AbstractFetcher::new(
+                "test-fetcher".into(),
+                shared.clone(),
+                leader,
+                replica,
+                params,
+                tx,
+            ),
+            shared,
+            rx,
+        )
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    fn leader_bytes(l: &MockLeader) -> Vec<u8> {
+        l.log.iter().flat_map(|(_, _, b)| b.clone()).collect()
+    }
+
+    #[test]
+    fn rounds_advance_to_the_last_offset_plus_one_and_copy_bytes_verbatim() {
+        let leader = MockLeader::new(10);
+        let expect = leader_bytes(&leader);
+        let (mut f, shared, _rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        for round in 1..=5 {
+            f.do_work();
+            assert_eq!(
+                shared.lock()[&tp()].fetch_offset,
+                round * 10,
+                "two batches of 5 per round"
+            );
+        }
+        assert_eq!(f.replica().bytes, expect);
+    }
+
+    #[test]
+    fn a_corrupt_batch_is_not_written_and_the_partition_backs_off() {
+        let mut leader = MockLeader::new(4);
+        leader.corrupt_next = 1;
+        let expect = leader_bytes(&leader);
+        let (mut f, shared, _rx) = fetcher(leader, MemReplica::default(), 30);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        {
+            let map = shared.lock();
+            assert_eq!(map[&tp()].fetch_offset, 0);
+            assert!(
+                map[&tp()].delayed_until.is_some(),
+                "backoff after a CRC failure"
+            );
+        }
+        assert!(
+            f.replica().bytes.is_empty(),
+            "nothing written from a corrupt response"
+        );
+        // The delayed partition is not fetched until its backoff ends: this round waits.
+        let started = Instant::now();
+        f.do_work();
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        for _ in 0..4 {
+            f.do_work();
+        }
+        assert_eq!(f.replica().bytes, expect);
+    }
+
+    #[test]
+    fn a_failed_fetch_delays_every_partition_in_it() {
+        let mut leader = MockLeader::new(2);
+        leader.fail_next = 1;
+        let (mut f, shared, _rx) = fetcher(leader, MemReplica::default(), 50);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert!(shared.lock()[&tp()].delayed_until.is_some());
+        assert!(
+            f.build_fetch_request().is_none(),
+            "nothing ready during backoff"
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        f.do_work();
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 10);
+    }
+
+    #[test]
+    fn not_leader_hands_the_partition_back_to_the_manager() {
+        let mut leader = MockLeader::new(2);
+        leader.errors.push_back(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        let (mut f, shared, rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert_eq!(shared.partition_count(), 0);
+        match rx.try_recv().unwrap() {
+            FetcherEvent::NeedsLeader { tp: t, reason } => {
+                assert_eq!(t, tp());
+                assert!(reason.contains("NOT_LEADER_OR_FOLLOWER"), "{reason}");
+            }
+        }
+    }
+
+    #[test]
+    fn offset_out_of_range_below_the_leader_start_restarts_at_it() {
+        let mut leader = MockLeader::new(6);
+        leader.start = 15;
+        leader.log.retain(|(_, last, _)| *last >= 15);
+        let (mut f, shared, _rx) = fetcher(
+            leader,
+            MemReplica {
+                start: 0,
+                end: 5,
+                ..Default::default()
+            },
+            10,
+        );
+        shared.add_partitions([(tp(), PartitionFetchState::new(5, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert_eq!(f.replica().truncations, vec![("restart", 15)]);
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 15);
+        f.do_work();
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 25);
+    }
+
+    #[test]
+    fn offset_out_of_range_above_the_leader_end_truncates_to_it() {
+        let leader = MockLeader::new(2); // hw 10
+        let (mut f, shared, _rx) = fetcher(
+            leader,
+            MemReplica {
+                start: 0,
+                end: 14,
+                ..Default::default()
+            },
+            10,
+        );
+        shared.add_partitions([(tp(), PartitionFetchState::new(14, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert_eq!(f.replica().truncations, vec![("truncate", 10)]);
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 10);
+    }
+
+    #[test]
+    fn an_idle_fetcher_sleeps_until_a_partition_is_added() {
+        let (mut f, shared, _rx) = fetcher(MockLeader::new(2), MemReplica::default(), 10);
+        let s2 = shared.clone();
+        let adder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            s2.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        });
+        let started = Instant::now();
+        assert!(
+            f.build_fetch_request().is_none(),
+            "first call waits, then returns"
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(90),
+            "it slept until woken"
+        );
+        adder.join().unwrap();
+        assert!(f.build_fetch_request().is_some());
+    }
+}

@@ -13,14 +13,22 @@ use std::path::Path;
 fn show(bytes: Option<&[u8]>) -> String {
     match bytes {
         None => "null".to_string(),
-        Some(b) => {
-            let s = String::from_utf8_lossy(b);
-            let mut out: String = s.chars().take(120).flat_map(char::escape_default).collect();
-            if s.chars().count() > 120 {
-                out.push('…');
+        Some(b) => match std::str::from_utf8(b) {
+            Ok(s) => {
+                let mut out: String = s.chars().take(120).flat_map(char::escape_default).collect();
+                if s.chars().count() > 120 {
+                    out.push('…');
+                }
+                format!("\"{out}\"")
             }
-            format!("\"{out}\"")
-        }
+            Err(_) => {
+                let mut out: String = b.iter().take(60).map(|x| format!("{x:02x}")).collect();
+                if b.len() > 60 {
+                    out.push('…');
+                }
+                format!("0x{out} ({} bytes)", b.len())
+            }
+        },
     }
 }
 

@@ -176,3 +176,322 @@ pub fn load(
     log.checkpoint_epochs()?;
     Ok(Some((log, report)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::BatchHeader;
+    use crate::record::records::{NewRecord, build_v2_batch};
+
+    fn cfg(segment_bytes: u64) -> LogConfig {
+        LogConfig {
+            segment_bytes,
+            index_interval_bytes: 300,
+            ..LogConfig::default()
+        }
+    }
+
+    fn batches(from: i64, count: usize, epoch: i32) -> (Vec<u8>, Vec<BatchHeader>) {
+        let mut bytes = Vec::new();
+        let mut headers = Vec::new();
+        let v = [b'v'; 50];
+        for i in 0..count as i64 {
+            let recs: Vec<NewRecord<'_>> = (0..4)
+                .map(|j| NewRecord {
+                    key: Some(b"k"),
+                    value: Some(&v),
+                    timestamp: 1000 + (from + i * 4 + j),
+                })
+                .collect();
+            let b = build_v2_batch(from + i * 4, epoch, &recs);
+            headers.push(BatchHeader::parse(&b, usize::MAX).unwrap());
+            bytes.extend_from_slice(&b);
+        }
+        (bytes, headers)
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    fn new_log(dir: &Path, segment_bytes: u64) -> PartitionLog {
+        PartitionLog::create(dir, &tp(), cfg(segment_bytes), 0).unwrap()
+    }
+
+    fn hints(rp: Option<i64>) -> CheckpointHints {
+        CheckpointHints {
+            recovery_point: rp,
+            log_start_offset: None,
+            high_watermark: None,
+        }
+    }
+
+    #[test]
+    fn one_append_rolls_segments_at_segment_bytes_and_keeps_bytes_verbatim() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 40, 1);
+        log.append(&bytes, &headers).unwrap();
+        assert_eq!(log.log_end_offset(), 160);
+        assert!(log.summary().segments > 3, "{:?}", log.summary());
+        for s in log.segments() {
+            assert!(s.size() <= 2048, "segment over segment_bytes");
+        }
+        assert_eq!(log.read_all().unwrap(), bytes);
+        // segment files are named by the base offset of their first batch
+        let bases: Vec<i64> = log.segments().map(|s| s.base_offset).collect();
+        assert_eq!(bases[0], 0);
+        assert!(bases.iter().all(|b| b % 4 == 0));
+    }
+
+    #[test]
+    fn appends_that_do_not_continue_the_log_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 1 << 20);
+        let (bytes, headers) = batches(0, 2, 0);
+        log.append(&bytes, &headers).unwrap();
+        assert!(log.append(&bytes, &headers).is_err(), "same offsets again");
+        let (b2, mut h2) = batches(8, 2, 0);
+        h2.swap(0, 1);
+        assert!(log.append(&b2, &h2).is_err(), "out of order");
+        assert_eq!(log.log_end_offset(), 8);
+    }
+
+    #[test]
+    fn clean_reload_restores_every_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 30, 3);
+        log.append(&bytes, &headers).unwrap();
+        log.update_high_watermark(100);
+        log.flush().unwrap();
+        log.checkpoint_epochs().unwrap();
+        let before = log.summary();
+        drop(log);
+        let h = CheckpointHints {
+            recovery_point: Some(120),
+            log_start_offset: Some(0),
+            high_watermark: Some(100),
+        };
+        let (log, report) = load(dir.path(), &tp(), cfg(2048), h, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(report, LoadReport::default());
+        assert_eq!(log.summary(), before);
+        assert_eq!(log.read_all().unwrap(), bytes);
+        assert_eq!(log.latest_epoch(), Some(3));
+    }
+
+    #[test]
+    fn recovery_cuts_a_torn_tail_and_rebuilds_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 30, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.flush().unwrap();
+        let active = log.segments().last().unwrap().log_path().to_path_buf();
+        let active_base = log.segments().last().unwrap().base_offset;
+        drop(log);
+        let (extra, _) = batches(120, 1, 0);
+        crate::log::segment::append_raw(&active, &extra[..extra.len() - 7]).unwrap();
+        std::fs::write(active.with_extension("index"), [7u8; 13]).unwrap();
+        std::fs::write(
+            dir.path()
+                .join("t-0")
+                .join("recovery-point-offset-checkpoint.tmp"),
+            b"junk",
+        )
+        .unwrap();
+        let (log, report) = load(
+            dir.path(),
+            &tp(),
+            cfg(2048),
+            hints(Some(active_base)),
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            report.recovered_segments, 1,
+            "only the segment past the recovery point is scanned"
+        );
+        assert_eq!(report.truncated_bytes, (extra.len() - 7) as u64);
+        assert_eq!(log.log_end_offset(), 120);
+        assert_eq!(log.recovery_point(), 120);
+        assert_eq!(log.high_watermark(), 120, "no checkpointed HW: the log end");
+        assert_eq!(log.read_all().unwrap(), bytes);
+        assert!(
+            !dir.path()
+                .join("t-0")
+                .join("recovery-point-offset-checkpoint.tmp")
+                .exists()
+        );
+        let idx_len = std::fs::metadata(active.with_extension("index"))
+            .unwrap()
+            .len();
+        assert_eq!(idx_len % 8, 0, "index rebuilt");
+    }
+
+    #[test]
+    fn segments_below_the_recovery_point_are_not_scanned_but_the_tail_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 30, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.flush().unwrap();
+        let paths: Vec<_> = log
+            .segments()
+            .map(|s| (s.base_offset, s.log_path().to_path_buf()))
+            .collect();
+        drop(log);
+        // Flip a record byte in the first segment (below the recovery point) and in the last.
+        for (_, p) in [&paths[0], paths.last().unwrap()] {
+            let mut b = std::fs::read(p).unwrap();
+            let n = b.len();
+            b[n - 3] ^= 0xff;
+            std::fs::write(p, b).unwrap();
+        }
+        let last_base = paths.last().unwrap().0;
+        let (log, report) = load(dir.path(), &tp(), cfg(2048), hints(Some(last_base)), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(report.recovered_segments, 1);
+        assert!(report.truncated_bytes > 0, "the corrupt tail batch is cut");
+        assert!(log.log_end_offset() < 120);
+        assert_eq!(log.summary().segments, paths.len());
+    }
+
+    #[test]
+    fn a_cut_segment_deletes_the_segments_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 30, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.flush().unwrap();
+        let paths: Vec<_> = log.segments().map(|s| s.log_path().to_path_buf()).collect();
+        let n_segments = paths.len();
+        drop(log);
+        let mut b = std::fs::read(&paths[1]).unwrap();
+        b[70] ^= 0xff;
+        std::fs::write(&paths[1], b).unwrap();
+        let (log, report) = load(dir.path(), &tp(), cfg(2048), hints(None), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            report.recovered_segments, 2,
+            "recovery stops scanning at the cut"
+        );
+        assert_eq!(report.deleted_segments, n_segments - 2);
+        assert_eq!(log.summary().segments, 2);
+        assert_eq!(
+            log.log_end_offset(),
+            log.segments().nth(1).unwrap().base_offset
+        );
+    }
+
+    #[test]
+    fn truncation_across_segments_and_full_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 30, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.update_high_watermark(120);
+        log.truncate_to(50).unwrap();
+        assert_eq!(
+            log.log_end_offset(),
+            48,
+            "cut at the batch holding offset 50"
+        );
+        assert_eq!(log.high_watermark(), 48);
+        let kept: usize = headers.iter().take(12).map(|h| h.size_in_bytes).sum();
+        assert_eq!(log.read_all().unwrap(), bytes[..kept]);
+        let (more, mh) = batches(48, 3, 1);
+        log.append(&more, &mh).unwrap();
+        assert_eq!(log.log_end_offset(), 60);
+        assert_eq!(log.latest_epoch(), Some(1));
+        log.truncate_fully_and_start_at(500).unwrap();
+        assert_eq!(
+            (
+                log.log_start_offset(),
+                log.log_end_offset(),
+                log.summary().segments
+            ),
+            (500, 500, 1)
+        );
+        let files: Vec<_> = std::fs::read_dir(dir.path().join("t-0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(
+            files
+                .iter()
+                .all(|f| !f.ends_with(".log") || f == "00000000000000000500.log"),
+            "{files:?}"
+        );
+    }
+
+    #[test]
+    fn log_start_and_retention_delete_whole_segments_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(2048);
+        c.retention_bytes = 4096;
+        let mut log = PartitionLog::create(dir.path(), &tp(), c, 0).unwrap();
+        let (bytes, headers) = batches(0, 30, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.update_high_watermark(120);
+        let second_base = log.segments().nth(1).unwrap().base_offset;
+        log.maybe_increment_log_start_offset(second_base + 1)
+            .unwrap();
+        assert_eq!(log.log_start_offset(), second_base + 1);
+        assert_eq!(
+            log.segments().next().unwrap().base_offset,
+            second_base,
+            "the segment holding the new start stays"
+        );
+        log.apply_retention(crate::log::partition::now_ms())
+            .unwrap();
+        assert!(log.size_bytes() <= 4096 + 2048, "{}", log.size_bytes());
+        assert!(log.log_start_offset() > second_base);
+        assert_eq!(log.log_end_offset(), 120);
+    }
+
+    #[test]
+    fn malformed_epoch_checkpoint_is_rebuilt_from_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 1 << 20);
+        let (b1, h1) = batches(0, 2, 2);
+        let (b2, h2) = batches(8, 2, 5);
+        log.append(&b1, &h1).unwrap();
+        log.append(&b2, &h2).unwrap();
+        log.flush().unwrap();
+        drop(log);
+        std::fs::write(
+            dir.path().join("t-0").join(checkpoint::LEADER_EPOCH),
+            "0\n5\n1 1\n",
+        )
+        .unwrap();
+        let (log, _) = load(dir.path(), &tp(), cfg(1 << 20), hints(Some(16)), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.epoch_cache().entries(), &[(2, 0), (5, 8)]);
+        let text =
+            std::fs::read_to_string(dir.path().join("t-0").join(checkpoint::LEADER_EPOCH)).unwrap();
+        assert_eq!(text, "0\n2\n2 0\n5 8\n");
+    }
+
+    #[test]
+    fn no_segments_means_no_local_state() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            load(dir.path(), &tp(), cfg(1024), hints(None), false)
+                .unwrap()
+                .is_none()
+        );
+        fs::create_dir(dir.path().join("t-0")).unwrap();
+        assert!(
+            load(dir.path(), &tp(), cfg(1024), hints(None), false)
+                .unwrap()
+                .is_none()
+        );
+    }
+}
