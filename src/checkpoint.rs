@@ -20,45 +20,13 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
+pub use crate::protocol::TopicPartition;
+
 pub const REPLICATION_OFFSET: &str = "replication-offset-checkpoint";
 pub const RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
 pub const LEADER_EPOCH: &str = "leader-epoch-checkpoint";
 const VERSION: u32 = 0;
-
-/// A topic-partition.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-    /// The partition directory name, `<topic>-<partition>`.
-    pub fn dir_name(&self) -> String {
-        format!("{}-{}", self.topic, self.partition)
-    }
-    /// Parses a partition directory name, splitting at the last `-`.
-    pub fn parse_dir_name(name: &str) -> Option<TopicPartition> {
-        let (topic, p) = name.rsplit_once('-')?;
-        if topic.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        Some(TopicPartition::new(topic, p.parse().ok()?))
-    }
-}
-
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
 
 /// fsyncs a directory so that a rename or a file creation in it is durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {

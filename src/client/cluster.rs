@@ -2,7 +2,7 @@
 //! Also the request helpers that carry partition lists: ListOffsets and OffsetForLeaderEpoch.
 
 use super::connection::BrokerConnection;
-use crate::checkpoint::TopicPartition;
+use crate::protocol::TopicPartition;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::list_offsets::{self, ListOffsetsPartition};
 use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset, EpochRequest};

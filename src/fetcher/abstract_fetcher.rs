@@ -10,6 +10,7 @@
 //! 4. `process_partition_data` — through the [`ReplicaOps`], per partition, then the
 //!    partition's state advances to the offset after the last appended batch. Errors are per
 //!    partition: that partition backs off (delayed until T), the others go on.
+//!
 //! OffsetOutOfRange follows Kafka's follower rule; partitions whose leader is stale go back to
 //! the manager, which looks the leader up again.
 
@@ -341,8 +342,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             Err(e) => {
                 if shared.is_running() {
                     crate::log_warn!(
-                        "{}: fetch of {} partition(s) from {leader} failed: {e:#}; retrying in {:?}",
-                        self.name,
+                        "fetch of {} partition(s) from {leader} failed: {e:#}; retrying in {:?}",
                         requested.len(),
                         self.params.backoff
                     );
@@ -356,11 +356,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         };
         if !resp.error.is_ok() {
-            crate::log_warn!(
-                "{}: fetch from {leader} failed with {}",
-                self.name,
-                resp.error
-            );
+            crate::log_warn!("fetch from {leader} failed with {}", resp.error);
             let mut map = shared.lock();
             for tp in requested.keys() {
                 delay(&mut map, tp, self.params.backoff);
@@ -390,8 +386,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                 Ok(_) => Outcome::Unchanged,
                                 Err(e) => {
                                     crate::log_warn!(
-                                        "{}: {tp} at offset {fetch_offset}: {e:#}; backing off {:?}",
-                                        self.name,
+                                        "{tp} at offset {fetch_offset}: {e:#}; backing off {:?}",
                                         self.params.backoff
                                     );
                                     Outcome::Delay
@@ -404,8 +399,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         }
                         ErrorAction::Retry | ErrorAction::ResetSession => {
                             crate::log_warn!(
-                                "{}: {tp}: leader answered {}; retrying in {:?}",
-                                self.name,
+                                "{tp}: leader answered {}; retrying in {:?}",
                                 data.error,
                                 self.params.backoff
                             );
@@ -413,8 +407,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         }
                         ErrorAction::Fatal => {
                             crate::log_error!(
-                                "{}: {tp}: leader answered {}; retrying in {:?}",
-                                self.name,
+                                "{tp}: leader answered {}; retrying in {:?}",
                                 data.error,
                                 self.params.backoff * 30
                             );
@@ -452,10 +445,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
 
     /// Removes the partition and asks the manager to look its leader up again.
     fn hand_back(&mut self, tp: &TopicPartition, reason: String) {
-        crate::log_info!(
-            "{}: {tp}: {reason}; handing it back for a leader lookup",
-            self.name
-        );
+        crate::log_info!("{tp}: {reason}; handing it back for a leader lookup");
         self.shared.remove_partition(tp);
         let _ = self.events.send(FetcherEvent::NeedsLeader {
             tp: tp.clone(),
@@ -487,8 +477,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             None => self.replica.log_start_offset(tp).unwrap_or(0),
         };
         crate::log_warn!(
-            "{}: {tp}: leader reports divergence at epoch {} offset {}; truncating to {target}",
-            self.name,
+            "{tp}: leader reports divergence at epoch {} offset {}; truncating to {target}",
             d.epoch,
             d.end_offset
         );
@@ -498,7 +487,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 self.set_offset(tp, end, FetchStatus::Fetching);
             }
             Err(e) => {
-                crate::log_error!("{}: {tp}: truncation failed: {e:#}", self.name);
+                crate::log_error!("{tp}: truncation failed: {e:#}");
                 self.delay_one(tp);
             }
         }
@@ -543,8 +532,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         match result {
             Ok(Some((offset, what))) => {
                 crate::log_warn!(
-                    "{}: {tp}: OFFSET_OUT_OF_RANGE at {local_end}: {what}; fetching from {offset}",
-                    self.name
+                    "{tp}: OFFSET_OUT_OF_RANGE at {local_end}: {what}; fetching from {offset}"
                 );
                 let end = self.replica.log_end_offset(tp).unwrap_or(offset);
                 self.set_offset(tp, end, FetchStatus::Fetching);
@@ -558,10 +546,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 "leader moved while resolving OFFSET_OUT_OF_RANGE".into(),
             ),
             Err(e) => {
-                crate::log_warn!(
-                    "{}: {tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}",
-                    self.name
-                );
+                crate::log_warn!("{tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}");
                 self.leader.close();
                 self.delay_one(tp);
             }
@@ -588,11 +573,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let diverging = match self.leader.supports_diverging_epoch() {
             Ok(d) => d,
             Err(e) => {
-                crate::log_warn!(
-                    "{}: cannot reach {}: {e:#}",
-                    self.name,
-                    self.leader.describe()
-                );
+                crate::log_warn!("cannot reach {}: {e:#}", self.leader.describe());
                 self.leader.close();
                 for (tp, _) in &truncating {
                     self.delay_one(tp);
@@ -631,8 +612,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     };
                     if target < end {
                         crate::log_warn!(
-                            "{}: {tp}: leader's epoch {leader_epoch} ends at {leader_end}; truncating {end} → {target}",
-                            self.name
+                            "{tp}: leader's epoch {leader_epoch} ends at {leader_end}; truncating {end} → {target}"
                         );
                     }
                     match self.replica.truncate(&tp, target) {
@@ -641,13 +621,13 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                             self.set_offset(&tp, new_end, FetchStatus::Fetching);
                         }
                         Err(e) => {
-                            crate::log_error!("{}: {tp}: truncation failed: {e:#}", self.name);
+                            crate::log_error!("{tp}: truncation failed: {e:#}");
                             self.delay_one(&tp);
                         }
                     }
                 }
                 Err(e) => {
-                    crate::log_warn!("{}: {tp}: OffsetForLeaderEpoch failed: {e:#}", self.name);
+                    crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
                     self.leader.close();
                     self.delay_one(&tp);
                 }

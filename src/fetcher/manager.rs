@@ -42,6 +42,9 @@ struct FetcherThread {
     thread: ShutdownableThread,
 }
 
+/// Partitions to hand to one fetcher: (partition, start position, leader epoch).
+type NewPartitions = Vec<(TopicPartition, StartPosition, i32)>;
+
 /// Where a partition is being fetched from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Assignment {
@@ -55,6 +58,8 @@ pub struct FetcherManager {
     logs: Arc<LogManager>,
     fetchers: BTreeMap<(i32, usize), FetcherThread>,
     assigned: BTreeMap<TopicPartition, Assignment>,
+    /// Where partitions handed back by their fetcher were fetched from, until reassigned.
+    handed_back: BTreeMap<TopicPartition, Assignment>,
     metadata: ClusterMetadata,
     events_tx: Sender<ManagerEvent>,
     events_rx: Receiver<ManagerEvent>,
@@ -95,6 +100,7 @@ impl FetcherManager {
             logs,
             fetchers: BTreeMap::new(),
             assigned: BTreeMap::new(),
+            handed_back: BTreeMap::new(),
             metadata: ClusterMetadata::default(),
             events_tx,
             events_rx,
@@ -128,7 +134,9 @@ impl FetcherManager {
             match event {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader { tp, .. })) => {
-                    self.assigned.remove(&tp);
+                    if let Some(a) = self.assigned.remove(&tp) {
+                        self.handed_back.insert(tp, a);
+                    }
                     // Metadata may lag a leader change: look again after a backoff.
                     next_refresh = next_refresh.min(Instant::now() + backoff);
                     continue;
@@ -214,8 +222,7 @@ impl FetcherManager {
         self.refresh_metadata()?;
         let (wanted, mut complete) = self.wanted();
         let n = self.cfg.fetch.fetchers_per_broker;
-        let mut to_add: BTreeMap<(i32, usize), Vec<(TopicPartition, StartPosition, i32)>> =
-            BTreeMap::new();
+        let mut to_add: BTreeMap<(i32, usize), NewPartitions> = BTreeMap::new();
         for (tp, start) in wanted {
             let Some(leader) = self.metadata.leader(&tp) else {
                 continue;
@@ -239,6 +246,11 @@ impl FetcherManager {
                 if let Some(f) = self.fetchers.get(&(old.broker, old.fetcher_id)) {
                     f.shared.remove_partition(&tp);
                 }
+                self.handed_back.insert(tp.clone(), old);
+            }
+            if let Some(old) = self.handed_back.get(&tp)
+                && (old.broker, old.leader_epoch) != (target.broker, target.leader_epoch)
+            {
                 crate::log_info!(
                     "{tp}: leader is now broker {} (epoch {}), was broker {} (epoch {})",
                     target.broker,
@@ -260,6 +272,7 @@ impl FetcherManager {
                     Ok(st) => {
                         self.reported
                             .retain(|k| !k.starts_with(&format!("init-{tp}")));
+                        self.handed_back.remove(&tp);
                         self.assigned.insert(
                             tp.clone(),
                             Assignment {
@@ -390,11 +403,13 @@ impl FetcherManager {
             .broker_addr(broker)
             .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?
             .to_string();
-        if !conns.contains_key(&broker) {
-            let c = BrokerConnection::connect(&addr, &self.cfg.client_id, 64 << 20)?;
-            conns.insert(broker, c);
-        }
-        let conn = conns.get_mut(&broker).context("connection vanished")?;
+        let conn =
+            match conns.entry(broker) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(
+                    BrokerConnection::connect(&addr, &self.cfg.client_id, 64 << 20)?,
+                ),
+            };
         let iso = self.cfg.fetch.isolation.level();
         let ts = start.list_offsets_timestamp();
         let mut offset = match cluster::list_offset(conn, iso, tp, epoch, ts)? {

@@ -8,6 +8,7 @@
 //! - every kept batch's CRC must verify;
 //! - a partial batch at the end is dropped (it is fetched again whole next time); a corrupt
 //!   tail (bad size or magic) is an error.
+//!
 //! Any failure rejects the whole response for that partition: nothing is written, the
 //! partition backs off and fetches again.
 

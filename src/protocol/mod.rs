@@ -19,6 +19,40 @@ pub mod offset_for_leader_epoch;
 
 use codec::{DecodeResult, Reader, Writer};
 
+/// A topic-partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+    /// The partition directory name, `<topic>-<partition>`.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+    /// Parses a partition directory name, splitting at the last `-`.
+    pub fn parse_dir_name(name: &str) -> Option<TopicPartition> {
+        let (topic, p) = name.rsplit_once('-')?;
+        if topic.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(TopicPartition::new(topic, p.parse().ok()?))
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
 /// The APIs a follower speaks, with the versions this code can encode and decode, and the first
 /// flexible version of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -7,6 +7,8 @@
 //! install). `leaders.py` starts a leader and takes JSON commands on stdin.
 #![allow(dead_code)]
 
+pub mod test_leader;
+
 use fs2::FileExt;
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::client::BrokerConnection;

@@ -1,0 +1,200 @@
+//! The command-line contract: exit codes, errors that name the key and line, `--help` on
+//! every subcommand, the data-dir lock, and `status --json`'s shape.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(support::bin())
+        .args(args)
+        .output()
+        .expect("run binary");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_on_every_subcommand() {
+    for cmd in ["run", "status", "dump", "offsets", "verify", "check-config"] {
+        let (code, out, _) = run(&[cmd, "--help"]);
+        assert_eq!(code, Some(0), "{cmd} --help");
+        assert!(
+            out.contains(&format!("replica-follower {cmd}")),
+            "{cmd} --help says: {out}"
+        );
+    }
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("Exit codes"));
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    assert_eq!(run(&[]).0, Some(2));
+    assert_eq!(run(&["frobnicate"]).0, Some(2));
+    assert_eq!(run(&["status"]).0, Some(2));
+    assert_eq!(run(&["status", "--data-dir"]).0, Some(2));
+    assert_eq!(run(&["status", "--data-dir", "/x", "--bogus"]).0, Some(2));
+    let (code, _, err) = run(&[
+        "offsets",
+        "--data-dir",
+        "/x",
+        "--topic",
+        "t",
+        "--partition",
+        "zero",
+        "--time",
+        "-1",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--partition"), "{err}");
+}
+
+#[test]
+fn config_errors_exit_2_naming_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.toml");
+    let cases = [
+        (
+            "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\n[[follow]]\ntopic = \"t\"\n[fetch]\nmax_wait_ms = -5\n",
+            "max_wait_ms",
+            "line 6",
+        ),
+        (
+            "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\n[[follow]]\ntopic = \"t\"\n[log]\nsegment_bytes = \"big\"\n",
+            "segment_bytes",
+            "line 6",
+        ),
+        (
+            "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\nretention = 5\n[[follow]]\ntopic = \"t\"\n",
+            "retention",
+            "line 3",
+        ),
+        (
+            "data_dir = \"/d\"\nbootstrap_servers = [\"h\"]\n[[follow]]\ntopic = \"t\"\n",
+            "bootstrap_servers",
+            "line 2",
+        ),
+    ];
+    for (text, key, line) in cases {
+        std::fs::write(&p, text).unwrap();
+        for cmd in ["check-config", "run"] {
+            let (code, _, err) = run(&[cmd, "--config", p.to_str().unwrap()]);
+            assert_eq!(code, Some(2), "{cmd} {text:?}: {err}");
+            assert!(
+                err.contains(key) && err.contains(line) && err.contains("c.toml"),
+                "{cmd}: {err}"
+            );
+        }
+    }
+    let (code, _, err) = run(&["check-config", "--config", "/nonexistent/x.toml"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/nonexistent/x.toml"), "{err}");
+    std::fs::write(
+        &p,
+        "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\n[[follow]]\ntopic = \"t\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        run(&["check-config", "--config", p.to_str().unwrap()]).0,
+        Some(0)
+    );
+}
+
+#[test]
+fn a_second_daemon_on_the_same_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // Nothing listens on port 1: the first daemon runs and retries, holding the lock.
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        "127.0.0.1:1",
+        "[[follow]]\ntopic = \"t\"\n",
+        "",
+    );
+    let mut first = support::Daemon::start(&cfg);
+    support::wait_until(
+        Duration::from_secs(10),
+        "the first daemon to take the lock",
+        || first.log_text().contains("following"),
+    );
+    let (code, _, err) = run(&["run", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("locked") && err.contains(".lock"), "{err}");
+    assert!(first.is_running());
+    assert_eq!(first.stop().code(), Some(0));
+    // Once the first is gone, the lock is free again.
+    let mut second = support::Daemon::start(&cfg);
+    support::wait_until(
+        Duration::from_secs(10),
+        "the second daemon to start",
+        || second.log_text().matches("following").count() >= 2,
+    );
+    assert_eq!(second.stop().code(), Some(0));
+}
+
+#[test]
+fn status_json_has_the_contract_fields() {
+    let leader = support::test_leader::TestLeader::start("audit", 1);
+    leader.append(0, 300, 30);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        &leader.addr(),
+        "[[follow]]\ntopic = \"audit\"\n",
+        "[checkpoint]\ninterval_ms = 100\n",
+    );
+    let mut d = support::Daemon::start(&cfg);
+    support::wait_until(Duration::from_secs(20), "catch-up", || {
+        support::log_end(&data, "audit", 0) == 300
+    });
+    assert_eq!(d.stop().code(), Some(0));
+    let st = support::status(&data);
+    let parts = st["partitions"].as_array().expect("partitions array");
+    assert_eq!(parts.len(), 1);
+    let p = &parts[0];
+    for key in [
+        "topic",
+        "partition",
+        "log_start_offset",
+        "log_end_offset",
+        "high_watermark",
+        "recovery_point",
+        "leader_epoch",
+        "segments",
+        "size_bytes",
+    ] {
+        assert!(p.get(key).is_some(), "status --json lacks {key}: {p}");
+    }
+    assert_eq!(p["topic"], "audit");
+    assert_eq!(p["log_end_offset"], 300);
+    assert_eq!(p["high_watermark"], 300);
+    assert_eq!(p["recovery_point"], 300);
+    assert_eq!(p["log_start_offset"], 0);
+    assert_eq!(
+        p["size_bytes"].as_u64(),
+        Some(leader.log_bytes(0).len() as u64)
+    );
+    let (code, text, _) = run(&["status", "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("audit-0"), "{text}");
+    let (code, _, err) = run(&["status", "--data-dir", "/nonexistent/dir"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("/nonexistent/dir"), "{err}");
+}
+
+#[test]
+fn the_shipped_example_config_is_valid() {
+    let p = support::manifest_dir().join("systemd/follower.toml.example");
+    let (code, out, err) = run(&["check-config", "--config", p.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("2 topic(s)"), "{out}");
+}

@@ -1,0 +1,1050 @@
+//! An in-process Kafka "leader" for integration tests: one broker (node id 1) holding one topic,
+//! served over real TCP on 127.0.0.1 with the crate's own codec, so a test can drive the
+//! follower against a leader whose log it controls byte for byte and which can misbehave in
+//! ways a real broker never does.
+//!
+//! # What it speaks
+//! - **ApiVersions** v0–3 (the top can be lowered with [`TestLeader::set_api_versions_max`]). A
+//!   request above the top is answered, like Kafka does, with a v0 body: error 35
+//!   (UNSUPPORTED_VERSION) and one entry `(18, 0, top)`.
+//! - **Metadata** v1–12: broker 1 at `127.0.0.1:port`; the topic with each partition led by 1 at
+//!   its current leader epoch; any other topic gets error 3. A null topic list means all topics.
+//! - **ListOffsets** v1–7: -2 → log start, -1 → log end (= high watermark), -3 → the last record,
+//!   a timestamp → the first record whose timestamp is at or after it (-1 when none).
+//! - **Fetch** v4–12 (advertised range set by [`TestLeader::set_fetch_versions`], default 4–12):
+//!   whole batches from the one holding the fetch offset, up to the partition's max bytes but at
+//!   least one; high watermark = log end; error 1 outside `[log start, log end]`. An answer with
+//!   no data, no error and no divergence waits up to `min(max_wait_ms, 200)` ms for an append.
+//!   At v12, a request with `last_fetched_epoch >= 0` is checked like Kafka does: when the leader's
+//!   end offset for that epoch is below the fetch offset (or the epoch is not in its history)
+//!   the answer carries `DivergingEpoch` and no records.
+//! - **OffsetForLeaderEpoch** v2–4, answered from the leader's epoch history like Kafka's
+//!   `LeaderEpochFileCache::endOffsetFor`: the current epoch → log end; an older epoch → the
+//!   largest known epoch at or below it, ending where the next one starts; an epoch above the
+//!   current one → -1/-1.
+//!
+//! Any other API key, a version outside the ranges above, or a request that cannot be decoded
+//! closes the connection without an answer (as a broker does); nothing a client sends can make
+//! the leader panic.
+//!
+//! # The log
+//! [`TestLeader::append`] builds uncompressed v2 batches with `build_v2_batch`: epoch = the
+//! partition's current leader epoch, key `key-<offset>` (null for every offset ≡ 3 mod 4), value
+//! `value-p<partition>-o<offset>-e<epoch>`, timestamps from 1_700_000_000_000 rising by 1 ms a
+//! record and never reused, even after a truncation. The high watermark is always the log end.
+//!
+//! # Faults it injects
+//! Each armed fault is consumed by the responses it hits; the log itself is never altered.
+//! - [`corrupt_next_fetches`](TestLeader::corrupt_next_fetches): the next n fetch answers that
+//!   carry data for the partition have one byte inverted in the middle of the *first* batch's
+//!   records, so that batch's header still parses but its CRC-32C fails.
+//! - [`partial_next_fetches`](TestLeader::partial_next_fetches): the next n data-carrying answers
+//!   for the partition are cut halfway through their *last* batch (at least 30 bytes of it stay,
+//!   so its header is readable and the batch is "partial", not "corrupt").
+//! - [`error_next_fetches`](TestLeader::error_next_fetches): the next n fetch answers for the
+//!   partition carry the given partition-level error code and no records (high watermark and
+//!   log start are still filled in). Applied before any other check.
+//! - [`drop_next_requests`](TestLeader::drop_next_requests): the next n requests of any API, on
+//!   any connection, are read and then the connection is closed without an answer.
+//! - [`garbage_next_fetches`](TestLeader::garbage_next_fetches): the next n Fetch requests get a
+//!   correctly framed answer with the right correlation id whose body is malformed; the kinds
+//!   alternate, starting with the first: (a) a partitions array count of -5 (at v12, where a
+//!   compact count cannot be negative, a count of 268 million), (b) a records length of 1000
+//!   with only 3 bytes behind it.
+//! - [`truncate_and_bump_epoch`](TestLeader::truncate_and_bump_epoch): an unclean leader
+//!   election: the log loses its tail and the leader epoch goes up, so a follower that had the
+//!   tail must find its divergence point.
+//!
+//! Dropping the [`TestLeader`] stops accepting connections and closes the open ones.
+
+#![allow(dead_code)]
+
+use replica_follower::protocol::ApiKey;
+use replica_follower::protocol::codec::{DecodeResult, Reader, Writer};
+use replica_follower::protocol::error::ErrorCode;
+use replica_follower::protocol::fetch::{
+    self, DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
+};
+use replica_follower::protocol::list_offsets::{self, ListOffsetsPartitionResponse};
+use replica_follower::protocol::metadata::{
+    self, Broker, MetadataResponse, PartitionMetadata, TopicMetadata,
+};
+use replica_follower::protocol::offset_for_leader_epoch::{self, EpochEndOffset};
+use replica_follower::record::BatchHeader;
+use replica_follower::record::batch::V2_HEADER_SIZE;
+use replica_follower::record::records::{NewRecord, build_v2_batch};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// The leader's node id.
+pub const NODE_ID: i32 = 1;
+/// Timestamp of the first record appended to each partition.
+pub const FIRST_TIMESTAMP: i64 = 1_700_000_000_000;
+/// Longest wait before answering a fetch that has nothing to return.
+const MAX_EMPTY_FETCH_WAIT_MS: i32 = 200;
+/// Larger request frames close the connection.
+const MAX_REQUEST_BYTES: i32 = 64 << 20;
+
+/// An in-process Kafka leader; see the module documentation.
+pub struct TestLeader {
+    shared: Arc<Shared>,
+    accept_thread: Option<JoinHandle<()>>,
+}
+
+/// What the accept loop, the connection threads and the test share.
+struct Shared {
+    port: u16,
+    state: Mutex<State>,
+    /// Notified on every append (and on shutdown) to wake fetches waiting for data.
+    appended: Condvar,
+    stopping: AtomicBool,
+    next_connection_id: AtomicU64,
+    /// A handle on every open connection, so dropping the leader can close them.
+    connections: Mutex<HashMap<u64, TcpStream>>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn connections(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+struct State {
+    topic: String,
+    partitions: Vec<PartitionLog>,
+    fetch_versions: (i16, i16),
+    api_versions_max: i16,
+    drop_requests: usize,
+    garbage_fetches: usize,
+    garbage_served: usize,
+    fetch_requests: usize,
+}
+
+/// One stored batch.
+struct Batch {
+    header: BatchHeader,
+    /// Timestamp of its first record; record i has `first_timestamp + i`.
+    first_timestamp: i64,
+    bytes: Vec<u8>,
+}
+
+struct PartitionLog {
+    batches: Vec<Batch>,
+    log_start: i64,
+    log_end: i64,
+    leader_epoch: i32,
+    /// (epoch, start offset), ascending, like Kafka's leader-epoch cache.
+    epochs: Vec<(i32, i64)>,
+    next_timestamp: i64,
+    corrupt_fetches: usize,
+    partial_fetches: usize,
+    error_fetches: Option<(i16, usize)>,
+    served_offsets: Vec<i64>,
+}
+
+impl PartitionLog {
+    fn new() -> Self {
+        PartitionLog {
+            batches: Vec::new(),
+            log_start: 0,
+            log_end: 0,
+            leader_epoch: 0,
+            epochs: vec![(0, 0)],
+            next_timestamp: FIRST_TIMESTAMP,
+            corrupt_fetches: 0,
+            partial_fetches: 0,
+            error_fetches: None,
+            served_offsets: Vec::new(),
+        }
+    }
+
+    fn append(&mut self, partition: i32, records: usize, records_per_batch: usize) {
+        let mut left = records;
+        while left > 0 {
+            let n = left.min(records_per_batch.max(1));
+            let base = self.log_end;
+            let epoch = self.leader_epoch;
+            let first_timestamp = self.next_timestamp;
+            let owned: Vec<(Option<Vec<u8>>, Vec<u8>)> = (0..n as i64)
+                .map(|i| {
+                    let offset = base + i;
+                    let key = (offset % 4 != 3).then(|| format!("key-{offset}").into_bytes());
+                    let value = format!("value-p{partition}-o{offset}-e{epoch}").into_bytes();
+                    (key, value)
+                })
+                .collect();
+            let records: Vec<NewRecord<'_>> = owned
+                .iter()
+                .enumerate()
+                .map(|(i, (key, value))| NewRecord {
+                    key: key.as_deref(),
+                    value: Some(value),
+                    timestamp: first_timestamp + i as i64,
+                })
+                .collect();
+            let bytes = build_v2_batch(base, epoch, &records);
+            let header = BatchHeader::parse(&bytes, usize::MAX)
+                .expect("build_v2_batch made a batch that does not parse");
+            self.batches.push(Batch {
+                header,
+                first_timestamp,
+                bytes,
+            });
+            self.log_end = header.last_offset + 1;
+            self.next_timestamp += n as i64;
+            left -= n;
+        }
+    }
+
+    fn log_bytes(&self) -> Vec<u8> {
+        self.batches.iter().flat_map(|b| b.bytes.clone()).collect()
+    }
+
+    fn delete_records_before(&mut self, offset: i64) {
+        let new_start = offset.min(self.log_end);
+        if new_start <= self.log_start {
+            return;
+        }
+        self.batches.retain(|b| b.header.last_offset >= new_start);
+        self.log_start = new_start;
+        // Like Kafka's truncateFromStart: epochs that ended before the new start go; the one
+        // holding it now starts there.
+        while self.epochs.len() > 1 && self.epochs.get(1).is_some_and(|&(_, s)| s <= new_start) {
+            self.epochs.remove(0);
+        }
+        if let Some(first) = self.epochs.first_mut() {
+            first.1 = first.1.max(new_start);
+        }
+    }
+
+    fn truncate_and_bump_epoch(&mut self, offset: i64) {
+        if let Some(i) = self
+            .batches
+            .iter()
+            .position(|b| b.header.last_offset >= offset)
+        {
+            let cut_at = self.batches.get(i).map_or(offset, |b| b.header.base_offset);
+            self.batches.truncate(i);
+            self.log_end = cut_at.max(self.log_start);
+        }
+        let end = self.log_end;
+        self.epochs.retain(|&(_, start)| start < end);
+        self.leader_epoch += 1;
+        self.epochs.push((self.leader_epoch, end));
+    }
+
+    /// Kafka's `LeaderEpochFileCache::endOffsetFor`: (epoch, end offset), or (-1, -1).
+    fn end_offset_for(&self, requested: i32) -> (i32, i64) {
+        if requested < 0 {
+            return (-1, -1);
+        }
+        if self.epochs.last().map(|&(e, _)| e) == Some(requested) {
+            return (requested, self.log_end);
+        }
+        let higher = self.epochs.iter().find(|&&(e, _)| e > requested);
+        let floor = self.epochs.iter().rev().find(|&&(e, _)| e <= requested);
+        match (floor, higher) {
+            (_, None) => (-1, -1),
+            (None, Some(&(_, next_start))) => (requested, next_start),
+            (Some(&(epoch, _)), Some(&(_, next_start))) => (epoch, next_start),
+        }
+    }
+
+    /// Whole batches from the one holding `offset`, up to `max_bytes` but at least one.
+    fn read(&self, offset: i64, max_bytes: i32) -> Vec<u8> {
+        let limit = usize::try_from(max_bytes).unwrap_or(0);
+        let mut out = Vec::new();
+        for b in self
+            .batches
+            .iter()
+            .filter(|b| b.header.last_offset >= offset)
+        {
+            if !out.is_empty() && out.len() + b.bytes.len() > limit {
+                break;
+            }
+            out.extend_from_slice(&b.bytes);
+        }
+        out
+    }
+
+    /// ListOffsets for one timestamp: (timestamp, offset, leader epoch).
+    fn offset_for_timestamp(&self, timestamp: i64) -> (i64, i64, i32) {
+        match timestamp {
+            list_offsets::EARLIEST => (-1, self.log_start, self.epoch_of(self.log_start)),
+            list_offsets::LATEST => (-1, self.log_end, self.leader_epoch),
+            -3 => match self.batches.last() {
+                Some(b) => (
+                    b.header.max_timestamp,
+                    b.header.last_offset,
+                    b.header.partition_leader_epoch,
+                ),
+                None => (-1, -1, -1),
+            },
+            ts => {
+                let found = self
+                    .batches
+                    .iter()
+                    .find(|b| b.header.max_timestamp >= ts)
+                    .map(|b| {
+                        let i = ts.saturating_sub(b.first_timestamp).max(0);
+                        let offset = (b.header.base_offset + i).max(self.log_start);
+                        let i = offset - b.header.base_offset;
+                        (
+                            b.first_timestamp + i,
+                            offset,
+                            b.header.partition_leader_epoch,
+                        )
+                    });
+                found.unwrap_or((-1, -1, -1))
+            }
+        }
+    }
+
+    fn epoch_of(&self, offset: i64) -> i32 {
+        self.batches
+            .iter()
+            .find(|b| b.header.contains(offset))
+            .map_or(self.leader_epoch, |b| b.header.partition_leader_epoch)
+    }
+
+    fn take_injected_error(&mut self) -> Option<i16> {
+        let (code, left) = self.error_fetches.as_mut()?;
+        let code = *code;
+        *left -= 1;
+        if *left == 0 {
+            self.error_fetches = None;
+        }
+        Some(code)
+    }
+
+    /// Applies the armed corrupt / partial faults to a data-carrying answer.
+    fn apply_data_faults(&mut self, records: &mut Vec<u8>) {
+        if self.corrupt_fetches > 0 {
+            self.corrupt_fetches -= 1;
+            corrupt_first_batch(records);
+        }
+        if self.partial_fetches > 0 {
+            self.partial_fetches -= 1;
+            cut_last_batch(records);
+        }
+    }
+}
+
+/// Inverts one byte in the middle of the first batch's records (covered by the CRC-32C).
+fn corrupt_first_batch(records: &mut [u8]) {
+    let Ok(h) = BatchHeader::parse(records, usize::MAX) else {
+        return;
+    };
+    let at = V2_HEADER_SIZE + h.size_in_bytes.saturating_sub(V2_HEADER_SIZE) / 2;
+    if at < h.size_in_bytes
+        && let Some(b) = records.get_mut(at)
+    {
+        *b ^= 0xff;
+    }
+}
+
+/// Cuts the record set halfway through its last batch.
+fn cut_last_batch(records: &mut Vec<u8>) {
+    let mut pos = 0;
+    let mut last = None;
+    while let Some(Ok(h)) = records
+        .get(pos..)
+        .map(|r| BatchHeader::parse(r, usize::MAX))
+    {
+        last = Some((pos, h.size_in_bytes));
+        pos += h.size_in_bytes;
+    }
+    if let Some((start, size)) = last {
+        records.truncate(start + size / 2);
+    }
+}
+
+/// One partition's fetch answer, owning its records until the response is encoded.
+struct FetchAnswer {
+    partition: i32,
+    error: i16,
+    high_watermark: i64,
+    log_start: i64,
+    diverging: Option<DivergingEpoch>,
+    records: Vec<u8>,
+}
+
+impl FetchAnswer {
+    /// Whether the answer is worth sending without waiting for more data.
+    fn is_complete(&self) -> bool {
+        !self.records.is_empty() || self.error != 0 || self.diverging.is_some()
+    }
+}
+
+impl State {
+    fn log(&self, partition: i32) -> Option<&PartitionLog> {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+
+    fn log_mut(&mut self, partition: i32) -> Option<&mut PartitionLog> {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.partitions.get_mut(i))
+    }
+
+    /// The versions this leader serves for `api` (the intersection of what it advertises and
+    /// what the codec speaks).
+    fn served_versions(&self, api: ApiKey) -> (i16, i16) {
+        match api {
+            ApiKey::Fetch => (self.fetch_versions.0.max(4), self.fetch_versions.1.min(12)),
+            ApiKey::ApiVersions => (0, self.api_versions_max),
+            other => other.supported(),
+        }
+    }
+
+    fn answer_fetch_partition(
+        &mut self,
+        topic: &str,
+        p: &FetchPartition,
+        version: i16,
+    ) -> FetchAnswer {
+        let mut answer = FetchAnswer {
+            partition: p.partition,
+            error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0,
+            high_watermark: -1,
+            log_start: -1,
+            diverging: None,
+            records: Vec::new(),
+        };
+        if topic != self.topic {
+            return answer;
+        }
+        let Some(log) = self.log_mut(p.partition) else {
+            return answer;
+        };
+        answer.error = ErrorCode::NONE.0;
+        answer.high_watermark = log.log_end;
+        answer.log_start = log.log_start;
+        if let Some(code) = log.take_injected_error() {
+            answer.error = code;
+            return answer;
+        }
+        if version >= 12 && p.last_fetched_epoch >= 0 {
+            let (epoch, end_offset) = log.end_offset_for(p.last_fetched_epoch);
+            if epoch < 0 || end_offset < 0 || p.fetch_offset < log.log_start {
+                answer.error = ErrorCode::OFFSET_OUT_OF_RANGE.0;
+                return answer;
+            }
+            if epoch < p.last_fetched_epoch || end_offset < p.fetch_offset {
+                answer.diverging = Some(DivergingEpoch { epoch, end_offset });
+                return answer;
+            }
+        }
+        if p.fetch_offset < log.log_start || p.fetch_offset > log.log_end {
+            answer.error = ErrorCode::OFFSET_OUT_OF_RANGE.0;
+            return answer;
+        }
+        answer.records = log.read(p.fetch_offset, p.partition_max_bytes);
+        if !answer.records.is_empty() {
+            log.apply_data_faults(&mut answer.records);
+        }
+        answer
+    }
+
+    fn answer_fetch(
+        &mut self,
+        req: &FetchRequest,
+        version: i16,
+    ) -> Vec<(String, Vec<FetchAnswer>)> {
+        req.topics
+            .iter()
+            .map(|(topic, parts)| {
+                let answers = parts
+                    .iter()
+                    .map(|p| self.answer_fetch_partition(topic, p, version))
+                    .collect();
+                (topic.clone(), answers)
+            })
+            .collect()
+    }
+}
+
+impl TestLeader {
+    /// Starts a leader for `topic` with `partitions` empty partitions on 127.0.0.1, any port.
+    pub fn start(topic: &str, partitions: i32) -> TestLeader {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("test leader: bind 127.0.0.1:0");
+        let port = listener
+            .local_addr()
+            .expect("test leader: local address")
+            .port();
+        let state = State {
+            topic: topic.to_string(),
+            partitions: (0..partitions.max(0))
+                .map(|_| PartitionLog::new())
+                .collect(),
+            fetch_versions: (4, 12),
+            api_versions_max: 3,
+            drop_requests: 0,
+            garbage_fetches: 0,
+            garbage_served: 0,
+            fetch_requests: 0,
+        };
+        let shared = Arc::new(Shared {
+            port,
+            state: Mutex::new(state),
+            appended: Condvar::new(),
+            stopping: AtomicBool::new(false),
+            next_connection_id: AtomicU64::new(0),
+            connections: Mutex::new(HashMap::new()),
+        });
+        let accept_shared = Arc::clone(&shared);
+        let accept_thread = thread::Builder::new()
+            .name("test-leader-accept".into())
+            .spawn(move || accept_loop(accept_shared, listener))
+            .expect("test leader: spawn accept thread");
+        TestLeader {
+            shared,
+            accept_thread: Some(accept_thread),
+        }
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.shared.port)
+    }
+
+    fn with_log<R>(&self, partition: i32, f: impl FnOnce(&mut PartitionLog) -> R) -> R {
+        let mut state = self.shared.state();
+        let n = state.partitions.len();
+        let log = state
+            .log_mut(partition)
+            .unwrap_or_else(|| panic!("test leader has partitions 0..{n}, not {partition}"));
+        f(log)
+    }
+
+    /// Appends `records` records in batches of `records_per_batch` at the current leader epoch,
+    /// and wakes fetches waiting for data.
+    pub fn append(&self, partition: i32, records: usize, records_per_batch: usize) {
+        self.with_log(partition, |log| {
+            log.append(partition, records, records_per_batch)
+        });
+        self.shared.appended.notify_all();
+    }
+
+    /// Every batch of the partition, concatenated, exactly as fetches serve them.
+    pub fn log_bytes(&self, partition: i32) -> Vec<u8> {
+        self.with_log(partition, |log| log.log_bytes())
+    }
+
+    pub fn log_start(&self, partition: i32) -> i64 {
+        self.with_log(partition, |log| log.log_start)
+    }
+
+    /// The log end offset, which is also the high watermark.
+    pub fn log_end(&self, partition: i32) -> i64 {
+        self.with_log(partition, |log| log.log_end)
+    }
+
+    /// Moves the log start up to `offset` (at most the log end; never down) and drops the
+    /// batches that end before it. A batch holding `offset` stays, as in Kafka.
+    pub fn delete_records_before(&self, partition: i32, offset: i64) {
+        self.with_log(partition, |log| log.delete_records_before(offset));
+    }
+
+    /// Drops every batch whose last offset is ≥ `offset` (the log end becomes the base of the
+    /// first batch dropped) and raises the leader epoch by one, starting at the new log end.
+    pub fn truncate_and_bump_epoch(&self, partition: i32, offset: i64) {
+        self.with_log(partition, |log| log.truncate_and_bump_epoch(offset));
+    }
+
+    pub fn leader_epoch(&self, partition: i32) -> i32 {
+        self.with_log(partition, |log| log.leader_epoch)
+    }
+
+    /// The next `n` fetch answers carrying data for `partition` get a corrupt first batch.
+    pub fn corrupt_next_fetches(&self, partition: i32, n: usize) {
+        self.with_log(partition, |log| log.corrupt_fetches = n);
+    }
+
+    /// The next `n` fetch answers carrying data for `partition` end inside their last batch.
+    pub fn partial_next_fetches(&self, partition: i32, n: usize) {
+        self.with_log(partition, |log| log.partial_fetches = n);
+    }
+
+    /// The next `n` fetch answers for `partition` carry `error_code` and no records.
+    pub fn error_next_fetches(&self, partition: i32, error_code: i16, n: usize) {
+        self.with_log(partition, |log| {
+            log.error_fetches = (n > 0).then_some((error_code, n));
+        });
+    }
+
+    /// The next `n` requests (any API, any connection) close their connection unanswered.
+    pub fn drop_next_requests(&self, n: usize) {
+        self.shared.state().drop_requests = n;
+    }
+
+    /// The next `n` Fetch requests get a well-framed answer with a malformed body.
+    pub fn garbage_next_fetches(&self, n: usize) {
+        self.shared.state().garbage_fetches = n;
+    }
+
+    /// The Fetch range advertised in ApiVersions (default 4..=12). Requests outside it, or
+    /// outside 4..=12, close the connection.
+    pub fn set_fetch_versions(&self, min: i16, max: i16) {
+        self.shared.state().fetch_versions = (min, max);
+    }
+
+    /// The highest ApiVersions version answered normally (default and at most 3); a request
+    /// above it gets the error-35 v0 answer.
+    pub fn set_api_versions_max(&self, max: i16) {
+        self.shared.state().api_versions_max = max.clamp(0, 3);
+    }
+
+    /// Fetch requests answered so far (dropped ones do not count; garbage answers do).
+    pub fn fetch_requests(&self) -> usize {
+        self.shared.state().fetch_requests
+    }
+
+    /// The fetch offsets asked for `partition`, in order, one per answered Fetch request.
+    pub fn served_offsets(&self, partition: i32) -> Vec<i64> {
+        self.with_log(partition, |log| log.served_offsets.clone())
+    }
+}
+
+impl Drop for TestLeader {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.appended.notify_all();
+        // Wake the accept loop so it sees the flag; if even that fails, leave the thread be.
+        let woke = TcpStream::connect(("127.0.0.1", self.shared.port)).is_ok();
+        if let Some(t) = self.accept_thread.take()
+            && woke
+        {
+            let _ = t.join();
+        }
+        for (_, conn) in self.shared.connections().drain() {
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    for stream in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else {
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let id = shared.next_connection_id.fetch_add(1, Ordering::SeqCst);
+        if let Ok(handle) = stream.try_clone() {
+            shared.connections().insert(id, handle);
+        }
+        let conn_shared = Arc::clone(&shared);
+        let spawned = thread::Builder::new()
+            .name(format!("test-leader-conn-{id}"))
+            .spawn(move || serve_connection(conn_shared, stream, id));
+        if spawned.is_err() {
+            shared.connections().remove(&id);
+        }
+    }
+}
+
+fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, id: u64) {
+    let _ = stream.set_nodelay(true);
+    while let Some(request) = read_frame(&mut stream) {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        {
+            let mut state = shared.state();
+            if state.drop_requests > 0 {
+                state.drop_requests -= 1;
+                break;
+            }
+        }
+        let Some(response) = handle_request(&shared, &request) else {
+            break;
+        };
+        if stream.write_all(&response).is_err() {
+            break;
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    shared.connections().remove(&id);
+}
+
+/// Reads one size-prefixed request; `None` on EOF, I/O error or an out-of-bounds size.
+fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).ok()?;
+    let size = i32::from_be_bytes(size);
+    if !(0..=MAX_REQUEST_BYTES).contains(&size) {
+        return None;
+    }
+    let mut frame = vec![0u8; usize::try_from(size).ok()?];
+    stream.read_exact(&mut frame).ok()?;
+    Some(frame)
+}
+
+fn api_from_key(key: i16) -> Option<ApiKey> {
+    ApiKey::ALL.into_iter().find(|api| api.key() == key)
+}
+
+/// Answers one request frame with a whole response frame, or `None` to close the connection.
+fn handle_request(shared: &Shared, frame: &[u8]) -> Option<Vec<u8>> {
+    let mut r = Reader::new(frame);
+    let api_key = r.i16("api_key").ok()?;
+    let version = r.i16("api_version").ok()?;
+    let correlation_id = r.i32("correlation_id").ok()?;
+    r.nullable_string(false, "client_id").ok()?;
+    let api = api_from_key(api_key)?;
+    if api == ApiKey::ApiVersions {
+        // The body is not needed, and a version we do not know must still be answered.
+        let body = api_versions_body(&shared.state(), version);
+        return Some(frame_response(correlation_id, false, &body));
+    }
+    let (min, max) = shared.state().served_versions(api);
+    if !(min..=max).contains(&version) {
+        return None;
+    }
+    let flexible = api.is_flexible(version);
+    if flexible {
+        r.skip_tagged_fields("request header tags").ok()?;
+    }
+    let body = frame.get(r.position()..)?;
+    let answer = match api {
+        ApiKey::Fetch => handle_fetch(shared, body, version),
+        ApiKey::Metadata => handle_metadata(shared, body, version),
+        ApiKey::ListOffsets => handle_list_offsets(shared, body, version),
+        ApiKey::OffsetForLeaderEpoch => handle_offset_for_leader_epoch(shared, body, version),
+        ApiKey::ApiVersions => return None,
+    };
+    Some(frame_response(correlation_id, flexible, &answer.ok()?))
+}
+
+/// Size, correlation id, header tags when `header_tags`, body.
+fn frame_response(correlation_id: i32, header_tags: bool, body: &[u8]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.i32(0).i32(correlation_id).empty_tags(header_tags);
+    w.buf.extend_from_slice(body);
+    let size = (w.buf.len() - 4) as i32;
+    if let Some(s) = w.buf.get_mut(..4) {
+        s.copy_from_slice(&size.to_be_bytes());
+    }
+    w.buf
+}
+
+fn api_versions_body(state: &State, version: i16) -> Vec<u8> {
+    let mut w = Writer::new();
+    let top = state.api_versions_max;
+    if !(0..=top).contains(&version) {
+        // Kafka's answer to an ApiVersions version it does not know: a v0 body.
+        w.i16(ErrorCode::UNSUPPORTED_VERSION.0)
+            .i32(1)
+            .i16(ApiKey::ApiVersions.key())
+            .i16(0)
+            .i16(top);
+        return w.buf;
+    }
+    let flexible = version >= 3;
+    let (fetch_min, fetch_max) = state.fetch_versions;
+    let apis = [
+        (ApiKey::Fetch.key(), fetch_min, fetch_max),
+        (ApiKey::ListOffsets.key(), 1, 7),
+        (ApiKey::Metadata.key(), 1, 12),
+        (ApiKey::ApiVersions.key(), 0, top),
+        (ApiKey::OffsetForLeaderEpoch.key(), 2, 4),
+    ];
+    w.i16(0).array_len(apis.len(), flexible);
+    for (key, min, max) in apis {
+        w.i16(key).i16(min).i16(max).empty_tags(flexible);
+    }
+    if version >= 1 {
+        w.i32(0);
+    }
+    w.empty_tags(flexible);
+    w.buf
+}
+
+fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+    let req = fetch::decode_request(body, version)?;
+    let mut state = shared.state();
+    state.fetch_requests += 1;
+    for (topic, parts) in &req.topics {
+        if *topic != state.topic {
+            continue;
+        }
+        for p in parts {
+            if let Some(log) = state.log_mut(p.partition) {
+                log.served_offsets.push(p.fetch_offset);
+            }
+        }
+    }
+    if state.garbage_fetches > 0 {
+        state.garbage_fetches -= 1;
+        let kind = state.garbage_served % 2;
+        state.garbage_served += 1;
+        return Ok(garbage_fetch_body(version, &state.topic, kind));
+    }
+    let wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_EMPTY_FETCH_WAIT_MS) as u64);
+    let deadline = Instant::now() + wait;
+    let answers = loop {
+        let answers = state.answer_fetch(&req, version);
+        let complete = answers
+            .iter()
+            .flat_map(|(_, a)| a)
+            .any(FetchAnswer::is_complete);
+        let now = Instant::now();
+        if complete || now >= deadline || shared.stopping.load(Ordering::SeqCst) {
+            break answers;
+        }
+        state = shared
+            .appended
+            .wait_timeout(state, deadline - now)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    };
+    drop(state);
+    let resp = FetchResponse {
+        error: ErrorCode::NONE,
+        topics: answers
+            .iter()
+            .map(|(topic, parts)| {
+                let parts = parts
+                    .iter()
+                    .map(|a| FetchPartitionResponse {
+                        partition: a.partition,
+                        error: ErrorCode(a.error),
+                        high_watermark: a.high_watermark,
+                        last_stable_offset: a.high_watermark,
+                        log_start_offset: a.log_start,
+                        diverging_epoch: a.diverging,
+                        current_leader: None,
+                        records: &a.records,
+                    })
+                    .collect();
+                (topic.clone(), parts)
+            })
+            .collect(),
+    };
+    let mut w = Writer::new();
+    fetch::encode_response(&mut w, version, &resp);
+    Ok(w.buf)
+}
+
+/// A Fetch body that is malformed in one of two ways (see the module documentation).
+fn garbage_fetch_body(version: i16, topic: &str, kind: usize) -> Vec<u8> {
+    let flexible = version >= 12;
+    let mut w = Writer::new();
+    w.i32(0);
+    if version >= 7 {
+        w.i16(0).i32(0);
+    }
+    w.array_len(1, flexible).string(Some(topic), flexible);
+    if kind == 0 {
+        if flexible {
+            w.unsigned_varint(0x0fff_ffff);
+        } else {
+            w.i32(-5);
+        }
+        return w.buf;
+    }
+    w.array_len(1, flexible);
+    w.i32(0).i16(0).i64(0).i64(0);
+    if version >= 5 {
+        w.i64(0);
+    }
+    if flexible {
+        w.unsigned_varint(0);
+    } else {
+        w.i32(-1);
+    }
+    if version >= 11 {
+        w.i32(-1);
+    }
+    if flexible {
+        w.unsigned_varint(1001);
+    } else {
+        w.i32(1000);
+    }
+    w.buf.extend_from_slice(&[0, 0, 0]);
+    w.buf
+}
+
+fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+    let flexible = version >= 9;
+    let mut r = Reader::new(body);
+    let requested: Option<Vec<Option<String>>> =
+        match r.array_len(flexible, 1, "Metadata topics")? {
+            None => None,
+            Some(n) => {
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    if version >= 10 {
+                        r.uuid("Metadata topic_id")?;
+                    }
+                    names.push(r.nullable_string(flexible, "Metadata topic name")?);
+                    if flexible {
+                        r.skip_tagged_fields("Metadata topic tags")?;
+                    }
+                }
+                Some(names)
+            }
+        };
+    let state = shared.state();
+    let ours = || TopicMetadata {
+        error: ErrorCode::NONE,
+        name: state.topic.clone(),
+        partitions: (0..)
+            .zip(&state.partitions)
+            .map(|(partition, log)| PartitionMetadata {
+                error: ErrorCode::NONE,
+                partition,
+                leader_id: NODE_ID,
+                leader_epoch: log.leader_epoch,
+            })
+            .collect(),
+    };
+    let topics = match requested {
+        None => vec![ours()],
+        Some(names) => names
+            .into_iter()
+            .map(|name| match name {
+                Some(name) if name == state.topic => ours(),
+                other => TopicMetadata {
+                    error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    name: other.unwrap_or_default(),
+                    partitions: Vec::new(),
+                },
+            })
+            .collect(),
+    };
+    let resp = MetadataResponse {
+        brokers: vec![Broker {
+            node_id: NODE_ID,
+            host: "127.0.0.1".into(),
+            port: i32::from(shared.port),
+        }],
+        topics,
+    };
+    let mut w = Writer::new();
+    metadata::encode_response(&mut w, version, &resp);
+    Ok(w.buf)
+}
+
+fn handle_list_offsets(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+    let flexible = version >= 6;
+    let mut r = Reader::new(body);
+    r.i32("ListOffsets replica_id")?;
+    if version >= 2 {
+        r.i8("ListOffsets isolation_level")?;
+    }
+    let state = shared.state();
+    let nt = r.array_count(flexible, 3, "ListOffsets topics")?;
+    let mut topics = Vec::with_capacity(nt);
+    for _ in 0..nt {
+        let name = r.string(flexible, "ListOffsets topic")?;
+        let np = r.array_count(flexible, 12, "ListOffsets partitions")?;
+        let mut parts = Vec::with_capacity(np);
+        for _ in 0..np {
+            let partition = r.i32("ListOffsets partition")?;
+            if version >= 4 {
+                r.i32("ListOffsets current_leader_epoch")?;
+            }
+            let timestamp = r.i64("ListOffsets timestamp")?;
+            if flexible {
+                r.skip_tagged_fields("ListOffsets partition tags")?;
+            }
+            let log = state.log(partition).filter(|_| name == state.topic);
+            parts.push(match log {
+                Some(log) => {
+                    let (timestamp, offset, leader_epoch) = log.offset_for_timestamp(timestamp);
+                    ListOffsetsPartitionResponse {
+                        partition,
+                        error: ErrorCode::NONE,
+                        timestamp,
+                        offset,
+                        leader_epoch: if version >= 4 { leader_epoch } else { -1 },
+                    }
+                }
+                None => ListOffsetsPartitionResponse {
+                    partition,
+                    error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    timestamp: -1,
+                    offset: -1,
+                    leader_epoch: -1,
+                },
+            });
+        }
+        if flexible {
+            r.skip_tagged_fields("ListOffsets topic tags")?;
+        }
+        topics.push((name, parts));
+    }
+    let mut w = Writer::new();
+    list_offsets::encode_response(&mut w, version, &topics);
+    Ok(w.buf)
+}
+
+fn handle_offset_for_leader_epoch(
+    shared: &Shared,
+    body: &[u8],
+    version: i16,
+) -> DecodeResult<Vec<u8>> {
+    let flexible = version >= 4;
+    let mut r = Reader::new(body);
+    if version >= 3 {
+        r.i32("OffsetForLeaderEpoch replica_id")?;
+    }
+    let state = shared.state();
+    let nt = r.array_count(flexible, 3, "OffsetForLeaderEpoch topics")?;
+    let mut topics = Vec::with_capacity(nt);
+    for _ in 0..nt {
+        let name = r.string(flexible, "OffsetForLeaderEpoch topic")?;
+        let np = r.array_count(flexible, 12, "OffsetForLeaderEpoch partitions")?;
+        let mut parts = Vec::with_capacity(np);
+        for _ in 0..np {
+            let partition = r.i32("OffsetForLeaderEpoch partition")?;
+            r.i32("OffsetForLeaderEpoch current_leader_epoch")?;
+            let requested = r.i32("OffsetForLeaderEpoch leader_epoch")?;
+            if flexible {
+                r.skip_tagged_fields("OffsetForLeaderEpoch partition tags")?;
+            }
+            let log = state.log(partition).filter(|_| name == state.topic);
+            parts.push(match log {
+                Some(log) => {
+                    let (leader_epoch, end_offset) = log.end_offset_for(requested);
+                    EpochEndOffset {
+                        error: ErrorCode::NONE,
+                        partition,
+                        leader_epoch,
+                        end_offset,
+                    }
+                }
+                None => EpochEndOffset {
+                    error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    partition,
+                    leader_epoch: -1,
+                    end_offset: -1,
+                },
+            });
+        }
+        if flexible {
+            r.skip_tagged_fields("OffsetForLeaderEpoch topic tags")?;
+        }
+        topics.push((name, parts));
+    }
+    let mut w = Writer::new();
+    offset_for_leader_epoch::encode_response(&mut w, version, &topics);
+    Ok(w.buf)
+}
