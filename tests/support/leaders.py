@@ -413,6 +413,67 @@ class Leader:
         return {"ok": True, "first_offset": min(offsets),
                 "last_offset": max(offsets), "count": len(offsets)}
 
+    def produce_spread(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """``count`` records to each of partitions 0..partitions-1, one producer for all
+        (benchmarks: many partitions, or many records). -> ``{"ok": true, "ends": [E...]}``
+        with E = the highest offset delivered + 1 per partition."""
+        topic = req(cmd, "topic", str)
+        partitions = req(cmd, "partitions")
+        count = req(cmd, "count")
+        value_size = int(cmd.get("value_size", 100))
+        codec = cmd.get("codec", "none")
+        timeout_s = float(cmd.get("timeout_s", 600))
+        batch_records = int(cmd.get("batch_records", 500))
+        if codec not in CODECS:
+            raise CommandError(f"unknown codec {codec!r}, expected one of {CODECS}")
+        conf = self.client_conf()
+        conf.update({
+            "compression.type": codec,
+            "linger.ms": 20,
+            "batch.num.messages": batch_records,
+            "batch.size": 1_000_000,
+            "enable.idempotence": False,
+            "acks": "all",
+            "message.timeout.ms": int(timeout_s * 1000),
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        })
+        producer = Producer(conf)
+        ends = [0] * partitions
+        errors: list[str] = []
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                p = msg.partition()
+                ends[p] = max(ends[p], msg.offset() + 1)
+
+        try:
+            gens = [make_records(topic, p, count, value_size, "all", False, 7)
+                    for p in range(partitions)]
+            for _ in range(count):
+                for p, g in enumerate(gens):
+                    key, value, _ = next(g)
+                    while True:
+                        try:
+                            producer.produce(topic, value=value, key=key, partition=p,
+                                             on_delivery=on_delivery)
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                producer.poll(0)
+            deadline = time.monotonic() + timeout_s
+            while producer.flush(1.0) > 0:
+                if time.monotonic() > deadline:
+                    raise CommandError("timed out waiting for deliveries")
+        finally:
+            producer.purge()
+            producer.flush(0)
+        if errors:
+            raise CommandError(f"{len(errors)} deliveries failed, first: {errors[0]}")
+        return {"ok": True, "ends": ends}
+
     def high_watermarks(self, cmd: dict[str, Any]) -> dict[str, Any]:
         topic = req(cmd, "topic", str)
         parts = cmd.get("partitions")
@@ -718,6 +779,7 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "create_topic": leader.create_topic,
         "produce": leader.produce,
+        "produce_spread": leader.produce_spread,
         "high_watermarks": leader.high_watermarks,
         "leaders": lambda c: {"ok": True,
                               "leaders": topic_leaders(leader.admin(), req(c, "topic", str))},
