@@ -9,6 +9,7 @@
 //!      wheel's librdkafka;
 //!    - `follower`: replica-follower from an empty data dir until its local log holds every
 //!      batch (the `.log` files add up to the leader's bytes, then the end offset is checked).
+//!
 //!    Wall time, MB/s, CPU seconds (user + system) and peak RSS; medians over the repetitions;
 //!    ratios follower/kcat and follower/limit.
 //! 2. Scale: 1,000 partitions of one topic (small records) followed by one daemon: time to
@@ -19,7 +20,6 @@
 //! is measured from `/proc/<pid>` just before SIGTERM.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use replica_follower::client::BrokerConnection;
@@ -50,8 +50,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn clk_tck() -> f64 {
-    let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf");
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(100.0)
+    let out = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(100.0)
 }
 
 /// (user + system CPU seconds, peak RSS MB, current RSS MB, threads) of a live process.
@@ -60,13 +66,24 @@ fn proc_figures(pid: u32, tck: f64) -> (f64, f64, f64, usize) {
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks: f64 = f.get(11).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kb = |key: &str| -> f64 {
-        status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|x| x.parse().ok()).unwrap_or(0.0)
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0.0)
     };
     let threads = kb("Threads:") as usize;
-    (ticks / tck, kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0, threads)
+    (
+        ticks / tck,
+        kb("VmHWM:") / 1024.0,
+        kb("VmRSS:") / 1024.0,
+        threads,
+    )
 }
 
 fn open_fds(pid: u32) -> usize {
@@ -77,7 +94,10 @@ fn open_fds(pid: u32) -> usize {
 fn timed(mut cmd: Command, stdout: Option<&Path>) -> Sample {
     let tf = std::env::temp_dir().join(format!("rf-bench-time-{}", std::process::id()));
     let mut t = Command::new("/usr/bin/time");
-    t.args(["-f", "%e %U %S %M", "-o"]).arg(&tf).arg(cmd.get_program()).args(cmd.get_args());
+    t.args(["-f", "%e %U %S %M", "-o"])
+        .arg(&tf)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
     for (k, v) in cmd.get_envs() {
         if let Some(v) = v {
             t.env(k, v);
@@ -87,24 +107,48 @@ fn timed(mut cmd: Command, stdout: Option<&Path>) -> Sample {
         Some(p) => t.stdout(std::fs::File::create(p).expect("output file")),
         None => t.stdout(Stdio::null()),
     };
-    let st = t.stderr(Stdio::inherit()).status().expect("run /usr/bin/time");
+    let st = t
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("run /usr/bin/time");
     assert!(st.success(), "{:?} failed", cmd.get_program());
     let text = std::fs::read_to_string(&tf).expect("time output");
-    let v: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     assert!(v.len() >= 4, "unexpected /usr/bin/time output {text:?}");
     let _ = &mut cmd;
-    Sample { wall: v[0], cpu: v[1] + v[2], rss_mb: v[3] / 1024.0 }
+    Sample {
+        wall: v[0],
+        cpu: v[1] + v[2],
+        rss_mb: v[3] / 1024.0,
+    }
 }
 
 /// `raw` mode: fetch the partition from `from` to the high watermark, keep nothing; print
 /// bytes and batches.
 fn raw_mode(args: &[String]) {
-    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| panic!("raw needs {k}"));
+    let get = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_else(|| panic!("raw needs {k}"))
+    };
     let bootstrap = get("--bootstrap");
-    let tp = TopicPartition::new(get("--topic"), get("--partition").parse().expect("partition"));
-    let md = cluster::bootstrap_metadata(&[bootstrap], "bench-raw", std::slice::from_ref(&tp.topic)).expect("metadata");
+    let tp = TopicPartition::new(
+        get("--topic"),
+        get("--partition").parse().expect("partition"),
+    );
+    let md =
+        cluster::bootstrap_metadata(&[bootstrap], "bench-raw", std::slice::from_ref(&tp.topic))
+            .expect("metadata");
     let leader = md.leader(&tp).expect("leader");
-    let addr = md.broker_addr(leader.leader_id).expect("leader address").to_string();
+    let addr = md
+        .broker_addr(leader.leader_id)
+        .expect("leader address")
+        .to_string();
     let mut conn = BrokerConnection::connect(&addr, "bench-raw", 64 << 20).expect("connect");
     let v = conn.require_version(ApiKey::Fetch).expect("fetch version");
     let (mut offset, mut bytes, mut batches) = (0i64, 0u64, 0u64);
@@ -115,9 +159,23 @@ fn raw_mode(args: &[String]) {
             min_bytes: 1,
             max_bytes: 8 << 20,
             isolation_level: 0,
-            topics: vec![(tp.topic.clone(), vec![FetchPartition { partition: tp.partition, current_leader_epoch: -1, fetch_offset: offset, last_fetched_epoch: -1, log_start_offset: -1, partition_max_bytes: 8 << 20 }])],
+            topics: vec![(
+                tp.topic.clone(),
+                vec![FetchPartition {
+                    partition: tp.partition,
+                    current_leader_epoch: -1,
+                    fetch_offset: offset,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 8 << 20,
+                }],
+            )],
         };
-        let body = conn.send(ApiKey::Fetch, v, Duration::from_millis(100), |w| fetch::encode_request(w, v, &req)).expect("fetch");
+        let body = conn
+            .send(ApiKey::Fetch, v, Duration::from_millis(100), |w| {
+                fetch::encode_request(w, v, &req)
+            })
+            .expect("fetch");
         let resp = fetch::decode_response(body, v).expect("decode");
         let p = &resp.topics[0].1[0];
         assert!(p.error.is_ok(), "fetch error {}", p.error);
@@ -136,11 +194,22 @@ fn raw_mode(args: &[String]) {
 }
 
 fn log_bytes_on_disk(dir: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
-    rd.filter_map(|e| e.ok()).filter(|e| e.path().extension().is_some_and(|x| x == "log")).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
 }
 
-fn write_follower_config(dir: &Path, bootstrap: &str, topic: &str, fetch: &str) -> (PathBuf, PathBuf) {
+fn write_follower_config(
+    dir: &Path,
+    bootstrap: &str,
+    topic: &str,
+    fetch: &str,
+) -> (PathBuf, PathBuf) {
     let data = dir.join("data");
     let _ = std::fs::remove_dir_all(&data);
     let cfg = dir.join("follower.toml");
@@ -149,11 +218,20 @@ fn write_follower_config(dir: &Path, bootstrap: &str, topic: &str, fetch: &str) 
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     if args.first().map(String::as_str) == Some("raw") {
         return raw_mode(&args);
     }
-    let opt = |k: &str, d: usize| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(d);
+    let opt = |k: &str, d: usize| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
     let reps = opt("--reps", 5);
     let records = opt("--records", 1_000_000);
     let scale_partitions = opt("--partitions", 1000);
@@ -164,20 +242,43 @@ fn main() {
     let me = std::env::current_exe().expect("current exe");
     let follower_bin = support::bin();
     let kcat = std::env::var("KCAT").unwrap_or_else(|_| "kcat".into());
-    let lib_dir = std::env::var("RDKAFKA_LIB_DIR").expect("RDKAFKA_LIB_DIR (set by benches/run.sh)");
+    let lib_dir =
+        std::env::var("RDKAFKA_LIB_DIR").expect("RDKAFKA_LIB_DIR (set by benches/run.sh)");
 
     let mut leader = support::Leader::start("tansu", 1);
     leader.create_topic("bench", 1);
     let started = Instant::now();
     let r = leader.ok(json!({"cmd": "produce_spread", "topic": "bench", "partitions": 1, "count": records, "value_size": 200, "batch_records": 1000}));
     let end = r["ends"][0].as_i64().expect("end offset");
-    eprintln!("produced {records} records in {:.1} s; log end {end}", started.elapsed().as_secs_f64());
+    eprintln!(
+        "produced {records} records in {:.1} s; log end {end}",
+        started.elapsed().as_secs_f64()
+    );
 
     // Untimed warm-up: learn the leader's byte count.
-    let out = Command::new(&me).args(["raw", "--bootstrap", &leader.bootstrap, "--topic", "bench", "--partition", "0"]).output().expect("raw warm-up");
+    let out = Command::new(&me)
+        .args([
+            "raw",
+            "--bootstrap",
+            &leader.bootstrap,
+            "--topic",
+            "bench",
+            "--partition",
+            "0",
+        ])
+        .output()
+        .expect("raw warm-up");
     let line = String::from_utf8_lossy(&out.stdout).to_string();
-    let total: u64 = line.split_whitespace().find_map(|kv| kv.strip_prefix("bytes=")).and_then(|v| v.parse().ok()).expect("raw bytes");
-    let batches: u64 = line.split_whitespace().find_map(|kv| kv.strip_prefix("batches=")).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let total: u64 = line
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("bytes="))
+        .and_then(|v| v.parse().ok())
+        .expect("raw bytes");
+    let batches: u64 = line
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("batches="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mb = total as f64 / 1e6;
     eprintln!("partition bench-0: {total} bytes in {batches} batches");
 
@@ -186,34 +287,87 @@ fn main() {
     let mut fol = Vec::new();
     for rep in 1..=reps {
         let mut c = Command::new(&me);
-        c.args(["raw", "--bootstrap", &leader.bootstrap, "--topic", "bench", "--partition", "0"]);
+        c.args([
+            "raw",
+            "--bootstrap",
+            &leader.bootstrap,
+            "--topic",
+            "bench",
+            "--partition",
+            "0",
+        ]);
         limit.push(timed(c, None));
 
         let mut c = Command::new(&kcat);
-        c.args(["-C", "-b", &leader.bootstrap, "-t", "bench", "-p", "0", "-e", "-o", "beginning", "-q", "-f", "%o %k %s\\n"]);
+        c.args([
+            "-C",
+            "-b",
+            &leader.bootstrap,
+            "-t",
+            "bench",
+            "-p",
+            "0",
+            "-e",
+            "-o",
+            "beginning",
+            "-q",
+            "-f",
+            "%o %k %s\\n",
+        ]);
         c.env("LD_LIBRARY_PATH", &lib_dir);
         let kout = work.join("kcat.out");
         kc.push(timed(c, Some(&kout)));
-        let lines = std::fs::read(&kout).map(|b| b.iter().filter(|&&x| x == b'\n').count()).unwrap_or(0);
-        assert!(lines as i64 >= end, "kcat printed {lines} lines for {end} records");
+        let lines = std::fs::read(&kout)
+            .map(|b| b.iter().filter(|&&x| x == b'\n').count())
+            .unwrap_or(0);
+        assert!(
+            lines as i64 >= end,
+            "kcat printed {lines} lines for {end} records"
+        );
 
-        let (cfg, data) = write_follower_config(&work, &leader.bootstrap, "bench", "[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n");
+        let (cfg, data) = write_follower_config(
+            &work,
+            &leader.bootstrap,
+            "bench",
+            "[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n",
+        );
         let t0 = Instant::now();
-        let mut child = Command::new(follower_bin).args(["run", "--config"]).arg(&cfg).env("RF_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("start follower");
+        let mut child = Command::new(follower_bin)
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .env("RF_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start follower");
         let pdir = data.join("bench-0");
         while log_bytes_on_disk(&pdir) < total {
-            assert!(t0.elapsed() < Duration::from_secs(600), "follower did not catch up");
+            assert!(
+                t0.elapsed() < Duration::from_secs(600),
+                "follower did not catch up"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         let wall = t0.elapsed().as_secs_f64();
         let (cpu, hwm, _, _) = proc_figures(child.id(), tck);
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
         let st = child.wait().expect("wait follower");
         assert!(st.success(), "follower exit {st}");
         assert_eq!(log_bytes_on_disk(&pdir), total, "follower bytes");
         assert_eq!(support::log_end(&data, "bench", 0), end, "follower log end");
-        fol.push(Sample { wall, cpu, rss_mb: hwm });
-        eprintln!("rep {rep}: limit {:.2}s kcat {:.2}s follower {:.2}s", limit[rep - 1].wall, kc[rep - 1].wall, wall);
+        fol.push(Sample {
+            wall,
+            cpu,
+            rss_mb: hwm,
+        });
+        eprintln!(
+            "rep {rep}: limit {:.2}s kcat {:.2}s follower {:.2}s",
+            limit[rep - 1].wall,
+            kc[rep - 1].wall,
+            wall
+        );
     }
 
     let row = |name: &str, s: &[Sample]| {
@@ -223,37 +377,66 @@ fn main() {
             mb / w,
             median(s.iter().map(|x| x.cpu).collect()),
             median(s.iter().map(|x| x.rss_mb).collect()),
-            s.iter().map(|x| format!("{:.2}", x.wall)).collect::<Vec<_>>().join(" ")
+            s.iter()
+                .map(|x| format!("{:.2}", x.wall))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         w
     };
-    println!("\nOne partition: {records} records, {:.1} MB in {batches} batches, Tansu on loopback; medians of {reps} runs\n", mb);
+    println!(
+        "\nOne partition: {records} records, {:.1} MB in {batches} batches, Tansu on loopback; medians of {reps} runs\n",
+        mb
+    );
     println!("| tool     | wall s   | MB/s     | CPU s    | RSS MB   | every run (wall s) |");
     println!("|----------|----------|----------|----------|----------|--------------------|");
     let wl = row("limit", &limit);
     let wk = row("kcat", &kc);
     let wf = row("follower", &fol);
-    println!("\nfollower/kcat = {:.2} (target ≤ 0.5)   follower/limit = {:.2} (target ≤ 1.25)", wf / wk, wf / wl);
+    println!(
+        "\nfollower/kcat = {:.2} (target ≤ 0.5)   follower/limit = {:.2} (target ≤ 1.25)",
+        wf / wk,
+        wf / wl
+    );
 
     if scale_partitions == 0 {
         return;
     }
     leader.create_topic("scale", scale_partitions as i32);
     let r = leader.ok(json!({"cmd": "produce_spread", "topic": "scale", "partitions": scale_partitions, "count": 100, "value_size": 50, "batch_records": 100}));
-    let ends: Vec<i64> = r["ends"].as_array().expect("ends").iter().map(|v| v.as_i64().unwrap_or(0)).collect();
+    let ends: Vec<i64> = r["ends"]
+        .as_array()
+        .expect("ends")
+        .iter()
+        .map(|v| v.as_i64().unwrap_or(0))
+        .collect();
     let sdir = work.join("scale");
     std::fs::create_dir_all(&sdir).expect("scale dir");
     let (cfg, data) = write_follower_config(&sdir, &leader.bootstrap, "scale", "");
     let t0 = Instant::now();
-    let mut child = Command::new(follower_bin).args(["run", "--config"]).arg(&cfg).env("RF_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("start follower");
+    let mut child = Command::new(follower_bin)
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env("RF_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start follower");
     loop {
-        let caught_up = replica_follower::inspect::status::collect(&data).is_ok_and(|(parts, _)| {
-            parts.len() == ends.len() && parts.iter().all(|p| ends.get(p.tp.partition as usize) == Some(&p.log_end_offset))
-        });
+        let caught_up =
+            replica_follower::inspect::status::collect(&data).is_ok_and(|(parts, _)| {
+                parts.len() == ends.len()
+                    && parts
+                        .iter()
+                        .all(|p| ends.get(p.tp.partition as usize) == Some(&p.log_end_offset))
+            });
         if caught_up {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(600), "scale follower did not catch up");
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "scale follower did not catch up"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let catch_up = t0.elapsed().as_secs_f64();
@@ -263,12 +446,22 @@ fn main() {
     std::thread::sleep(Duration::from_secs(idle_secs as u64));
     let (cpu1, hwm_idle, rss_idle, _) = proc_figures(pid, tck);
     let idle_pct = (cpu1 - cpu0) / idle_secs as f64 * 100.0;
-    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
     let st = child.wait().expect("wait scale follower");
     assert!(st.success());
     println!("\nScale: {scale_partitions} partitions × 100 records of ~50 bytes, one daemon\n");
-    println!("| catch-up s | threads | open fds | RSS MB (peak) | CPU s to catch up | idle CPU % over {idle_secs} s | RSS MB after idle (peak) |");
-    println!("|-----------|---------|----------|---------------|-------------------|------------------|-------------------------|");
-    println!("| {catch_up:.2} | {threads} | {fds} | {rss:.1} ({hwm:.1}) | {cpu0:.2} | {idle_pct:.2} | {rss_idle:.1} ({hwm_idle:.1}) |");
-    println!("\ntargets: RSS < 64 MB for one partition, < 256 MB for {scale_partitions}; idle CPU < 1 %");
+    println!(
+        "| catch-up s | threads | open fds | RSS MB (peak) | CPU s to catch up | idle CPU % over {idle_secs} s | RSS MB after idle (peak) |"
+    );
+    println!(
+        "|-----------|---------|----------|---------------|-------------------|------------------|-------------------------|"
+    );
+    println!(
+        "| {catch_up:.2} | {threads} | {fds} | {rss:.1} ({hwm:.1}) | {cpu0:.2} | {idle_pct:.2} | {rss_idle:.1} ({hwm_idle:.1}) |"
+    );
+    println!(
+        "\ntargets: RSS < 64 MB for one partition, < 256 MB for {scale_partitions}; idle CPU < 1 %"
+    );
 }

@@ -107,13 +107,18 @@ fn entry_lines<'a>(path: &Path, text: &'a str) -> Result<Vec<(usize, &'a str)>> 
     Ok(entries)
 }
 
-/// Writes an offset checkpoint (`topic partition offset` lines) atomically.
-pub fn write_offsets(path: &Path, offsets: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+/// The bytes of an offset checkpoint (`topic partition offset` lines).
+pub fn render_offsets(offsets: &BTreeMap<TopicPartition, i64>) -> Vec<u8> {
     let lines: Vec<String> = offsets
         .iter()
         .map(|(tp, o)| format!("{} {} {o}", tp.topic, tp.partition))
         .collect();
-    rewrite_atomic(path, &render(&lines))
+    render(&lines)
+}
+
+/// Writes an offset checkpoint atomically.
+pub fn write_offsets(path: &Path, offsets: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+    rewrite_atomic(path, &render_offsets(offsets))
 }
 
 /// Reads an offset checkpoint. A missing file is an empty map; a malformed one is an error

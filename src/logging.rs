@@ -48,8 +48,9 @@ pub fn write(level: &str, args: std::fmt::Arguments<'_>) {
     let now = crate::log::partition::now_ms();
     let t = std::thread::current();
     let name = t.name().unwrap_or("main");
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{} {level} [{name}] {args}", format_utc(now));
+    // One write per line, so lines from several threads or processes never interleave.
+    let line = format!("{} {level} [{name}] {args}\n", format_utc(now));
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 #[macro_export]

@@ -217,12 +217,18 @@ impl BrokerConnection {
                 self.max_response_bytes
             );
         }
-        self.recv_buf.clear();
-        self.recv_buf.resize(size as usize, 0);
+        // The buffer only grows: a fetch response is read into memory that is already there,
+        // without zero-filling it again.
+        let size = size as usize;
+        if self.recv_buf.len() < size {
+            self.recv_buf.resize(size, 0);
+        }
+        let frame = self.recv_buf.get_mut(..size).unwrap_or_default();
         self.stream
-            .read_exact(&mut self.recv_buf)
+            .read_exact(frame)
             .with_context(|| format!("broker {}: {} response cut short", self.addr, api.name()))?;
-        let mut r = Reader::new(&self.recv_buf);
+        let frame = self.recv_buf.get(..size).unwrap_or_default();
+        let mut r = Reader::new(frame);
         let got = decode_response_header(&mut r, api, version)
             .with_context(|| format!("broker {}: bad {} response header", self.addr, api.name()))?;
         if got != correlation_id {
@@ -233,6 +239,6 @@ impl BrokerConnection {
             );
         }
         let at = r.position();
-        Ok(self.recv_buf.get(at..).unwrap_or_default())
+        Ok(frame.get(at..).unwrap_or_default())
     }
 }

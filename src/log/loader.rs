@@ -173,6 +173,10 @@ pub fn load(
             report.deleted_segments
         );
     }
+    let inactive = log.segments.len().saturating_sub(1);
+    for seg in log.segments.values_mut().take(inactive) {
+        seg.close_file();
+    }
     log.checkpoint_epochs()?;
     Ok(Some((log, report)))
 }

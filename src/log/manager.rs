@@ -35,8 +35,9 @@ pub struct LogManager {
     data_dir: PathBuf,
     config: LogConfig,
     logs: RwLock<BTreeMap<TopicPartition, SharedLog>>,
-    /// Serialises checkpoint writers (periodic task and shutdown).
-    checkpoint_lock: Mutex<()>,
+    /// Serialises checkpoint writers (periodic task and shutdown) and holds the content last
+    /// written to each checkpoint file, so an unchanged file is not rewritten (and fsynced).
+    checkpoint_lock: Mutex<BTreeMap<&'static str, Vec<u8>>>,
 }
 
 fn read_hints(path: &Path) -> BTreeMap<TopicPartition, i64> {
@@ -98,7 +99,7 @@ impl LogManager {
             data_dir: data_dir.to_path_buf(),
             config,
             logs: RwLock::new(logs),
-            checkpoint_lock: Mutex::new(()),
+            checkpoint_lock: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -151,9 +152,10 @@ impl LogManager {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Flushes every log, then rewrites the three checkpoint files atomically.
+    /// Flushes every log, then rewrites the three checkpoint files atomically (those whose
+    /// content changed).
     pub fn checkpoint(&self) -> Result<()> {
-        let _guard = self
+        let mut written = self
             .checkpoint_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -174,9 +176,17 @@ impl LogManager {
             hw.insert(tp.clone(), s.high_watermark.min(s.recovery_point));
             ls.insert(tp, s.log_start_offset.min(s.recovery_point));
         }
-        checkpoint::write_offsets(&self.data_dir.join(checkpoint::REPLICATION_OFFSET), &hw)?;
-        checkpoint::write_offsets(&self.data_dir.join(checkpoint::RECOVERY_POINT), &rp)?;
-        checkpoint::write_offsets(&self.data_dir.join(checkpoint::LOG_START_OFFSET), &ls)?;
+        for (name, offsets) in [
+            (checkpoint::REPLICATION_OFFSET, &hw),
+            (checkpoint::RECOVERY_POINT, &rp),
+            (checkpoint::LOG_START_OFFSET, &ls),
+        ] {
+            let content = checkpoint::render_offsets(offsets);
+            if written.get(name) != Some(&content) {
+                checkpoint::rewrite_atomic(&self.data_dir.join(name), &content)?;
+                written.insert(name, content);
+            }
+        }
         first_err.map_or(Ok(()), Err)
     }
 

@@ -12,6 +12,7 @@
 //! log behind its own mutex and writes the data-dir checkpoint files.
 
 pub mod epoch_cache;
+pub mod index_file;
 pub mod loader;
 pub mod manager;
 pub mod offset_index;

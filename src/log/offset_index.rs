@@ -12,61 +12,35 @@
 //! the log, and any index that fails [`OffsetIndex::load`]'s sanity check is rebuilt too.
 //! Who touches it: only its [`super::segment::Segment`], under the partition log's lock.
 
-use anyhow::{Context, Result, bail};
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use super::index_file::IndexFile;
+use anyhow::{Result, bail};
+use std::path::Path;
 
 pub const ENTRY_SIZE: usize = 8;
 
 #[derive(Debug)]
 pub struct OffsetIndex {
-    path: PathBuf,
-    file: File,
+    file: IndexFile,
     base_offset: i64,
-    /// (relative offset, position). Invariant: both strictly increasing.
+    /// (relative offset, position). Invariant: both strictly increasing; the file holds a
+    /// prefix of them.
     entries: Vec<(u32, u32)>,
-    /// How many of `entries` are in the file. Invariant: <= entries.len().
-    written: usize,
 }
 
 impl OffsetIndex {
     /// Creates an empty index file (truncating any existing one).
     pub fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .with_context(|| format!("failed to create index `{}`", path.display()))?;
         Ok(OffsetIndex {
-            path: path.to_path_buf(),
-            file,
+            file: IndexFile::create(path, "index", ENTRY_SIZE)?,
             base_offset,
             entries: Vec::new(),
-            written: 0,
         })
     }
 
     /// Opens an existing index and checks it: whole entries, strictly increasing offsets and
     /// positions, every position below `log_size`. An error means: rebuild it.
     pub fn load(path: &Path, base_offset: i64, log_size: u64) -> Result<Self> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("failed to open index `{}`", path.display()))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .with_context(|| format!("failed to read index `{}`", path.display()))?;
-        if bytes.len() % ENTRY_SIZE != 0 {
-            bail!(
-                "index `{}`: size {} is not a multiple of {ENTRY_SIZE}",
-                path.display(),
-                bytes.len()
-            );
-        }
+        let (file, bytes) = IndexFile::load(path, "index", ENTRY_SIZE)?;
         let mut entries = Vec::with_capacity(bytes.len() / ENTRY_SIZE);
         for chunk in bytes.chunks_exact(ENTRY_SIZE) {
             let rel = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
@@ -87,18 +61,15 @@ impl OffsetIndex {
             }
             entries.push((rel, pos));
         }
-        let written = entries.len();
         Ok(OffsetIndex {
-            path: path.to_path_buf(),
             file,
             base_offset,
             entries,
-            written,
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     pub fn entries(&self) -> usize {
@@ -111,7 +82,7 @@ impl OffsetIndex {
         let Ok(rel) = u32::try_from(rel) else {
             bail!(
                 "index `{}`: offset {offset} does not fit relative to base {}",
-                self.path.display(),
+                self.file.path().display(),
                 self.base_offset
             );
         };
@@ -120,7 +91,7 @@ impl OffsetIndex {
         {
             bail!(
                 "index `{}`: entry for offset {offset} at {position} is out of order",
-                self.path.display()
+                self.file.path().display()
             );
         }
         self.entries.push((rel, position));
@@ -161,12 +132,7 @@ impl OffsetIndex {
             })
             .count();
         self.entries.truncate(keep);
-        if self.written > keep {
-            self.written = keep;
-            self.file
-                .set_len((keep * ENTRY_SIZE) as u64)
-                .with_context(|| format!("failed to truncate index `{}`", self.path.display()))?;
-        }
+        self.file.truncate(keep)?;
         Ok(())
     }
 
@@ -176,24 +142,13 @@ impl OffsetIndex {
 
     /// Writes the entries not yet in the file; `sync` fsyncs it as well.
     pub fn flush(&mut self, sync: bool) -> Result<()> {
-        if self.written < self.entries.len() {
-            let mut buf = Vec::with_capacity((self.entries.len() - self.written) * ENTRY_SIZE);
-            for &(r, p) in self.entries.iter().skip(self.written) {
-                buf.extend_from_slice(&r.to_be_bytes());
-                buf.extend_from_slice(&p.to_be_bytes());
-            }
-            self.file
-                .seek(SeekFrom::Start((self.written * ENTRY_SIZE) as u64))
-                .and_then(|_| self.file.write_all(&buf))
-                .with_context(|| format!("failed to write index `{}`", self.path.display()))?;
-            self.written = self.entries.len();
+        let mut buf =
+            Vec::with_capacity(self.entries.len().saturating_sub(self.file.written()) * ENTRY_SIZE);
+        for &(r, p) in self.entries.iter().skip(self.file.written()) {
+            buf.extend_from_slice(&r.to_be_bytes());
+            buf.extend_from_slice(&p.to_be_bytes());
         }
-        if sync {
-            self.file
-                .sync_data()
-                .with_context(|| format!("failed to fsync index `{}`", self.path.display()))?;
-        }
-        Ok(())
+        self.file.flush(&buf, sync)
     }
 }
 

@@ -172,6 +172,7 @@ impl PartitionLog {
         let old = self.active_mut();
         old.on_become_inactive()?;
         old.flush()?;
+        old.close_file();
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now)?;
         fsync_dir(&self.dir)?;
         self.segments.insert(base, seg);
@@ -258,7 +259,7 @@ impl PartitionLog {
     /// Returns the new recovery point.
     pub fn flush(&mut self) -> Result<i64> {
         let leo = self.log_end_offset();
-        if self.recovery_point < leo || leo == self.active().base_offset {
+        if self.recovery_point < leo {
             self.active_mut().flush()?;
         }
         self.recovery_point = leo;

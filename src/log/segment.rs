@@ -38,7 +38,9 @@ pub fn parse_base_offset(name: &str, suffix: &str) -> Option<i64> {
 pub struct Segment {
     pub base_offset: i64,
     log_path: PathBuf,
-    log: File,
+    /// Open while the segment is active (or being recovered); an inactive segment's file is
+    /// closed and reopened on demand, so descriptors grow with partitions, not segments.
+    log: Option<File>,
     /// Bytes of whole batches in the log. Invariant: equals the file length after every call.
     size: u64,
     pub offset_index: OffsetIndex,
@@ -93,7 +95,7 @@ impl Segment {
         Ok(Segment {
             base_offset,
             log_path: lp,
-            log,
+            log: Some(log),
             size: 0,
             offset_index: OffsetIndex::create(&ip, base_offset)?,
             time_index: TimeIndex::create(&tp, base_offset)?,
@@ -153,7 +155,7 @@ impl Segment {
         let mut seg = Segment {
             base_offset,
             log_path: lp,
-            log,
+            log: Some(log),
             size,
             offset_index,
             time_index,
@@ -229,7 +231,7 @@ impl Segment {
         self.offset_of_max_timestamp = self.base_offset;
         self.next_offset = self.base_offset;
         let file = self
-            .log
+            .file()?
             .try_clone()
             .with_context(|| format!("failed to reopen `{}`", self.log_path.display()))?;
         let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
@@ -308,7 +310,7 @@ impl Segment {
         }
         let truncated = self.size - valid;
         if truncated > 0 {
-            self.log
+            self.file()?
                 .set_len(valid)
                 .with_context(|| format!("failed to truncate `{}`", self.log_path.display()))?;
             self.size = valid;
@@ -346,8 +348,9 @@ impl Segment {
         if self.size + bytes.len() as u64 > u64::from(u32::MAX) {
             bail!("segment `{}` would pass 4 GiB", self.log_path.display());
         }
-        self.log
-            .write_all_at(bytes, self.size)
+        let size = self.size;
+        self.file()?
+            .write_all_at(bytes, size)
             .with_context(|| format!("failed to append to `{}`", self.log_path.display()))?;
         let mut pos = self.size;
         for h in headers {
@@ -361,9 +364,11 @@ impl Segment {
 
     /// Writes pending index entries and fsyncs the log and both indexes.
     pub fn flush(&mut self) -> Result<()> {
-        self.log
-            .sync_data()
-            .with_context(|| format!("failed to fsync `{}`", self.log_path.display()))?;
+        // A closed file was fsynced before it was closed.
+        if let Some(f) = &self.log {
+            f.sync_data()
+                .with_context(|| format!("failed to fsync `{}`", self.log_path.display()))?;
+        }
         self.offset_index.flush(true)?;
         self.time_index.flush(true)
     }
@@ -384,7 +389,7 @@ impl Segment {
             return Ok(0);
         }
         let removed = self.size - cut;
-        self.log
+        self.file()?
             .set_len(cut)
             .with_context(|| format!("failed to truncate `{}`", self.log_path.display()))?;
         self.size = cut;
@@ -397,7 +402,11 @@ impl Segment {
     /// Reads `len` bytes at `pos`.
     pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
-        self.log.read_exact_at(&mut buf, pos).with_context(|| {
+        let read = match &self.log {
+            Some(f) => f.read_exact_at(&mut buf, pos),
+            None => File::open(&self.log_path).and_then(|f| f.read_exact_at(&mut buf, pos)),
+        };
+        read.with_context(|| {
             format!(
                 "failed to read {len} bytes at {pos} of `{}`",
                 self.log_path.display()
@@ -441,9 +450,22 @@ impl Segment {
     pub fn log_path(&self) -> &Path {
         &self.log_path
     }
-    /// A second handle on the log file, for fsyncing without holding the partition lock.
-    pub fn log_file(&self) -> &File {
-        &self.log
+    /// The log file, reopened if it was closed.
+    fn file(&mut self) -> Result<&File> {
+        if self.log.is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.log_path)
+                .with_context(|| format!("failed to open segment `{}`", self.log_path.display()))?;
+            self.log = Some(f);
+        }
+        self.log.as_ref().context("segment file vanished")
+    }
+
+    /// Closes the log file of a segment that is no longer active. Call after [`Self::flush`].
+    pub fn close_file(&mut self) {
+        self.log = None;
     }
     /// Appends a final time-index entry for the segment's largest timestamp when it becomes
     /// inactive (Kafka does the same on roll), so time lookups see the whole segment.

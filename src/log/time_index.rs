@@ -9,60 +9,33 @@
 //! Crash policy and ownership: as for the offset index — no checksum, written and fsynced with
 //! its segment, rebuilt from the log by recovery or when [`TimeIndex::load`] finds it insane.
 
-use anyhow::{Context, Result, bail};
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use super::index_file::IndexFile;
+use anyhow::{Result, bail};
+use std::path::Path;
 
 pub const ENTRY_SIZE: usize = 12;
 
 #[derive(Debug)]
 pub struct TimeIndex {
-    path: PathBuf,
-    file: File,
+    file: IndexFile,
     base_offset: i64,
     /// (timestamp, relative offset). Invariant: timestamps strictly increase, offsets never
     /// decrease.
     entries: Vec<(i64, u32)>,
-    /// Invariant: <= entries.len().
-    written: usize,
 }
 
 impl TimeIndex {
     pub fn create(path: &Path, base_offset: i64) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .with_context(|| format!("failed to create time index `{}`", path.display()))?;
         Ok(TimeIndex {
-            path: path.to_path_buf(),
-            file,
+            file: IndexFile::create(path, "time index", ENTRY_SIZE)?,
             base_offset,
             entries: Vec::new(),
-            written: 0,
         })
     }
 
     /// Opens and checks an existing time index; an error means: rebuild it.
     pub fn load(path: &Path, base_offset: i64) -> Result<Self> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("failed to open time index `{}`", path.display()))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .with_context(|| format!("failed to read time index `{}`", path.display()))?;
-        if bytes.len() % ENTRY_SIZE != 0 {
-            bail!(
-                "time index `{}`: size {} is not a multiple of {ENTRY_SIZE}",
-                path.display(),
-                bytes.len()
-            );
-        }
+        let (file, bytes) = IndexFile::load(path, "time index", ENTRY_SIZE)?;
         let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / ENTRY_SIZE);
         for c in bytes.chunks_exact(ENTRY_SIZE) {
             let ts = i64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
@@ -77,18 +50,15 @@ impl TimeIndex {
             }
             entries.push((ts, rel));
         }
-        let written = entries.len();
         Ok(TimeIndex {
-            path: path.to_path_buf(),
             file,
             base_offset,
             entries,
-            written,
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     pub fn entries(&self) -> usize {
@@ -115,14 +85,14 @@ impl TimeIndex {
         let Ok(rel) = u32::try_from(offset - self.base_offset) else {
             bail!(
                 "time index `{}`: offset {offset} does not fit relative to base {}",
-                self.path.display(),
+                self.file.path().display(),
                 self.base_offset
             );
         };
         if self.entries.last().is_some_and(|&(_, r)| rel < r) {
             bail!(
                 "time index `{}`: offset {offset} goes backwards",
-                self.path.display()
+                self.file.path().display()
             );
         }
         self.entries.push((timestamp, rel));
@@ -137,36 +107,19 @@ impl TimeIndex {
             .take_while(|&&(_, r)| self.base_offset + i64::from(r) < offset)
             .count();
         self.entries.truncate(keep);
-        if self.written > keep {
-            self.written = keep;
-            self.file
-                .set_len((keep * ENTRY_SIZE) as u64)
-                .with_context(|| {
-                    format!("failed to truncate time index `{}`", self.path.display())
-                })?;
-        }
+        self.file.truncate(keep)?;
         Ok(())
     }
 
+    /// Writes the entries not yet in the file; `sync` fsyncs it as well.
     pub fn flush(&mut self, sync: bool) -> Result<()> {
-        if self.written < self.entries.len() {
-            let mut buf = Vec::with_capacity((self.entries.len() - self.written) * ENTRY_SIZE);
-            for &(t, r) in self.entries.iter().skip(self.written) {
-                buf.extend_from_slice(&t.to_be_bytes());
-                buf.extend_from_slice(&r.to_be_bytes());
-            }
-            self.file
-                .seek(SeekFrom::Start((self.written * ENTRY_SIZE) as u64))
-                .and_then(|_| self.file.write_all(&buf))
-                .with_context(|| format!("failed to write time index `{}`", self.path.display()))?;
-            self.written = self.entries.len();
+        let mut buf =
+            Vec::with_capacity(self.entries.len().saturating_sub(self.file.written()) * ENTRY_SIZE);
+        for &(t, r) in self.entries.iter().skip(self.file.written()) {
+            buf.extend_from_slice(&t.to_be_bytes());
+            buf.extend_from_slice(&r.to_be_bytes());
         }
-        if sync {
-            self.file
-                .sync_data()
-                .with_context(|| format!("failed to fsync time index `{}`", self.path.display()))?;
-        }
-        Ok(())
+        self.file.flush(&buf, sync)
     }
 }
 
