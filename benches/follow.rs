@@ -286,6 +286,12 @@ fn main() {
     let mut kc = Vec::new();
     let mut fol = Vec::new();
     for rep in 1..=reps {
+        // Every tool starts with no dirty page cache left by the one before (kcat writes
+        // ~220 MB, the follower ~218 MB): write-back would otherwise slow whoever comes next.
+        let settle = || {
+            let _ = Command::new("sync").status();
+        };
+        settle();
         let mut c = Command::new(&me);
         c.args([
             "raw",
@@ -316,6 +322,7 @@ fn main() {
         ]);
         c.env("LD_LIBRARY_PATH", &lib_dir);
         let kout = work.join("kcat.out");
+        settle();
         kc.push(timed(c, Some(&kout)));
         let lines = std::fs::read(&kout)
             .map(|b| b.iter().filter(|&&x| x == b'\n').count())
@@ -441,8 +448,12 @@ fn main() {
     }
     let catch_up = t0.elapsed().as_secs_f64();
     let pid = child.id();
-    let (cpu0, hwm, rss, threads) = proc_figures(pid, tck);
+    let (cpu_caught_up, hwm, rss, threads) = proc_figures(pid, tck);
     let fds = open_fds(pid);
+    // Caught up means durable too: let the first checkpoint after catch-up (default every
+    // 5 s: 1,000 fsyncs and leader-epoch files) finish before the idle window opens.
+    std::thread::sleep(Duration::from_secs(6));
+    let (cpu0, _, _, _) = proc_figures(pid, tck);
     std::thread::sleep(Duration::from_secs(idle_secs as u64));
     let (cpu1, hwm_idle, rss_idle, _) = proc_figures(pid, tck);
     let idle_pct = (cpu1 - cpu0) / idle_secs as f64 * 100.0;

@@ -160,6 +160,7 @@ pub fn load(
         recovery_point: leo,
         high_watermark,
         epochs,
+        generation: 0,
     };
     if report.recovered_segments > 0 {
         for seg in log.segments.values_mut() {
@@ -497,5 +498,64 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+}
+
+#[cfg(test)]
+mod flush_tests {
+    use super::*;
+    use crate::record::BatchHeader;
+    use crate::record::records::{NewRecord, build_v2_batch};
+
+    fn append(log: &mut PartitionLog, from: i64, n: i64) {
+        for i in 0..n {
+            let b = build_v2_batch(
+                from + i,
+                0,
+                &[NewRecord {
+                    key: None,
+                    value: Some(b"v"),
+                    timestamp: 1,
+                }],
+            );
+            let h = BatchHeader::parse(&b, usize::MAX).unwrap();
+            log.append(&b, &[h]).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_flush_outside_the_lock_covers_only_what_it_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::create(
+            dir.path(),
+            &TopicPartition::new("t", 0),
+            LogConfig::default(),
+            0,
+        )
+        .unwrap();
+        append(&mut log, 0, 10);
+        let t = log.begin_flush().unwrap().expect("something to flush");
+        append(&mut log, 10, 5); // appended while the fsync runs
+        t.sync().unwrap();
+        log.finish_flush(t);
+        assert_eq!(
+            log.recovery_point(),
+            10,
+            "only the offsets before the flush began"
+        );
+        // A truncation between begin and finish voids the ticket.
+        let t = log.begin_flush().unwrap().expect("something to flush");
+        log.truncate_to(12).unwrap();
+        append(&mut log, 12, 8);
+        t.sync().unwrap();
+        log.finish_flush(t);
+        assert_eq!(log.recovery_point(), 10);
+        assert!(log.begin_flush().unwrap().is_some());
+        log.flush().unwrap();
+        assert!(
+            log.begin_flush().unwrap().is_none(),
+            "nothing left to flush"
+        );
+        assert_eq!(log.recovery_point(), 20);
     }
 }

@@ -139,12 +139,24 @@ impl LogManager {
         Ok(shared)
     }
 
+    /// Flushes one log: pending index entries and descriptors are taken under its lock, the
+    /// fsyncs run outside it (the fetcher keeps appending meanwhile), then the recovery point
+    /// moves to what was synced.
+    fn flush_one(log: &SharedLog) -> Result<()> {
+        let ticket = lock_log(log).begin_flush()?;
+        if let Some(t) = ticket {
+            t.sync()?;
+            lock_log(log).finish_flush(t);
+        }
+        Ok(())
+    }
+
     /// Flushes every log (the recovery point moves to each log end). Errors are per partition:
     /// the first is returned after every log was tried.
     pub fn flush_all(&self) -> Result<()> {
         let mut first_err = None;
         for (tp, log) in self.all() {
-            if let Err(e) = lock_log(&log).flush() {
+            if let Err(e) = Self::flush_one(&log) {
                 crate::log_error!("{tp}: flush failed: {e:#}");
                 first_err.get_or_insert(e);
             }
@@ -163,9 +175,10 @@ impl LogManager {
         let mut rp = BTreeMap::new();
         let mut ls = BTreeMap::new();
         let mut first_err = None;
-        for (tp, log) in self.all() {
-            let mut log = lock_log(&log);
-            let flushed = log.flush().and_then(|_| log.checkpoint_epochs());
+        for (tp, shared) in self.all() {
+            let flushed = Self::flush_one(&shared);
+            let mut log = lock_log(&shared);
+            let flushed = flushed.and_then(|_| log.checkpoint_epochs());
             if let Err(e) = flushed {
                 crate::log_error!("{tp}: flush before checkpoint failed: {e:#}");
                 first_err.get_or_insert(e);

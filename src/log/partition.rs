@@ -58,6 +58,28 @@ pub struct PartitionLog {
     pub(super) recovery_point: i64,
     pub(super) high_watermark: i64,
     pub(super) epochs: EpochCache,
+    /// Bumped by every truncation, so a flush begun before one cannot claim what it did not
+    /// fsync.
+    pub(super) generation: u64,
+}
+
+/// A flush begun under the partition lock and finished outside it: the fsyncs run on
+/// duplicated descriptors while the fetcher goes on appending.
+#[derive(Debug)]
+pub struct FlushTicket {
+    files: Vec<std::fs::File>,
+    target: i64,
+    generation: u64,
+}
+
+impl FlushTicket {
+    /// The fsyncs; call without holding the partition lock.
+    pub fn sync(&self) -> Result<()> {
+        for f in &self.files {
+            f.sync_data().context("fsync during flush")?;
+        }
+        Ok(())
+    }
 }
 
 /// The figures `status` and checkpoints need, taken under the lock in one go.
@@ -97,6 +119,7 @@ impl PartitionLog {
             recovery_point: start_offset,
             high_watermark: start_offset,
             epochs: EpochCache::default(),
+            generation: 0,
         })
     }
 
@@ -266,8 +289,34 @@ impl PartitionLog {
         Ok(leo)
     }
 
+    /// Starts a flush of everything up to the log end: pending index entries are written,
+    /// the active segment's files duplicated. `None` when the recovery point is the log end.
+    pub fn begin_flush(&mut self) -> Result<Option<FlushTicket>> {
+        let target = self.log_end_offset();
+        if self.recovery_point >= target {
+            return Ok(None);
+        }
+        let files = self.active_mut().prepare_flush()?;
+        Ok(Some(FlushTicket {
+            files,
+            target,
+            generation: self.generation,
+        }))
+    }
+
+    /// Moves the recovery point to what a synced ticket covered, unless a truncation came
+    /// in between (then the next flush covers it).
+    pub fn finish_flush(&mut self, ticket: FlushTicket) {
+        if ticket.generation == self.generation {
+            self.recovery_point = self
+                .recovery_point
+                .max(ticket.target.min(self.log_end_offset()));
+        }
+    }
+
     /// Removes every offset ≥ `offset` (no-op when the log ends below it).
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        self.generation += 1;
         if offset >= self.log_end_offset() {
             return Ok(());
         }
@@ -297,6 +346,7 @@ impl PartitionLog {
 
     /// Deletes the whole log and restarts it empty at `offset`.
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        self.generation += 1;
         crate::log_warn!(
             "{}: deleting local log {}..{} and restarting at {offset}",
             self.tp,

@@ -373,6 +373,22 @@ impl Segment {
         self.time_index.flush(true)
     }
 
+    /// Writes pending index entries (without fsync) and returns descriptors of the log and
+    /// both indexes, to be fsynced by the caller outside the partition lock.
+    pub fn prepare_flush(&mut self) -> Result<Vec<File>> {
+        self.offset_index.flush(false)?;
+        self.time_index.flush(false)?;
+        let log = self
+            .file()?
+            .try_clone()
+            .with_context(|| format!("failed to duplicate `{}`", self.log_path.display()))?;
+        let mut files = vec![log];
+        for p in [self.offset_index.path(), self.time_index.path()] {
+            files.push(File::open(p).with_context(|| format!("failed to open `{}`", p.display()))?);
+        }
+        Ok(files)
+    }
+
     /// Removes every batch whose last offset is ≥ `offset`: cuts at the first such batch.
     /// Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
