@@ -62,11 +62,13 @@ fn corrupt_partial_and_malformed_responses_never_reach_the_log() {
         log.contains("faults-0") && log.contains("CRC mismatch") && log.contains("nothing written"),
         "{log}"
     );
-    let first0: Vec<i64> = leader.served_offsets(0).into_iter().take(4).collect();
-    assert_eq!(
-        &first0[..3],
-        &[0, 0, 0],
-        "the corrupt fetch is retried at the same offset: {first0:?}"
+    // Pipelined requests ahead of a corrupt response are answered and ignored; the corrupt
+    // offset itself is fetched again until it verifies.
+    let served = leader.served_offsets(0);
+    let at_zero = served.iter().filter(|&&o| o == 0).count();
+    assert!(
+        at_zero >= 2,
+        "the corrupt fetch is retried at offset 0: {served:?}"
     );
 
     // Malformed responses, dropped connections and a partition error.

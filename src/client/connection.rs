@@ -17,6 +17,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::ops::Range;
 use std::time::Duration;
 
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -180,6 +181,19 @@ impl BrokerConnection {
         extra_wait: Duration,
         encode: impl FnOnce(&mut Writer),
     ) -> Result<&[u8]> {
+        let correlation_id = self.send_request(api, version, encode)?;
+        let body = self.receive_response(api, version, correlation_id, extra_wait)?;
+        Ok(self.recv_buf.get(body).unwrap_or_default())
+    }
+
+    /// Sends a request without waiting for its response; returns its correlation id.
+    /// Responses come back in the order requests were sent (pipelining).
+    pub fn send_request(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<i32> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
         let mut w = Writer {
@@ -196,7 +210,18 @@ impl BrokerConnection {
         let sent = self.stream.write_all(&w.buf);
         self.send_buf = w.buf;
         sent.with_context(|| format!("broker {}: sending {} failed", self.addr, api.name()))?;
+        Ok(correlation_id)
+    }
 
+    /// Reads the response to request `correlation_id` into the receive buffer and returns
+    /// where its body lies in [`Self::recv_buffer`].
+    pub fn receive_response(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        extra_wait: Duration,
+    ) -> Result<Range<usize>> {
         self.stream
             .set_read_timeout(Some(self.request_timeout + extra_wait))
             .with_context(|| format!("broker {}: set timeout", self.addr))?;
@@ -238,7 +263,16 @@ impl BrokerConnection {
                 api.name()
             );
         }
-        let at = r.position();
-        Ok(frame.get(at..).unwrap_or_default())
+        Ok(r.position()..size)
+    }
+
+    pub fn recv_buffer(&self) -> &[u8] {
+        &self.recv_buf
+    }
+
+    /// Swaps the receive buffer for `buf`, handing the last response out to its caller
+    /// (double buffering: one response is processed while the next is read).
+    pub fn swap_recv_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        std::mem::replace(&mut self.recv_buf, buf)
     }
 }

@@ -16,10 +16,12 @@
 
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
+use crate::log::segment::MAX_BATCH_SIZE;
 use crate::protocol::error::{ErrorAction, ErrorCode};
 use crate::protocol::fetch::{
     DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
 };
+use crate::record::BatchIter;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -154,11 +156,36 @@ pub enum FetcherEvent {
     NeedsLeader { tp: TopicPartition, reason: String },
 }
 
+/// A Fetch response as received. The fetcher owns it while processing it, so the endpoint
+/// can send (and later receive) the next request meanwhile; then it goes back with
+/// [`LeaderEndPoint::recycle`] and its buffer is reused.
+#[derive(Debug)]
+pub struct FetchFrame {
+    pub buf: Vec<u8>,
+    /// Where the response body lies in `buf`.
+    pub body: std::ops::Range<usize>,
+    pub version: i16,
+}
+
+impl FetchFrame {
+    pub fn decode(&self) -> Result<FetchResponse<'_>> {
+        Ok(crate::protocol::fetch::decode_response(
+            self.buf.get(self.body.clone()).unwrap_or_default(),
+            self.version,
+        )?)
+    }
+}
+
 /// The leader side of the loop (Kafka's `LeaderEndPoint`).
 pub trait LeaderEndPoint: Send {
     fn describe(&self) -> String;
-    /// Sends a Fetch; the response borrows from the endpoint's buffer.
-    fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse<'_>>;
+    /// Sends a Fetch request without waiting for its response; responses come back in the
+    /// order requests were sent.
+    fn send_fetch(&mut self, req: &FetchRequest) -> Result<()>;
+    /// Receives the response to the oldest Fetch sent.
+    fn receive_fetch(&mut self) -> Result<FetchFrame>;
+    /// Hands a processed frame's buffer back for reuse.
+    fn recycle(&mut self, frame: FetchFrame);
     fn fetch_earliest_offset(
         &mut self,
         tp: &TopicPartition,
@@ -219,6 +246,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     replica: R,
     params: FetchParams,
     events: Sender<FetcherEvent>,
+    /// A request sent ahead (pipelined) whose response the next round receives.
+    in_flight: Option<FetchRequest>,
 }
 
 /// Marks a partition not ready before now + `backoff`.
@@ -258,6 +287,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             replica,
             params,
             events,
+            in_flight: None,
         }
     }
 
@@ -265,27 +295,45 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         &self.replica
     }
 
-    /// One round: truncate where needed, build, fetch, process.
+    /// One round: truncate where needed, build, fetch, process. When the last round already
+    /// sent the next request (see [`Self::process_fetch_request`]), this round only receives
+    /// and processes its response.
     pub fn do_work(&mut self) {
-        self.maybe_truncate();
-        if let Some(req) = self.build_fetch_request() {
+        if self.in_flight.is_none() {
+            self.maybe_truncate();
+            let Some(req) = self.build_fetch_request() else {
+                return;
+            };
+            if let Err(e) = self.leader.send_fetch(&req) {
+                self.fetch_failed(&req, &e);
+                return;
+            }
+            self.in_flight = Some(req);
+        }
+        if let Some(req) = self.in_flight.take() {
             self.process_fetch_request(&req);
         }
     }
 
-    /// Builds one request for every ready partition, or waits until one is ready (or a
-    /// partition is added, or shutdown) and returns `None`.
-    pub fn build_fetch_request(&mut self) -> Option<FetchRequest> {
-        let shared = self.shared.clone();
-        let map = shared.lock();
+    /// The request for every ready partition, with the fetch offsets (and last fetched
+    /// epochs) in `ahead` instead of the map's for the partitions it names.
+    fn request_for(
+        &self,
+        map: &BTreeMap<TopicPartition, PartitionFetchState>,
+        ahead: &BTreeMap<TopicPartition, (i64, Option<i32>)>,
+    ) -> Option<FetchRequest> {
         let now = Instant::now();
         let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
         for (tp, st) in map.iter().filter(|(_, s)| s.is_ready(now)) {
+            let (fetch_offset, epoch) = match ahead.get(tp) {
+                Some(&(o, e)) => (o, e.or_else(|| self.replica.latest_epoch(tp))),
+                None => (st.fetch_offset, self.replica.latest_epoch(tp)),
+            };
             let part = FetchPartition {
                 partition: tp.partition,
                 current_leader_epoch: st.current_leader_epoch,
-                fetch_offset: st.fetch_offset,
-                last_fetched_epoch: self.replica.latest_epoch(tp).unwrap_or(-1),
+                fetch_offset,
+                last_fetched_epoch: epoch.unwrap_or(-1),
                 log_start_offset: self.replica.log_start_offset(tp).unwrap_or(-1),
                 partition_max_bytes: self.params.partition_max_bytes,
             };
@@ -294,20 +342,32 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 _ => topics.push((tp.topic.clone(), vec![part])),
             }
         }
-        if !topics.is_empty() {
-            return Some(FetchRequest {
-                replica_id: -1,
-                max_wait_ms: self.params.max_wait_ms,
-                min_bytes: self.params.min_bytes,
-                max_bytes: self.params.max_bytes,
-                isolation_level: self.params.isolation_level,
-                topics,
-            });
+        if topics.is_empty() {
+            return None;
+        }
+        Some(FetchRequest {
+            replica_id: -1,
+            max_wait_ms: self.params.max_wait_ms,
+            min_bytes: self.params.min_bytes,
+            max_bytes: self.params.max_bytes,
+            isolation_level: self.params.isolation_level,
+            topics,
+        })
+    }
+
+    /// Builds one request for every ready partition, or waits until one is ready (or a
+    /// partition is added, or shutdown) and returns `None`.
+    pub fn build_fetch_request(&mut self) -> Option<FetchRequest> {
+        let shared = self.shared.clone();
+        let map = shared.lock();
+        if let Some(req) = self.request_for(&map, &BTreeMap::new()) {
+            return Some(req);
         }
         if !shared.is_running() {
             return None;
         }
         // Nothing ready: sleep until the earliest backoff ends, or until woken.
+        let now = Instant::now();
         let wake_at = map.values().filter_map(|s| s.delayed_until).min();
         match wake_at {
             Some(t) => {
@@ -325,7 +385,41 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         None
     }
 
-    /// Sends the request and handles the response partition by partition.
+    /// A fetch that got no usable response: every partition in it backs off, and the
+    /// connection is dropped (with any request pipelined on it).
+    fn fetch_failed(&mut self, req: &FetchRequest, e: &anyhow::Error) {
+        let shared = self.shared.clone();
+        if shared.is_running() {
+            crate::log_warn!(
+                "fetch of {} partition(s) from {} failed: {e:#}; retrying in {:?}",
+                req.partition_count(),
+                self.leader.describe(),
+                self.params.backoff
+            );
+        }
+        self.leader.close();
+        self.in_flight = None;
+        let mut map = shared.lock();
+        for (topic, parts) in &req.topics {
+            for p in parts {
+                delay(
+                    &mut map,
+                    &TopicPartition::new(topic.clone(), p.partition),
+                    self.params.backoff,
+                );
+            }
+        }
+    }
+
+    /// Receives the response to `req` and handles it partition by partition.
+    ///
+    /// Pipelining: when every partition in the response is healthy and at least one brought
+    /// data, the next request — at the offsets after this response's last whole batches — is
+    /// sent *before* this response is verified and written, so the leader prepares it while
+    /// the disk write runs. If a partition's append then fails, its state does not advance,
+    /// and the pipelined response's data for it is ignored (its fetch offset no longer
+    /// matches). Rounds that need other requests (OffsetOutOfRange, divergence, leader
+    /// lookups) never pipeline.
     pub fn process_fetch_request(&mut self, req: &FetchRequest) {
         let requested: BTreeMap<TopicPartition, i64> = req
             .topics
@@ -335,35 +429,77 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     .map(move |p| (TopicPartition::new(t.clone(), p.partition), p.fetch_offset))
             })
             .collect();
-        let shared = self.shared.clone();
-        let leader = self.leader.describe();
-        let resp = match self.leader.fetch(req) {
+        let frame = match self.leader.receive_fetch() {
+            Ok(f) => f,
+            Err(e) => return self.fetch_failed(req, &e),
+        };
+        let resp = match frame.decode() {
             Ok(r) => r,
             Err(e) => {
-                if shared.is_running() {
-                    crate::log_warn!(
-                        "fetch of {} partition(s) from {leader} failed: {e:#}; retrying in {:?}",
-                        requested.len(),
-                        self.params.backoff
-                    );
-                }
-                self.leader.close();
-                let mut map = shared.lock();
-                for tp in requested.keys() {
-                    delay(&mut map, tp, self.params.backoff);
-                }
+                let e = e.context(format!(
+                    "{}: bad Fetch v{} response",
+                    self.leader.describe(),
+                    frame.version
+                ));
+                self.fetch_failed(req, &e);
                 return;
             }
         };
+        let shared = self.shared.clone();
         if !resp.error.is_ok() {
-            crate::log_warn!("fetch from {leader} failed with {}", resp.error);
+            crate::log_warn!(
+                "fetch from {} failed with {}",
+                self.leader.describe(),
+                resp.error
+            );
             let mut map = shared.lock();
             for tp in requested.keys() {
                 delay(&mut map, tp, self.params.backoff);
             }
+            drop(resp);
+            self.leader.recycle(frame);
             return;
         }
         let mut map = shared.lock();
+
+        // Where each partition will be once this response is appended, if all goes well.
+        let mut ahead: BTreeMap<TopicPartition, (i64, Option<i32>)> = BTreeMap::new();
+        let mut healthy = !map.values().any(|s| s.status == FetchStatus::Truncating);
+        for (topic, parts) in &resp.topics {
+            for data in parts {
+                if !data.error.is_ok() || data.diverging_epoch.is_some() {
+                    healthy = false;
+                    continue;
+                }
+                let tp = TopicPartition::new(topic.clone(), data.partition);
+                let Some(&fetch_offset) = requested.get(&tp) else {
+                    continue;
+                };
+                let mut next = (fetch_offset, None);
+                for (h, _, _) in BatchIter::new(data.records, MAX_BATCH_SIZE) {
+                    if h.last_offset >= next.0 {
+                        next = (
+                            h.last_offset + 1,
+                            (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch),
+                        );
+                    }
+                }
+                if next.0 > fetch_offset {
+                    ahead.insert(tp, next);
+                }
+            }
+        }
+        if healthy
+            && !ahead.is_empty()
+            && shared.is_running()
+            && let Some(next_req) = self.request_for(&map, &ahead)
+        {
+            match self.leader.send_fetch(&next_req) {
+                Ok(()) => self.in_flight = Some(next_req),
+                Err(e) => crate::log_debug!("pipelined fetch not sent: {e:#}"),
+            }
+        }
+
         let mut follow_up: Vec<(TopicPartition, Outcome)> = Vec::new();
         for (topic, parts) in &resp.topics {
             for data in parts {
@@ -433,6 +569,13 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         }
         drop(map);
         drop(resp);
+        self.leader.recycle(frame);
+        // Follow-ups send their own requests: only when nothing is pipelined (an unhealthy
+        // response never pipelines, so this holds whenever there are follow-ups).
+        if self.in_flight.is_some() && !follow_up.is_empty() {
+            self.leader.close();
+            self.in_flight = None;
+        }
         for (tp, outcome) in follow_up {
             match outcome {
                 Outcome::Diverged(d) => self.truncate_on_divergence(&tp, d),
@@ -653,7 +796,9 @@ mod tests {
         fail_next: usize,
         errors: VecDeque<ErrorCode>,
         corrupt_next: usize,
-        requests: Arc<Mutex<Vec<FetchRequest>>>,
+        /// Every request sent, with when.
+        requests: Arc<Mutex<Vec<(Instant, FetchRequest)>>>,
+        sent: VecDeque<FetchRequest>,
     }
 
     impl MockLeader {
@@ -680,6 +825,7 @@ mod tests {
                 errors: VecDeque::new(),
                 corrupt_next: 0,
                 requests: Arc::default(),
+                sent: VecDeque::new(),
             }
         }
     }
@@ -688,8 +834,17 @@ mod tests {
         fn describe(&self) -> String {
             "mock leader".into()
         }
-        fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse<'_>> {
-            self.requests.lock().unwrap().push(req.clone());
+        fn send_fetch(&mut self, req: &FetchRequest) -> Result<()> {
+            self.requests
+                .lock()
+                .unwrap()
+                .push((Instant::now(), req.clone()));
+            self.sent.push_back(req.clone());
+            Ok(())
+        }
+        fn recycle(&mut self, _frame: FetchFrame) {}
+        fn receive_fetch(&mut self) -> Result<FetchFrame> {
+            let req = self.sent.pop_front().expect("a fetch in flight");
             if self.fail_next > 0 {
                 self.fail_next -= 1;
                 anyhow::bail!("connection reset");
@@ -721,7 +876,7 @@ mod tests {
             } else {
                 error
             };
-            Ok(FetchResponse {
+            let resp = FetchResponse {
                 error: ErrorCode::NONE,
                 topics: vec![(
                     topic.clone(),
@@ -736,6 +891,15 @@ mod tests {
                         records: &self.buf,
                     }],
                 )],
+            };
+            // Through the real codec, as a broker would send it.
+            let mut w = crate::protocol::codec::Writer::new();
+            crate::protocol::fetch::encode_response(&mut w, 12, &resp);
+            let len = w.buf.len();
+            Ok(FetchFrame {
+                buf: w.buf,
+                body: 0..len,
+                version: 12,
             })
         }
         fn fetch_earliest_offset(
@@ -894,14 +1058,50 @@ mod tests {
             f.replica().bytes.is_empty(),
             "nothing written from a corrupt response"
         );
-        // The delayed partition is not fetched until its backoff ends: this round waits.
-        let started = Instant::now();
-        f.do_work();
-        assert!(started.elapsed() >= Duration::from_millis(20));
-        for _ in 0..4 {
+        let requests = f.leader.requests.clone();
+        for _ in 0..6 {
             f.do_work();
         }
         assert_eq!(f.replica().bytes, expect);
+        // The delayed partition was not fetched again at offset 0 before its backoff ended
+        // (a request pipelined before the failure was answered and its data ignored).
+        let at_zero: Vec<Instant> = requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r.topics[0].1[0].fetch_offset == 0)
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(at_zero.len(), 2, "the first fetch and one retry");
+        assert!(
+            at_zero[1] - at_zero[0] >= Duration::from_millis(25),
+            "retry came before the backoff"
+        );
+    }
+
+    #[test]
+    fn a_healthy_round_pipelines_the_next_request_before_writing() {
+        let leader = MockLeader::new(10);
+        let requests = leader.requests.clone();
+        let (mut f, shared, _rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        // The next request (at offset 10, after two batches of 5) left before this round ended.
+        let offsets: Vec<i64> = requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, r)| r.topics[0].1[0].fetch_offset)
+            .collect();
+        assert_eq!(offsets, vec![0, 10]);
+        assert!(f.in_flight.is_some());
+        for _ in 0..4 {
+            f.do_work();
+        }
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 50);
+        // Caught up: the last round brought nothing, so nothing more was pipelined.
+        f.do_work();
+        assert!(f.in_flight.is_none());
     }
 
     #[test]

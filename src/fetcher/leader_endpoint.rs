@@ -1,12 +1,12 @@
 //! The real [`LeaderEndPoint`]: a lazily (re)connected broker connection.
 
-use super::abstract_fetcher::{FetcherShared, LeaderEndPoint};
+use super::abstract_fetcher::{FetchFrame, FetcherShared, LeaderEndPoint};
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
 use crate::client::cluster;
 use crate::protocol::ApiKey;
 use crate::protocol::error::ErrorCode;
-use crate::protocol::fetch::{self, FetchRequest, FetchResponse};
+use crate::protocol::fetch::{self, FetchRequest};
 use crate::protocol::list_offsets::{EARLIEST, LATEST};
 use anyhow::{Context, Result};
 use std::sync::Arc;
@@ -19,6 +19,10 @@ pub struct BrokerEndPoint {
     max_response_bytes: usize,
     isolation_level: i8,
     conn: Option<BrokerConnection>,
+    /// Fetches sent and not yet received: (correlation id, version, max wait).
+    pending: std::collections::VecDeque<(i32, i16, Duration)>,
+    /// Receive buffers handed back by the fetcher, reused for the next responses.
+    spare: Vec<Vec<u8>>,
     /// Where the socket is registered so shutdown can interrupt a fetch in flight.
     shared: Option<Arc<FetcherShared>>,
 }
@@ -39,6 +43,8 @@ impl BrokerEndPoint {
             max_response_bytes,
             isolation_level,
             conn: None,
+            pending: std::collections::VecDeque::new(),
+            spare: Vec::new(),
             shared,
         }
     }
@@ -73,14 +79,35 @@ impl LeaderEndPoint for BrokerEndPoint {
         format!("broker {} ({})", self.broker_id, self.addr)
     }
 
-    fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse<'_>> {
+    fn send_fetch(&mut self, req: &FetchRequest) -> Result<()> {
         let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
-        let addr = self.addr.clone();
         let conn = self.conn()?;
         let v = conn.require_version(ApiKey::Fetch)?;
-        let body = conn.send(ApiKey::Fetch, v, wait, |w| fetch::encode_request(w, v, req))?;
-        fetch::decode_response(body, v)
-            .with_context(|| format!("broker {addr}: bad Fetch v{v} response"))
+        let corr = conn.send_request(ApiKey::Fetch, v, |w| fetch::encode_request(w, v, req))?;
+        self.pending.push_back((corr, v, wait));
+        Ok(())
+    }
+
+    fn receive_fetch(&mut self) -> Result<FetchFrame> {
+        let (corr, v, wait) = self.pending.pop_front().context("no fetch in flight")?;
+        let spare = self.spare.pop().unwrap_or_default();
+        let conn = self
+            .conn
+            .as_mut()
+            .context("connection closed with a fetch in flight")?;
+        let body = conn.receive_response(ApiKey::Fetch, v, corr, wait)?;
+        let buf = conn.swap_recv_buffer(spare);
+        Ok(FetchFrame {
+            buf,
+            body,
+            version: v,
+        })
+    }
+
+    fn recycle(&mut self, frame: FetchFrame) {
+        if self.spare.len() < 2 {
+            self.spare.push(frame.buf);
+        }
     }
 
     fn fetch_earliest_offset(
@@ -116,6 +143,7 @@ impl LeaderEndPoint for BrokerEndPoint {
 
     fn close(&mut self) {
         self.conn = None;
+        self.pending.clear();
         if let Some(s) = &self.shared {
             s.set_socket(None);
         }
