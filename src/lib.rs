@@ -16,6 +16,11 @@
 //! the command line and dispatches.
 
 #![forbid(unsafe_code)]
+// Bytes from brokers and disks never panic the daemon: no unwrap, expect or panic outside tests.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 #[macro_use]
 pub mod logging;

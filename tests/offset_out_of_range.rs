@@ -54,3 +54,45 @@ fn restarts_at_the_leaders_log_start_when_it_moved_past_our_end() {
     let (ok, out) = support::verify(&data);
     assert!(ok, "{out}");
 }
+
+#[test]
+fn the_leaders_deleted_records_stay_in_the_local_log() {
+    let mut leader = support::Leader::start("mock", 1);
+    leader.create_topic("keep", 1);
+    let end = leader.produce("keep", 0, 1000, "lz4", 3).1 + 1;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        &leader.bootstrap,
+        "[[follow]]\ntopic = \"keep\"\n",
+        "[fetch]\nbackoff_ms = 100\nmax_wait_ms = 100\n[checkpoint]\ninterval_ms = 100\n",
+    );
+    let mut d = support::Daemon::start(&cfg);
+    support::wait_until(Duration::from_secs(30), "catch-up", || {
+        support::log_end(&data, "keep", 0) == end
+    });
+    leader.ok(json!({"cmd": "delete_records", "topic": "keep", "partition": 0, "offset": 500}));
+    let end = leader.produce("keep", 0, 1000, "none", 4).1 + 1;
+    support::wait_until(
+        Duration::from_secs(30),
+        "catch-up after delete-records",
+        || support::log_end(&data, "keep", 0) == end,
+    );
+    assert_eq!(d.stop().code(), Some(0));
+    let st = support::partition_status(&data, "keep", 0).unwrap();
+    assert_eq!(
+        st["log_start_offset"], 0,
+        "local data below the leader's new start is kept: {st}"
+    );
+    let local = support::local_log_bytes(&data, &TopicPartition::new("keep", 0));
+    let remote = support::leader_bytes(&leader.bootstrap, &TopicPartition::new("keep", 0), 500);
+    assert!(local.len() > remote.len());
+    assert!(
+        local.ends_with(&remote),
+        "the local log continues the leader's exactly"
+    );
+    let (ok, out) = support::verify(&data);
+    assert!(ok, "{out}");
+}

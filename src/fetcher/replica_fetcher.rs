@@ -125,9 +125,10 @@ impl ReplicaOps for ReplicaLogOps {
             log.append(bytes, &v.headers)?;
         }
         log.update_high_watermark(data.high_watermark);
-        if data.log_start_offset > log.log_start_offset() {
-            log.maybe_increment_log_start_offset(data.log_start_offset)?;
-        }
+        // The leader's log start moving up (its retention, DeleteRecords) does not delete local
+        // data: local deletion is this replica's own retention's job, and `-1` keeps
+        // everything, which is what a backup or archive is for. A log whose end falls below
+        // the leader's start is reset by the OffsetOutOfRange rule instead.
         Ok(log.log_end_offset())
     }
 

@@ -372,8 +372,8 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Raises the log start (after the leader's moved up, or retention); deletes the segments
-    /// that lie wholly below it. Never goes past the high watermark.
+    /// Raises the log start (retention); deletes the segments that lie wholly below it. Never
+    /// goes past the high watermark.
     pub fn maybe_increment_log_start_offset(&mut self, new_start: i64) -> Result<()> {
         let new_start = new_start.min(self.high_watermark);
         if new_start <= self.log_start_offset {
@@ -428,14 +428,15 @@ impl PartitionLog {
             size -= seg.size() as i64;
             new_start = Some(seg.next_offset());
         }
-        if let Some(s) = new_start {
-            let s = s.min(self.high_watermark);
-            if s > self.log_start_offset {
-                crate::log_info!("{}: retention moves the log start to {s}", self.tp);
-                self.log_start_offset = s;
-                self.epochs.truncate_from_start(s);
-                self.delete_segments_below(s)?;
-            }
+        if let Some(s) = new_start
+            && s.min(self.high_watermark) > self.log_start_offset
+        {
+            crate::log_info!(
+                "{}: retention moves the log start to {}",
+                self.tp,
+                s.min(self.high_watermark)
+            );
+            self.maybe_increment_log_start_offset(s)?;
         }
         Ok(())
     }

@@ -17,6 +17,9 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 use codec::{DecodeResult, Reader, Writer};
 
 /// A topic-partition.
