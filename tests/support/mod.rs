@@ -385,24 +385,7 @@ fn try_leader_bytes(addrs: &[String], tp: &TopicPartition, from: i64) -> anyhow:
     let mut out = Vec::new();
     let mut offset = from;
     loop {
-        let req = FetchRequest {
-            replica_id: -1,
-            max_wait_ms: 100,
-            min_bytes: 1,
-            max_bytes: 8 << 20,
-            isolation_level: 0,
-            topics: vec![(
-                tp.topic.clone(),
-                vec![FetchPartition {
-                    partition: tp.partition,
-                    current_leader_epoch: -1,
-                    fetch_offset: offset,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    partition_max_bytes: 8 << 20,
-                }],
-            )],
-        };
+        let req = one_partition_fetch(tp, offset, 8 << 20);
         let body = conn.send(ApiKey::Fetch, v, Duration::ZERO, |w| {
             fetch::encode_request(w, v, &req)
         })?;
@@ -433,6 +416,28 @@ fn try_leader_bytes(addrs: &[String], tp: &TopicPartition, from: i64) -> anyhow:
         if !progressed {
             anyhow::bail!("no progress at offset {offset} below high watermark {hw}");
         }
+    }
+}
+
+/// A consumer Fetch of one partition at `offset`, up to `max_bytes`, waiting at most 100 ms.
+pub fn one_partition_fetch(tp: &TopicPartition, offset: i64, max_bytes: i32) -> FetchRequest {
+    FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 100,
+        min_bytes: 1,
+        max_bytes,
+        isolation_level: 0,
+        topics: vec![(
+            tp.topic.clone(),
+            vec![FetchPartition {
+                partition: tp.partition,
+                current_leader_epoch: -1,
+                fetch_offset: offset,
+                last_fetched_epoch: -1,
+                log_start_offset: -1,
+                partition_max_bytes: max_bytes,
+            }],
+        )],
     }
 }
 
