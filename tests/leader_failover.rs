@@ -65,7 +65,18 @@ fn follows_a_partition_whose_leader_moves_and_whose_fetches_fail() {
         );
     }
     assert!(d.is_running(), "the daemon survives fetch errors");
+    // A broker that stops answering: its fetches hang until their timeout, but SIGTERM shuts
+    // the fetcher's socket and the daemon exits at once.
+    leader.ok(json!({"cmd": "broker_down", "broker": 3}));
+    std::thread::sleep(Duration::from_millis(1500));
+    let stopping = std::time::Instant::now();
     assert_eq!(d.stop().code(), Some(0));
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "SIGTERM took {:?}",
+        stopping.elapsed()
+    );
+    leader.ok(json!({"cmd": "broker_up", "broker": 3}));
     for p in 0..2 {
         support::assert_byte_identical(
             &leader.bootstrap,

@@ -596,7 +596,13 @@ pub fn follow_and_restart(leader: &mut Leader, topic: &str, partitions: i32, per
     let (ok, out) = verify(&data);
     assert!(ok, "verify failed while running:\n{out}");
 
+    let stopping = Instant::now();
     let st = daemon.stop();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "SIGTERM took {:?}",
+        stopping.elapsed()
+    );
     assert_eq!(
         st.code(),
         Some(0),
