@@ -153,7 +153,13 @@ impl ShutdownSignal for FetcherShared {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FetcherEvent {
     /// The partition was removed from the fetcher: its leader must be looked up again.
-    NeedsLeader { tp: TopicPartition, reason: String },
+    NeedsLeader {
+        tp: TopicPartition,
+        reason: String,
+        /// The fetcher that gave it up: a stale event from a fetcher that no longer owns the
+        /// partition must not undo its current assignment.
+        fetcher: String,
+    },
 }
 
 /// A Fetch response as received. The fetcher owns it while processing it, so the endpoint
@@ -250,12 +256,10 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     in_flight: Option<FetchRequest>,
 }
 
+type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
+
 /// Marks a partition not ready before now + `backoff`.
-fn delay(
-    map: &mut BTreeMap<TopicPartition, PartitionFetchState>,
-    tp: &TopicPartition,
-    backoff: Duration,
-) {
+fn delay(map: &mut PartitionMap, tp: &TopicPartition, backoff: Duration) {
     if let Some(s) = map.get_mut(tp) {
         s.delayed_until = Some(Instant::now() + backoff);
     }
@@ -525,6 +529,14 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                         "{tp} at offset {fetch_offset}: {e:#}; backing off {:?}",
                                         self.params.backoff
                                     );
+                                    // A failed append may have written part of the response
+                                    // (a roll failed midway), or the log may have moved under
+                                    // us: fetch on from wherever the log really ends.
+                                    if let (Some(end), Some(s)) =
+                                        (self.replica.log_end_offset(&tp), map.get_mut(&tp))
+                                    {
+                                        s.fetch_offset = end;
+                                    }
                                     Outcome::Delay
                                 }
                             }
@@ -576,44 +588,56 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             self.leader.close();
             self.in_flight = None;
         }
-        for (tp, outcome) in follow_up {
+        self.follow_up(follow_up);
+    }
+
+    /// Runs the follow-ups of a round (they send their own requests) under the partition-map
+    /// lock, as Kafka does: a partition the manager moved away meanwhile is left alone.
+    fn follow_up(&mut self, items: Vec<(TopicPartition, Outcome)>) {
+        let shared = self.shared.clone();
+        let mut map = shared.lock();
+        for (tp, outcome) in items {
+            if !map.contains_key(&tp) {
+                continue;
+            }
             match outcome {
-                Outcome::Diverged(d) => self.truncate_on_divergence(&tp, d),
-                Outcome::OutOfRange => self.handle_offset_out_of_range(&tp),
-                Outcome::NeedsLeader(reason) => self.hand_back(&tp, reason),
+                Outcome::Diverged(d) => self.truncate_on_divergence(&mut map, &tp, d),
+                Outcome::OutOfRange => self.handle_offset_out_of_range(&mut map, &tp),
+                Outcome::NeedsLeader(reason) => self.hand_back(&mut map, &tp, reason),
                 _ => {}
             }
         }
     }
 
     /// Removes the partition and asks the manager to look its leader up again.
-    fn hand_back(&mut self, tp: &TopicPartition, reason: String) {
+    fn hand_back(&mut self, map: &mut PartitionMap, tp: &TopicPartition, reason: String) {
         crate::log_info!("{tp}: {reason}; handing it back for a leader lookup");
-        self.shared.remove_partition(tp);
+        map.remove(tp);
         let _ = self.events.send(FetcherEvent::NeedsLeader {
             tp: tp.clone(),
             reason,
+            fetcher: self.name.clone(),
         });
     }
 
-    fn set_offset(&mut self, tp: &TopicPartition, offset: i64, status: FetchStatus) {
-        let mut map = self.shared.lock();
+    /// After the local log changed under a partition: fetch on from its end.
+    fn resume_at_log_end(&self, map: &mut PartitionMap, tp: &TopicPartition, fallback: i64) {
+        let end = self.replica.log_end_offset(tp).unwrap_or(fallback);
         if let Some(s) = map.get_mut(tp) {
-            s.fetch_offset = offset;
-            s.status = status;
+            s.fetch_offset = end;
+            s.status = FetchStatus::Fetching;
             s.delayed_until = None;
         }
     }
 
-    fn delay_one(&mut self, tp: &TopicPartition) {
-        let shared = self.shared.clone();
-        let mut map = shared.lock();
-        delay(&mut map, tp, self.params.backoff);
-    }
-
     /// The leader said our fetch offset diverges from its log at `d`: truncate to the point
     /// where both logs agree (Kafka's `truncateOnFetchResponse`), then fetch on from there.
-    fn truncate_on_divergence(&mut self, tp: &TopicPartition, d: DivergingEpoch) {
+    fn truncate_on_divergence(
+        &mut self,
+        map: &mut PartitionMap,
+        tp: &TopicPartition,
+        d: DivergingEpoch,
+    ) {
         let target = match self.replica.end_offset_for_epoch(tp, d.epoch) {
             Some((e, end)) if e == d.epoch => end.min(d.end_offset),
             Some((_, end)) => end,
@@ -624,27 +648,23 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             d.epoch,
             d.end_offset
         );
-        match self.replica.truncate(tp, target) {
-            Ok(()) => {
-                let end = self.replica.log_end_offset(tp).unwrap_or(target);
-                self.set_offset(tp, end, FetchStatus::Fetching);
-            }
-            Err(e) => {
-                crate::log_error!("{tp}: truncation failed: {e:#}");
-                self.delay_one(tp);
-            }
+        if let Err(e) = self.replica.truncate(tp, target) {
+            crate::log_error!("{tp}: truncation failed: {e:#}");
+            delay(map, tp, self.params.backoff);
+        }
+        // On failure too: the log may be partly truncated, and its end is the truth.
+        let delayed = map.get(tp).and_then(|s| s.delayed_until);
+        self.resume_at_log_end(map, tp, target);
+        if let (Some(s), Some(t)) = (map.get_mut(tp), delayed) {
+            s.delayed_until = Some(t);
         }
     }
 
     /// Kafka's follower rule for OffsetOutOfRange: if the leader's end is below our end,
     /// truncate to it; if the leader's start is above our end, delete our log and restart at
     /// the leader's start; otherwise fetch again from our end.
-    pub fn handle_offset_out_of_range(&mut self, tp: &TopicPartition) {
-        let epoch = self
-            .shared
-            .lock()
-            .get(tp)
-            .map_or(-1, |s| s.current_leader_epoch);
+    fn handle_offset_out_of_range(&mut self, map: &mut PartitionMap, tp: &TopicPartition) {
+        let epoch = map.get(tp).map_or(-1, |s| s.current_leader_epoch);
         let Some(local_end) = self.replica.log_end_offset(tp) else {
             return;
         };
@@ -677,36 +697,37 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 crate::log_warn!(
                     "{tp}: OFFSET_OUT_OF_RANGE at {local_end}: {what}; fetching from {offset}"
                 );
-                let end = self.replica.log_end_offset(tp).unwrap_or(offset);
-                self.set_offset(tp, end, FetchStatus::Fetching);
-                if end == local_end {
+                self.resume_at_log_end(map, tp, offset);
+                if map.get(tp).is_some_and(|s| s.fetch_offset == local_end) {
                     // Nothing changed locally: do not hammer the leader.
-                    self.delay_one(tp);
+                    delay(map, tp, self.params.backoff);
                 }
             }
             Ok(None) => self.hand_back(
+                map,
                 tp,
                 "leader moved while resolving OFFSET_OUT_OF_RANGE".into(),
             ),
             Err(e) => {
                 crate::log_warn!("{tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}");
                 self.leader.close();
-                self.delay_one(tp);
+                self.resume_at_log_end(map, tp, local_end);
+                delay(map, tp, self.params.backoff);
             }
         }
     }
 
     /// Partitions in the `Truncating` state: with Fetch v12+ the leader reports divergence in
     /// fetch responses, so fetching starts at once; otherwise OffsetForLeaderEpoch finds the
-    /// common point first (where the leader offers it).
+    /// common point first (where the leader offers it). Runs under the partition-map lock.
     fn maybe_truncate(&mut self) {
-        let truncating: Vec<(TopicPartition, i32)> = self
-            .shared
-            .lock()
+        let shared = self.shared.clone();
+        let mut map = shared.lock();
+        let now = Instant::now();
+        let truncating: Vec<(TopicPartition, i32)> = map
             .iter()
             .filter(|(_, s)| {
-                s.status == FetchStatus::Truncating
-                    && s.delayed_until.is_none_or(|t| t <= Instant::now())
+                s.status == FetchStatus::Truncating && s.delayed_until.is_none_or(|t| t <= now)
             })
             .map(|(tp, s)| (tp.clone(), s.current_leader_epoch))
             .collect();
@@ -719,7 +740,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 crate::log_warn!("cannot reach {}: {e:#}", self.leader.describe());
                 self.leader.close();
                 for (tp, _) in &truncating {
-                    self.delay_one(tp);
+                    delay(&mut map, tp, self.params.backoff);
                 }
                 return;
             }
@@ -728,19 +749,23 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             let end = self.replica.log_end_offset(&tp).unwrap_or(0);
             let latest = self.replica.latest_epoch(&tp);
             let (Some(latest), false) = (latest, diverging) else {
-                self.set_offset(&tp, end, FetchStatus::Fetching);
+                self.resume_at_log_end(&mut map, &tp, end);
                 continue;
             };
             match self
                 .leader
                 .fetch_epoch_end_offset(&tp, current_epoch, latest)
             {
-                Ok(None) => self.set_offset(&tp, end, FetchStatus::Fetching),
+                Ok(None) => self.resume_at_log_end(&mut map, &tp, end),
                 Ok(Some((code, _, _))) if !code.is_ok() => {
                     if code.action() == ErrorAction::RefreshMetadata {
-                        self.hand_back(&tp, format!("OffsetForLeaderEpoch answered {code}"));
+                        self.hand_back(
+                            &mut map,
+                            &tp,
+                            format!("OffsetForLeaderEpoch answered {code}"),
+                        );
                     } else {
-                        self.delay_one(&tp);
+                        delay(&mut map, &tp, self.params.backoff);
                     }
                 }
                 Ok(Some((_, leader_epoch, leader_end))) => {
@@ -759,20 +784,17 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         );
                     }
                     match self.replica.truncate(&tp, target) {
-                        Ok(()) => {
-                            let new_end = self.replica.log_end_offset(&tp).unwrap_or(target);
-                            self.set_offset(&tp, new_end, FetchStatus::Fetching);
-                        }
+                        Ok(()) => self.resume_at_log_end(&mut map, &tp, target),
                         Err(e) => {
                             crate::log_error!("{tp}: truncation failed: {e:#}");
-                            self.delay_one(&tp);
+                            delay(&mut map, &tp, self.params.backoff);
                         }
                     }
                 }
                 Err(e) => {
                     crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
                     self.leader.close();
-                    self.delay_one(&tp);
+                    delay(&mut map, &tp, self.params.backoff);
                 }
             }
         }
@@ -933,6 +955,8 @@ mod tests {
     /// A replica that keeps appended bytes in memory and validates like the real one.
     #[derive(Default)]
     struct MemReplica {
+        /// The next append fails after writing its first batch (a roll that failed midway).
+        fail_midway: bool,
         bytes: Vec<u8>,
         start: i64,
         end: i64,
@@ -948,6 +972,15 @@ mod tests {
         ) -> Result<i64> {
             let v =
                 crate::fetcher::replica_fetcher::validate_fetched(tp, fetch_offset, data.records)?;
+            if self.fail_midway {
+                self.fail_midway = false;
+                let first = v.headers[0];
+                let start = v.range.start;
+                self.bytes
+                    .extend_from_slice(&data.records[start..start + first.size_in_bytes]);
+                self.end = first.last_offset + 1;
+                anyhow::bail!("roll failed after the first batch");
+            }
             self.bytes.extend_from_slice(&data.records[v.range.clone()]);
             if let Some(h) = v.headers.last() {
                 self.end = h.last_offset + 1;
@@ -1105,6 +1138,29 @@ mod tests {
     }
 
     #[test]
+    fn an_append_that_fails_midway_resumes_at_the_local_log_end() {
+        let leader = MockLeader::new(6);
+        let expect = leader_bytes(&leader);
+        let replica = MemReplica {
+            fail_midway: true,
+            ..Default::default()
+        };
+        let (mut f, shared, _rx) = fetcher(leader, replica, 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert_eq!(
+            shared.lock()[&tp()].fetch_offset,
+            5,
+            "the state follows what was written"
+        );
+        std::thread::sleep(Duration::from_millis(15));
+        for _ in 0..6 {
+            f.do_work();
+        }
+        assert_eq!(f.replica().bytes, expect, "no gap, no duplicate");
+    }
+
+    #[test]
     fn a_failed_fetch_delays_every_partition_in_it() {
         let mut leader = MockLeader::new(2);
         leader.fail_next = 1;
@@ -1130,7 +1186,7 @@ mod tests {
         f.do_work();
         assert_eq!(shared.partition_count(), 0);
         match rx.try_recv().unwrap() {
-            FetcherEvent::NeedsLeader { tp: t, reason } => {
+            FetcherEvent::NeedsLeader { tp: t, reason, .. } => {
                 assert_eq!(t, tp());
                 assert!(reason.contains("NOT_LEADER_OR_FOLLOWER"), "{reason}");
             }

@@ -68,6 +68,11 @@ pub struct FetcherManager {
     reported: BTreeSet<String>,
 }
 
+/// The thread name of a fetcher, which is also how its events name it.
+pub fn fetcher_name(broker: i32, fetcher_id: usize) -> String {
+    format!("fetcher-broker-{broker}-{fetcher_id}")
+}
+
 /// Kafka's `getFetcherId`: abs(31 * topic.hashCode + partition) mod n, with Java's String
 /// hash over UTF-16 units.
 pub fn fetcher_id(tp: &TopicPartition, n: usize) -> usize {
@@ -133,9 +138,19 @@ impl FetcherManager {
             };
             match event {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader { tp, .. })) => {
-                    if let Some(a) = self.assigned.remove(&tp) {
-                        self.handed_back.insert(tp, a);
+                Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader { tp, fetcher, .. })) => {
+                    let current = self
+                        .assigned
+                        .get(&tp)
+                        .map(|a| fetcher_name(a.broker, a.fetcher_id));
+                    if current.as_deref() == Some(fetcher.as_str()) {
+                        if let Some(a) = self.assigned.remove(&tp) {
+                            self.handed_back.insert(tp, a);
+                        }
+                    } else {
+                        crate::log_debug!(
+                            "{tp}: ignoring a hand-back from {fetcher}, which no longer owns it"
+                        );
                     }
                     // Metadata may lag a leader change: look again after a backoff.
                     next_refresh = next_refresh.min(Instant::now() + backoff);
@@ -353,7 +368,7 @@ impl FetcherManager {
             fc.isolation.level(),
             Some(shared.clone()),
         );
-        let name = format!("fetcher-broker-{broker}-{fid}");
+        let name = fetcher_name(broker, fid);
         let mut fetcher = AbstractFetcher::new(
             name.clone(),
             shared.clone(),
