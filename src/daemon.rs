@@ -153,6 +153,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;
     let manager = FetcherManager::new(cfg.clone(), logs.clone());
     let to_manager = manager.sender();
+    let stop_manager = manager.stop_handle();
     let manager_thread = std::thread::Builder::new()
         .name("fetcher-manager".into())
         .spawn(move || manager.run())
@@ -167,6 +168,9 @@ pub fn run(cfg: Config) -> Result<()> {
     let sig = signals.forever().next();
     crate::log_info!("received signal {}; shutting down", sig.unwrap_or(0));
     sd_notify("STOPPING=1");
+    // Interrupt whatever the manager waits on (metadata, ListOffsets), then tell it to stop
+    // its fetchers.
+    stop_manager.stop();
     let _ = to_manager.send(ManagerEvent::Shutdown);
     if manager_thread.join().is_err() {
         crate::log_error!("the fetcher manager panicked");

@@ -198,3 +198,36 @@ fn the_shipped_example_config_is_valid() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("2 topic(s)"), "{out}");
 }
+
+#[test]
+fn sigterm_ends_quickly_while_a_broker_accepts_but_never_answers() {
+    // A "broker" that accepts connections and then says nothing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h2 = held.clone();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            h2.lock().unwrap().push(c);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = support::write_config(dir.path(), &data, &addr, "[[follow]]\ntopic = \"t\"\n", "");
+    let mut d = support::Daemon::start(&cfg);
+    support::wait_until(Duration::from_secs(10), "the daemon to start", || {
+        d.log_text().contains("following")
+    });
+    support::wait_until(Duration::from_secs(10), "the daemon to connect", || {
+        !held.lock().unwrap().is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let stopping = std::time::Instant::now();
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "SIGTERM took {:?}",
+        stopping.elapsed()
+    );
+    assert!(data.join(".kafka_cleanshutdown").exists());
+}

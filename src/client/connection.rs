@@ -20,7 +20,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::time::Duration;
 
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Short enough that a shutdown waiting on a connect attempt still ends in seconds.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
@@ -39,22 +40,18 @@ pub struct BrokerConnection {
 impl BrokerConnection {
     /// Connects to `addr` (`host:port`) and negotiates API versions.
     pub fn connect(addr: &str, client_id: &str, max_response_bytes: usize) -> Result<Self> {
-        Self::connect_with(
-            addr,
-            client_id,
-            max_response_bytes,
-            DEFAULT_CONNECT_TIMEOUT,
-            DEFAULT_REQUEST_TIMEOUT,
-        )
+        Self::connect_registering(addr, client_id, max_response_bytes, |_| {})
     }
 
-    pub fn connect_with(
+    /// Connects, hands the TCP socket to `register` before the version handshake (so another
+    /// thread can shut it down while the handshake waits), then negotiates versions.
+    pub fn connect_registering(
         addr: &str,
         client_id: &str,
         max_response_bytes: usize,
-        connect_timeout: Duration,
-        request_timeout: Duration,
+        register: impl FnOnce(&TcpStream),
     ) -> Result<Self> {
+        let (connect_timeout, request_timeout) = (DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT);
         let addrs: Vec<_> = addr
             .to_socket_addrs()
             .with_context(|| format!("broker {addr}: cannot resolve address"))?
@@ -83,6 +80,7 @@ impl BrokerConnection {
         stream
             .set_write_timeout(Some(request_timeout))
             .with_context(|| format!("broker {addr}: set timeout"))?;
+        register(&stream);
         let mut conn = BrokerConnection {
             addr: addr.to_string(),
             stream,

@@ -308,6 +308,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             let Some(req) = self.build_fetch_request() else {
                 return;
             };
+            if !self.shared.is_running() {
+                return;
+            }
             if let Err(e) = self.leader.send_fetch(&req) {
                 self.fetch_failed(&req, &e);
                 return;

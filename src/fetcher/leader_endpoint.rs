@@ -1,6 +1,7 @@
 //! The real [`LeaderEndPoint`]: a lazily (re)connected broker connection.
 
 use super::abstract_fetcher::{FetchFrame, FetcherShared, LeaderEndPoint};
+use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
 use crate::client::cluster;
@@ -51,11 +52,26 @@ impl BrokerEndPoint {
 
     fn conn(&mut self) -> Result<&mut BrokerConnection> {
         if self.conn.is_none() {
-            let c = BrokerConnection::connect(&self.addr, &self.client_id, self.max_response_bytes)
-                .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
-            if let Some(s) = &self.shared {
-                s.set_socket(c.try_clone_socket().ok());
+            // No new connection once shutdown has begun: its socket could not be interrupted.
+            if self.shared.as_ref().is_some_and(|s| !s.is_running()) {
+                anyhow::bail!("shutting down");
             }
+            // The socket is registered before the handshake, so shutdown can interrupt it.
+            let shared = self.shared.clone();
+            let c = BrokerConnection::connect_registering(
+                &self.addr,
+                &self.client_id,
+                self.max_response_bytes,
+                |stream| {
+                    if let Some(s) = &shared {
+                        s.set_socket(stream.try_clone().ok());
+                        if !s.is_running() {
+                            let _ = stream.shutdown(std::net::Shutdown::Both);
+                        }
+                    }
+                },
+            )
+            .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
             crate::log_info!("connected to broker {} at {}", self.broker_id, self.addr);
             self.conn = Some(c);
         }

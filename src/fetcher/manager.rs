@@ -22,13 +22,61 @@ use crate::log::manager::{LogManager, lock_log};
 use crate::protocol::error::ErrorCode;
 use anyhow::{Context, Result, anyhow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often metadata is refreshed when nothing asks for it (Kafka's metadata.max.age.ms
 /// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
 pub const METADATA_REFRESH: Duration = Duration::from_secs(30);
+
+/// Lets the daemon stop the manager even while it waits on a broker: sets the flag checked
+/// between steps, and shuts down the socket of every connection the manager has open.
+#[derive(Debug, Default)]
+pub struct StopHandle {
+    stopping: AtomicBool,
+    sockets: Mutex<Vec<TcpStream>>,
+}
+
+impl StopHandle {
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for s in self
+            .sockets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Connects to `addr`, registering the socket for [`Self::stop`]. Refuses once stopping.
+    fn connect(&self, addr: &str, client_id: &str) -> Result<BrokerConnection> {
+        if self.is_stopping() {
+            anyhow::bail!("shutting down");
+        }
+        BrokerConnection::connect_registering(addr, client_id, 64 << 20, |stream| {
+            let mut sockets = self
+                .sockets
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sockets.retain(|s| s.peer_addr().is_ok());
+            if let Ok(s) = stream.try_clone() {
+                if self.is_stopping() {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+                sockets.push(s);
+            }
+        })
+    }
+}
 
 /// Messages to the manager thread.
 #[derive(Debug)]
@@ -64,6 +112,9 @@ pub struct FetcherManager {
     events_tx: Sender<ManagerEvent>,
     events_rx: Receiver<ManagerEvent>,
     fetcher_events: Sender<FetcherEvent>,
+    stop: Arc<StopHandle>,
+    /// The connection metadata is read on, kept between refreshes.
+    meta_conn: Option<BrokerConnection>,
     /// Problems already reported, so a persistent one is logged once, not every round.
     reported: BTreeSet<String>,
 }
@@ -111,7 +162,14 @@ impl FetcherManager {
             events_rx,
             fetcher_events,
             reported: BTreeSet::new(),
+            stop: Arc::new(StopHandle::default()),
+            meta_conn: None,
         }
+    }
+
+    /// What the daemon calls on SIGTERM, before sending `Shutdown`.
+    pub fn stop_handle(&self) -> Arc<StopHandle> {
+        self.stop.clone()
     }
 
     /// A sender the daemon uses to ask for shutdown.
@@ -188,8 +246,40 @@ impl FetcherManager {
                 addrs.push(a.clone());
             }
         }
-        self.metadata = cluster::bootstrap_metadata(&addrs, &self.cfg.client_id, &topics)?;
-        Ok(())
+        if let Some(conn) = self.meta_conn.as_mut() {
+            match cluster::fetch_metadata(conn, &topics) {
+                Ok(md) => {
+                    self.metadata = md;
+                    return Ok(());
+                }
+                Err(e) => {
+                    crate::log_debug!("metadata from {} failed: {e:#}; reconnecting", conn.addr());
+                    self.meta_conn = None;
+                }
+            }
+        }
+        let mut errors = Vec::new();
+        for a in &addrs {
+            if self.stop.is_stopping() {
+                anyhow::bail!("shutting down");
+            }
+            let got = self.stop.connect(a, &self.cfg.client_id).and_then(|mut c| {
+                let md = cluster::fetch_metadata(&mut c, &topics)?;
+                Ok((c, md))
+            });
+            match got {
+                Ok((c, md)) => {
+                    self.metadata = md;
+                    self.meta_conn = Some(c);
+                    return Ok(());
+                }
+                Err(e) => errors.push(format!("{e:#}")),
+            }
+        }
+        anyhow::bail!(
+            "no broker answered a Metadata request: {}",
+            errors.join("; ")
+        )
     }
 
     /// The partitions the configuration asks for, as far as metadata knows them, and whether
@@ -283,6 +373,9 @@ impl FetcherManager {
         for ((broker, fid), parts) in to_add {
             let mut states = Vec::new();
             for (tp, start, epoch) in parts {
+                if self.stop.is_stopping() {
+                    break;
+                }
                 match self.initial_state(&mut conns, broker, &tp, start, epoch) {
                     Ok(st) => {
                         self.reported
@@ -418,13 +511,12 @@ impl FetcherManager {
             .broker_addr(broker)
             .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?
             .to_string();
-        let conn =
-            match conns.entry(broker) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => v.insert(
-                    BrokerConnection::connect(&addr, &self.cfg.client_id, 64 << 20)?,
-                ),
-            };
+        let conn = match conns.entry(broker) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(self.stop.connect(&addr, &self.cfg.client_id)?)
+            }
+        };
         let iso = self.cfg.fetch.isolation.level();
         let ts = start.list_offsets_timestamp();
         let mut offset = match cluster::list_offset(conn, iso, tp, epoch, ts)? {
