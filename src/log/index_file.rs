@@ -91,9 +91,9 @@ impl IndexFile {
             self.unsynced = true;
         }
         if sync {
-            f.sync_data().with_context(|| {
-                format!("failed to fsync {} `{}`", self.what, self.path.display())
-            })?;
+            if let Err(e) = f.sync_data() {
+                super::halt_on_fsync_error(&self.path, &e);
+            }
             self.unsynced = false;
         }
         Ok(())

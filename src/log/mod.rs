@@ -21,3 +21,15 @@ pub mod segment;
 pub mod time_index;
 
 pub use partition::{LogConfig, PartitionLog};
+
+/// A failed fsync of segment or index data is not retried: Linux reports the error once and
+/// marks the pages clean, so a later fsync that "succeeds" proves nothing about the lost
+/// bytes. Like Kafka, the process halts at once — no further checkpoint, no clean-shutdown
+/// marker — and the next start recovers from the last recovery point that was really synced.
+pub fn halt_on_fsync_error(path: &std::path::Path, e: &std::io::Error) -> ! {
+    crate::log_error!(
+        "fsync of `{}` failed: {e}; halting so that the next start recovers from the last durable checkpoint",
+        path.display()
+    );
+    std::process::exit(1)
+}

@@ -67,7 +67,7 @@ pub struct PartitionLog {
 /// duplicated descriptors while the fetcher goes on appending.
 #[derive(Debug)]
 pub struct FlushTicket {
-    files: Vec<std::fs::File>,
+    files: Vec<(std::fs::File, PathBuf)>,
     target: i64,
     generation: u64,
 }
@@ -75,8 +75,10 @@ pub struct FlushTicket {
 impl FlushTicket {
     /// The fsyncs; call without holding the partition lock.
     pub fn sync(&self) -> Result<()> {
-        for f in &self.files {
-            f.sync_data().context("fsync during flush")?;
+        for (f, path) in &self.files {
+            if let Err(e) = f.sync_data() {
+                super::halt_on_fsync_error(path, &e);
+            }
         }
         Ok(())
     }

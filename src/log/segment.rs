@@ -365,9 +365,10 @@ impl Segment {
     /// Writes pending index entries and fsyncs the log and both indexes.
     pub fn flush(&mut self) -> Result<()> {
         // A closed file was fsynced before it was closed.
-        if let Some(f) = &self.log {
-            f.sync_data()
-                .with_context(|| format!("failed to fsync `{}`", self.log_path.display()))?;
+        if let Some(f) = &self.log
+            && let Err(e) = f.sync_data()
+        {
+            super::halt_on_fsync_error(&self.log_path, &e);
         }
         self.offset_index.flush(true)?;
         self.time_index.flush(true)
@@ -375,16 +376,17 @@ impl Segment {
 
     /// Writes pending index entries (without fsync) and returns descriptors of the log and
     /// both indexes, to be fsynced by the caller outside the partition lock.
-    pub fn prepare_flush(&mut self) -> Result<Vec<File>> {
+    pub fn prepare_flush(&mut self) -> Result<Vec<(File, PathBuf)>> {
         self.offset_index.flush(false)?;
         self.time_index.flush(false)?;
         let log = self
             .file()?
             .try_clone()
             .with_context(|| format!("failed to duplicate `{}`", self.log_path.display()))?;
-        let mut files = vec![log];
+        let mut files = vec![(log, self.log_path.clone())];
         for p in [self.offset_index.path(), self.time_index.path()] {
-            files.push(File::open(p).with_context(|| format!("failed to open `{}`", p.display()))?);
+            let f = File::open(p).with_context(|| format!("failed to open `{}`", p.display()))?;
+            files.push((f, p.to_path_buf()));
         }
         Ok(files)
     }
