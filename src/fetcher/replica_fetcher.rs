@@ -91,6 +91,14 @@ impl ReplicaLogOps {
         ReplicaLogOps { logs }
     }
 
+    /// The checkpoint files may name offsets a truncation just removed: rewrite them now
+    /// rather than at the next interval, so they never pass a log's end.
+    fn checkpoint_after_truncation(&self) {
+        if let Err(e) = self.logs.checkpoint() {
+            crate::log_error!("checkpoint after truncation failed: {e:#}");
+        }
+    }
+
     fn log(&self, tp: &TopicPartition) -> Result<crate::log::manager::SharedLog> {
         self.logs
             .get(tp)
@@ -151,11 +159,15 @@ impl ReplicaOps for ReplicaLogOps {
     }
 
     fn truncate(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
-        lock_log(&self.log(tp)?).truncate_to(offset)
+        lock_log(&self.log(tp)?).truncate_to(offset)?;
+        self.checkpoint_after_truncation();
+        Ok(())
     }
 
     fn truncate_fully_and_start_at(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
-        lock_log(&self.log(tp)?).truncate_fully_and_start_at(offset)
+        lock_log(&self.log(tp)?).truncate_fully_and_start_at(offset)?;
+        self.checkpoint_after_truncation();
+        Ok(())
     }
 }
 

@@ -83,14 +83,20 @@ pub fn load(
     let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
     let mut cut = false;
     for (i, &base) in bases.iter().enumerate() {
-        if cut {
-            let (seg, _) = Segment::open(&dir, base, config.index_interval_bytes, now, false)
-                .or_else(|_| Segment::open(&dir, base, config.index_interval_bytes, now, true))?;
+        // Each segment must start where the one before ends. A crash inside a truncation
+        // can leave a segment that does not; it and everything after it go.
+        if !cut
+            && let Some(prev_end) = segments.values().next_back().map(Segment::next_offset)
+            && base != prev_end
+        {
             crate::log_warn!(
-                "{tp}: deleting segment `{}`: it follows a truncated one",
-                seg.log_path().display()
+                "{tp}: segment {base} does not start where the previous one ends ({prev_end}); cutting the log there"
             );
-            seg.delete()?;
+            cut = true;
+        }
+        if cut {
+            crate::log_warn!("{tp}: deleting segment {base}: it follows a cut in the log");
+            segment::delete_files(&dir, base)?;
             report.deleted_segments += 1;
             continue;
         }
@@ -557,5 +563,149 @@ mod flush_tests {
             "nothing left to flush"
         );
         assert_eq!(log.recovery_point(), 20);
+    }
+}
+
+#[cfg(test)]
+mod interrupted_truncation_tests {
+    use super::*;
+    use crate::record::BatchHeader;
+    use crate::record::records::{NewRecord, build_v2_batch};
+
+    fn log_with_segments(dir: &Path) -> (Vec<i64>, i64) {
+        let cfg = LogConfig {
+            segment_bytes: 1024,
+            ..LogConfig::default()
+        };
+        let mut log = PartitionLog::create(dir, &TopicPartition::new("t", 0), cfg, 0).unwrap();
+        let v = [b'x'; 100];
+        for i in 0..40 {
+            let b = build_v2_batch(
+                i * 2,
+                0,
+                &[
+                    NewRecord {
+                        key: None,
+                        value: Some(&v),
+                        timestamp: i,
+                    },
+                    NewRecord {
+                        key: None,
+                        value: Some(&v),
+                        timestamp: i,
+                    },
+                ],
+            );
+            let h = BatchHeader::parse(&b, usize::MAX).unwrap();
+            log.append(&b, &[h]).unwrap();
+        }
+        log.flush().unwrap();
+        (
+            log.segments().map(|s| s.base_offset).collect(),
+            log.log_end_offset(),
+        )
+    }
+
+    fn load_it(dir: &Path) -> PartitionLog {
+        let cfg = LogConfig {
+            segment_bytes: 1024,
+            ..LogConfig::default()
+        };
+        load(
+            dir,
+            &TopicPartition::new("t", 0),
+            cfg,
+            CheckpointHints::default(),
+            false,
+        )
+        .unwrap()
+        .unwrap()
+        .0
+    }
+
+    #[test]
+    fn a_missing_middle_segment_cuts_the_log_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bases, _) = log_with_segments(dir.path());
+        assert!(bases.len() >= 4, "{bases:?}");
+        segment::delete_files(&dir.path().join("t-0"), bases[2]).unwrap();
+        let log = load_it(dir.path());
+        assert_eq!(
+            log.log_end_offset(),
+            bases[2],
+            "no hole: the log ends where the gap began"
+        );
+        assert_eq!(log.segments().count(), 2);
+        assert_eq!(
+            list_segment_bases(&dir.path().join("t-0")).unwrap(),
+            bases[..2].to_vec()
+        );
+    }
+
+    #[test]
+    fn a_new_segment_left_beside_old_ones_is_cut_back() {
+        // truncate_fully_and_start_at crashed after making the new segment, before deleting
+        // the oldest: the new one lies past the old end (gap) or inside it (overlap).
+        for new_base in [10_000, 5] {
+            let dir = tempfile::tempdir().unwrap();
+            let (bases, end) = log_with_segments(dir.path());
+            let pdir = dir.path().join("t-0");
+            for b in bases.iter().skip(1) {
+                segment::delete_files(&pdir, *b).unwrap();
+            }
+            Segment::create(&pdir, new_base, 4096, 0).unwrap();
+            let log = load_it(dir.path());
+            assert_eq!(log.segments().count(), 1, "new base {new_base}");
+            assert_eq!(log.segments().next().unwrap().base_offset, 0);
+            assert!(log.log_end_offset() < end && log.log_end_offset() > 0);
+        }
+        // ... or before it: then the old segment is the one that does not follow.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            segment_bytes: 1024,
+            ..LogConfig::default()
+        };
+        let mut log =
+            PartitionLog::create(dir.path(), &TopicPartition::new("t", 0), cfg, 100).unwrap();
+        let b = build_v2_batch(
+            100,
+            0,
+            &[NewRecord {
+                key: None,
+                value: Some(b"v"),
+                timestamp: 1,
+            }],
+        );
+        log.append(&b, &[BatchHeader::parse(&b, usize::MAX).unwrap()])
+            .unwrap();
+        log.flush().unwrap();
+        drop(log);
+        Segment::create(&dir.path().join("t-0"), 50, 4096, 0).unwrap();
+        let log = load_it(dir.path());
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (50, 50));
+    }
+
+    #[test]
+    fn truncate_fully_on_the_oldest_base_keeps_one_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bases, _) = log_with_segments(dir.path());
+        let mut log = load_it(dir.path());
+        log.truncate_fully_and_start_at(0).unwrap();
+        assert_eq!(
+            list_segment_bases(&dir.path().join("t-0")).unwrap(),
+            vec![0]
+        );
+        assert_eq!(log.log_end_offset(), 0);
+        log.truncate_fully_and_start_at(bases[1]).unwrap();
+        assert_eq!(
+            list_segment_bases(&dir.path().join("t-0")).unwrap(),
+            vec![bases[1]]
+        );
+        drop(log);
+        let log = load_it(dir.path());
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (bases[1], bases[1])
+        );
     }
 }

@@ -240,7 +240,10 @@ impl PartitionLog {
                     bytes.get(chunk_byte_start..pos).unwrap_or_default(),
                     headers.get(chunk_start..i).unwrap_or_default(),
                 )?;
-                let base = h.base_offset.max(self.log_end_offset());
+                // Batches continue the log (validated), so the new segment starts exactly at
+                // the log end: each segment's base is its predecessor's end (the loader
+                // relies on it).
+                let base = self.log_end_offset();
                 self.roll(base, now)?;
                 chunk_start = i;
                 chunk_byte_start = pos;
@@ -331,9 +334,10 @@ impl PartitionLog {
             self.log_end_offset()
         );
         // The first segment's base is ≤ the log start < offset, so at least it survives.
+        // Newest first: a crash part-way leaves a shorter log, never one with a hole.
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
-        for b in doomed {
-            if let Some(seg) = self.segments.remove(&b) {
+        for b in doomed.iter().rev() {
+            if let Some(seg) = self.segments.remove(b) {
                 seg.delete()?;
             }
         }
@@ -341,6 +345,9 @@ impl PartitionLog {
         self.active_mut().flush()?;
         fsync_dir(&self.dir)?;
         self.epochs.truncate_from_end(offset);
+        // The epochs are written now, not at the next checkpoint: after a crash, a stale
+        // epoch file would describe offsets this log no longer holds.
+        self.checkpoint_epochs()?;
         self.recovery_point = self.recovery_point.min(self.log_end_offset());
         self.high_watermark = self.high_watermark.min(self.log_end_offset());
         Ok(())
@@ -355,10 +362,17 @@ impl PartitionLog {
             self.log_start_offset,
             self.log_end_offset()
         );
-        let old = std::mem::take(&mut self.segments);
-        for (_, seg) in old {
-            seg.delete()?;
+        // Crash-safe order: delete newest first down to the oldest segment, make the new
+        // segment, then delete the oldest. At every point the directory holds a contiguous
+        // prefix of the old log, or that plus the new empty segment, which the loader cuts
+        // back to a contiguous log; never no segment at all.
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for b in bases.iter().skip(1).rev() {
+            if let Some(seg) = self.segments.remove(b) {
+                seg.delete()?;
+            }
         }
+        let oldest = self.segments.keys().next().copied();
         let seg = Segment::create(
             &self.dir,
             offset,
@@ -366,11 +380,20 @@ impl PartitionLog {
             now_ms(),
         )?;
         fsync_dir(&self.dir)?;
+        if let Some(b) = oldest.filter(|b| *b != offset)
+            && let Some(old) = self.segments.remove(&b)
+        {
+            old.delete()?;
+            fsync_dir(&self.dir)?;
+        }
+        // (When the oldest segment had the new base, `Segment::create` truncated it in place.)
+        self.segments.clear();
         self.segments.insert(offset, seg);
         self.log_start_offset = offset;
         self.recovery_point = offset;
         self.high_watermark = offset;
         self.epochs.clear();
+        self.checkpoint_epochs()?;
         Ok(())
     }
 

@@ -25,6 +25,20 @@ pub fn file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}.{suffix}")
 }
 
+/// Deletes the `.log`, `.index` and `.timeindex` of the segment at `base` (missing ones are
+/// fine).
+pub fn delete_files(dir: &Path, base: i64) -> Result<()> {
+    for suffix in ["log", "index", "timeindex"] {
+        let p = dir.join(file_name(base, suffix));
+        match fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("failed to delete `{}`", p.display())),
+        }
+    }
+    Ok(())
+}
+
 /// Parses `00000000000000000123.log` into 123.
 pub fn parse_base_offset(name: &str, suffix: &str) -> Option<i64> {
     let stem = name.strip_suffix(suffix)?.strip_suffix('.')?;
@@ -435,22 +449,15 @@ impl Segment {
 
     /// Deletes the segment's three files.
     pub fn delete(self) -> Result<()> {
-        let paths = [
-            self.log_path.clone(),
-            self.offset_index.path().to_path_buf(),
-            self.time_index.path().to_path_buf(),
-        ];
+        let (dir, base) = (
+            self.log_path.parent().map(Path::to_path_buf),
+            self.base_offset,
+        );
         drop(self);
-        for p in paths {
-            match fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("failed to delete `{}`", p.display()));
-                }
-            }
+        match dir {
+            Some(d) => delete_files(&d, base),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     pub fn size(&self) -> u64 {
