@@ -64,6 +64,44 @@ impl IndexFile {
         ))
     }
 
+    /// Opens an existing file reading only its last entry (for a segment that is not
+    /// active: its entries stay on disk until needed).
+    pub fn load_last(
+        path: &Path,
+        what: &'static str,
+        entry_size: usize,
+    ) -> Result<(Self, Option<Vec<u8>>)> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(path)
+            .with_context(|| format!("failed to open {what} `{}`", path.display()))?;
+        let len = f
+            .metadata()
+            .with_context(|| format!("failed to stat {what} `{}`", path.display()))?
+            .len() as usize;
+        if len % entry_size != 0 {
+            bail!(
+                "{what} `{}`: size {len} is not a multiple of {entry_size}",
+                path.display()
+            );
+        }
+        let last = if len == 0 {
+            None
+        } else {
+            let mut buf = vec![0u8; entry_size];
+            f.read_exact_at(&mut buf, (len - entry_size) as u64)
+                .with_context(|| format!("failed to read {what} `{}`", path.display()))?;
+            Some(buf)
+        };
+        let file = IndexFile {
+            path: path.to_path_buf(),
+            what,
+            entry_size,
+            written: len / entry_size,
+            unsynced: false,
+        };
+        Ok((file, last))
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

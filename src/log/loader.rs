@@ -102,8 +102,15 @@ pub fn load(
         }
         let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
         let needs_recovery = !clean_shutdown && next_base > recovery_point;
-        let (seg, rec) =
-            Segment::open(&dir, base, config.index_interval_bytes, now, needs_recovery)?;
+        let last = i + 1 == bases.len();
+        let (seg, rec) = Segment::open(
+            &dir,
+            base,
+            config.index_interval_bytes,
+            now,
+            needs_recovery,
+            last,
+        )?;
         if let Some(r) = rec {
             report.recovered_segments += 1;
             report.truncated_bytes += r.truncated_bytes;
@@ -707,5 +714,73 @@ mod interrupted_truncation_tests {
             (log.log_start_offset(), log.log_end_offset()),
             (bases[1], bases[1])
         );
+    }
+}
+
+#[cfg(test)]
+mod eviction_tests {
+    use super::*;
+    use crate::record::BatchHeader;
+    use crate::record::records::{NewRecord, build_v2_batch};
+
+    #[test]
+    fn inactive_segments_keep_their_index_on_disk_only_and_truncation_reads_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            segment_bytes: 2048,
+            index_interval_bytes: 100,
+            ..LogConfig::default()
+        };
+        let tp = TopicPartition::new("t", 0);
+        let mut log = PartitionLog::create(dir.path(), &tp, cfg.clone(), 0).unwrap();
+        let mut all = Vec::new();
+        let mut headers = Vec::new();
+        for i in 0..60 {
+            let b = build_v2_batch(
+                i,
+                0,
+                &[NewRecord {
+                    key: None,
+                    value: Some(&[b'x'; 80]),
+                    timestamp: i,
+                }],
+            );
+            headers.push(BatchHeader::parse(&b, usize::MAX).unwrap());
+            all.extend_from_slice(&b);
+            log.append(&b, &headers[headers.len() - 1..]).unwrap();
+        }
+        let n = log.segments().count();
+        assert!(n > 3);
+        for (i, s) in log.segments().enumerate() {
+            assert_eq!(
+                s.offset_index.is_resident(),
+                i + 1 == n,
+                "only the active segment's index is in memory"
+            );
+            assert!(s.offset_index.entries() > 0);
+        }
+        log.flush().unwrap();
+        drop(log);
+        let (mut log, _) = load(dir.path(), &tp, cfg, CheckpointHints::default(), true)
+            .unwrap()
+            .unwrap();
+        for (i, s) in log.segments().enumerate() {
+            assert_eq!(
+                s.offset_index.is_resident(),
+                i + 1 == n,
+                "after a clean load too"
+            );
+        }
+        // Truncating into the second segment reads its index back and cuts exactly.
+        let second = log.segments().nth(1).unwrap().base_offset;
+        log.truncate_to(second + 2).unwrap();
+        assert_eq!(log.log_end_offset(), second + 2);
+        let kept: usize = headers
+            .iter()
+            .take((second + 2) as usize)
+            .map(|h| h.size_in_bytes)
+            .sum();
+        assert_eq!(log.read_all().unwrap(), all[..kept]);
+        assert!(log.segments().last().unwrap().offset_index.is_resident());
     }
 }

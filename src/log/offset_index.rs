@@ -23,8 +23,22 @@ pub struct OffsetIndex {
     file: IndexFile,
     base_offset: i64,
     /// (relative offset, position). Invariant: both strictly increasing; the file holds a
-    /// prefix of them.
+    /// prefix of them. Empty while the index is evicted.
     entries: Vec<(u32, u32)>,
+    /// Whether `entries` holds the index. An inactive segment's index is evicted (its entries
+    /// are all on disk) so memory does not grow with the log; only `last` is kept.
+    resident: bool,
+    last: Option<(u32, u32)>,
+}
+
+fn entry(chunk: &[u8]) -> (u32, u32) {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(chunk.get(..8).unwrap_or(&[0; 8]));
+    let [r0, r1, r2, r3, p0, p1, p2, p3] = a;
+    (
+        u32::from_be_bytes([r0, r1, r2, r3]),
+        u32::from_be_bytes([p0, p1, p2, p3]),
+    )
 }
 
 impl OffsetIndex {
@@ -34,6 +48,8 @@ impl OffsetIndex {
             file: IndexFile::create(path, "index", ENTRY_SIZE)?,
             base_offset,
             entries: Vec::new(),
+            resident: true,
+            last: None,
         })
     }
 
@@ -43,8 +59,7 @@ impl OffsetIndex {
         let (file, bytes) = IndexFile::load(path, "index", ENTRY_SIZE)?;
         let mut entries = Vec::with_capacity(bytes.len() / ENTRY_SIZE);
         for chunk in bytes.chunks_exact(ENTRY_SIZE) {
-            let rel = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
+            let (rel, pos) = entry(chunk);
             if let Some(&(pr, pp)) = entries.last()
                 && (rel <= pr || pos <= pp)
             {
@@ -65,7 +80,53 @@ impl OffsetIndex {
             file,
             base_offset,
             entries,
+            resident: true,
+            last: None,
         })
+    }
+
+    /// Opens an existing index evicted: only its last entry is read and checked (position
+    /// below `log_size`). The rest is read by [`Self::make_resident`] if ever needed.
+    pub fn open_evicted(path: &Path, base_offset: i64, log_size: u64) -> Result<Self> {
+        let (file, last) = IndexFile::load_last(path, "index", ENTRY_SIZE)?;
+        let last = last.map(|b| entry(&b));
+        if let Some((_, pos)) = last
+            && u64::from(pos) >= log_size
+        {
+            bail!(
+                "index `{}`: position {pos} is past the log end {log_size}",
+                path.display()
+            );
+        }
+        Ok(OffsetIndex {
+            file,
+            base_offset,
+            entries: Vec::new(),
+            resident: false,
+            last,
+        })
+    }
+
+    /// Reads the whole index back (checking it) if it was evicted.
+    pub fn make_resident(&mut self, log_size: u64) -> Result<()> {
+        if !self.resident {
+            *self = Self::load(&self.file.path().to_path_buf(), self.base_offset, log_size)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the entries are in memory (see `resident`).
+    pub fn is_resident(&self) -> bool {
+        self.resident
+    }
+
+    /// Drops the entries from memory; they must all be in the file (flush first).
+    pub fn evict(&mut self) {
+        if self.resident && self.file.written() == self.entries.len() {
+            self.last = self.entries.last().copied();
+            self.entries = Vec::new();
+            self.resident = false;
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -73,7 +134,11 @@ impl OffsetIndex {
     }
 
     pub fn entries(&self) -> usize {
-        self.entries.len()
+        if self.resident {
+            self.entries.len()
+        } else {
+            self.file.written()
+        }
     }
 
     /// The entry for `offset` (absolute) at `position`. Callers add entries in order.
@@ -110,9 +175,12 @@ impl OffsetIndex {
 
     /// The last entry, absolute.
     pub fn last_entry(&self) -> Option<(i64, u32)> {
-        self.entries
-            .last()
-            .map(|&(r, p)| (self.base_offset + i64::from(r), p))
+        let last = if self.resident {
+            self.entries.last()
+        } else {
+            self.last.as_ref()
+        };
+        last.map(|&(r, p)| (self.base_offset + i64::from(r), p))
     }
 
     /// All entries, absolute (verify and tests use them).
@@ -137,6 +205,9 @@ impl OffsetIndex {
     }
 
     pub fn clear(&mut self) -> Result<()> {
+        // Everything goes: no need to read an evicted index back first.
+        self.resident = true;
+        self.last = None;
         self.truncate(i64::MIN, 0)
     }
 

@@ -122,15 +122,17 @@ impl Segment {
         })
     }
 
-    /// Opens an existing segment. Its indexes are loaded and sanity-checked; if either fails,
-    /// or `recover` is set, the segment is recovered (scanned, truncated, indexes rebuilt) and
-    /// the result returned.
+    /// Opens an existing segment. Its indexes are loaded and sanity-checked (`resident`: in
+    /// full, for the active segment; otherwise only their last entries, the rest staying on
+    /// disk); if that fails, or `recover` is set, the segment is recovered (scanned,
+    /// truncated, indexes rebuilt) and the result returned.
     pub fn open(
         dir: &Path,
         base_offset: i64,
         index_interval_bytes: u64,
         now_ms: i64,
         recover: bool,
+        resident: bool,
     ) -> Result<(Self, Option<RecoveryResult>)> {
         let (lp, ip, tp) = Self::paths(dir, base_offset);
         let log = OpenOptions::new()
@@ -145,10 +147,18 @@ impl Segment {
         let indexes = if recover {
             None
         } else {
-            match (
-                OffsetIndex::load(&ip, base_offset, size),
-                TimeIndex::load(&tp, base_offset),
-            ) {
+            let loaded = if resident {
+                (
+                    OffsetIndex::load(&ip, base_offset, size),
+                    TimeIndex::load(&tp, base_offset),
+                )
+            } else {
+                (
+                    OffsetIndex::open_evicted(&ip, base_offset, size),
+                    TimeIndex::open_evicted(&tp, base_offset),
+                )
+            };
+            match loaded {
                 (Ok(o), Ok(t)) => Some((o, t)),
                 (o, t) => {
                     if let Err(e) = o.and(t.map(|_| ())) {
@@ -359,6 +369,7 @@ impl Segment {
         let Some(last) = headers.last() else {
             return Ok(());
         };
+        self.make_indexes_resident()?;
         if self.size + bytes.len() as u64 > u64::from(u32::MAX) {
             bail!("segment `{}` would pass 4 GiB", self.log_path.display());
         }
@@ -408,6 +419,7 @@ impl Segment {
     /// Removes every batch whose last offset is ≥ `offset`: cuts at the first such batch.
     /// Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
+        self.make_indexes_resident()?;
         let (_, start) = self.offset_index.lookup(offset - 1);
         let tail = self.read_at(u64::from(start), (self.size - u64::from(start)) as usize)?;
         let mut cut = self.size;
@@ -488,9 +500,29 @@ impl Segment {
         self.log.as_ref().context("segment file vanished")
     }
 
-    /// Closes the log file of a segment that is no longer active. Call after [`Self::flush`].
+    /// For a segment that is no longer active, after [`Self::flush`]: closes its log file and
+    /// evicts its indexes from memory (their entries are all on disk).
     pub fn close_file(&mut self) {
         self.log = None;
+        self.offset_index.evict();
+        self.time_index.evict();
+    }
+
+    /// Reads evicted indexes back before they are looked up or changed; an index that fails
+    /// its check then is rebuilt from the log.
+    fn make_indexes_resident(&mut self) -> Result<()> {
+        let loaded = self
+            .offset_index
+            .make_resident(self.size)
+            .and_then(|_| self.time_index.make_resident());
+        if let Err(e) = loaded {
+            crate::log_warn!(
+                "{e:#}; rebuilding the indexes of `{}`",
+                self.log_path.display()
+            );
+            self.recover()?;
+        }
+        Ok(())
     }
     /// Appends a final time-index entry for the segment's largest timestamp when it becomes
     /// inactive (Kafka does the same on roll), so time lookups see the whole segment.
@@ -577,7 +609,7 @@ mod tests {
         let (b, _) = batch(200, 10, 5000);
         append_raw(&dir.path().join(file_name(0, "log")), &b[..b.len() / 2]).unwrap();
         fs::write(dir.path().join(file_name(0, "index")), [1u8; 5]).unwrap();
-        let (seg, r) = Segment::open(dir.path(), 0, 4096, 0, true).unwrap();
+        let (seg, r) = Segment::open(dir.path(), 0, 4096, 0, true, true).unwrap();
         let r = r.unwrap();
         assert_eq!(r.valid_bytes, all.len() as u64);
         assert_eq!(r.truncated_bytes, (b.len() / 2) as u64);
@@ -597,7 +629,7 @@ mod tests {
         let mut bytes = all.clone();
         bytes[batch_len * 4 + 70] ^= 0xff; // inside the 5th batch's records
         fs::write(dir.path().join(file_name(0, "log")), &bytes).unwrap();
-        let (seg, r) = Segment::open(dir.path(), 0, 4096, 0, true).unwrap();
+        let (seg, r) = Segment::open(dir.path(), 0, 4096, 0, true, true).unwrap();
         let r = r.unwrap();
         assert_eq!(r.batches, 4);
         assert!(r.reason.unwrap().contains("CRC"));
@@ -617,7 +649,7 @@ mod tests {
             seg.max_timestamp(),
         );
         drop(seg);
-        let (mut seg, r) = Segment::open(dir.path(), 0, 1000, 0, false).unwrap();
+        let (mut seg, r) = Segment::open(dir.path(), 0, 1000, 0, false, true).unwrap();
         assert!(r.is_none());
         assert_eq!(
             (

@@ -20,8 +20,21 @@ pub struct TimeIndex {
     file: IndexFile,
     base_offset: i64,
     /// (timestamp, relative offset). Invariant: timestamps strictly increase, offsets never
-    /// decrease.
+    /// decrease. Empty while the index is evicted.
     entries: Vec<(i64, u32)>,
+    /// Whether `entries` holds the index (see `OffsetIndex`); when evicted only `last` is kept.
+    resident: bool,
+    last: Option<(i64, u32)>,
+}
+
+fn entry(c: &[u8]) -> (i64, u32) {
+    let mut a = [0u8; 12];
+    a.copy_from_slice(c.get(..12).unwrap_or(&[0; 12]));
+    let [t0, t1, t2, t3, t4, t5, t6, t7, r0, r1, r2, r3] = a;
+    (
+        i64::from_be_bytes([t0, t1, t2, t3, t4, t5, t6, t7]),
+        u32::from_be_bytes([r0, r1, r2, r3]),
+    )
 }
 
 impl TimeIndex {
@@ -30,6 +43,8 @@ impl TimeIndex {
             file: IndexFile::create(path, "time index", ENTRY_SIZE)?,
             base_offset,
             entries: Vec::new(),
+            resident: true,
+            last: None,
         })
     }
 
@@ -38,8 +53,7 @@ impl TimeIndex {
         let (file, bytes) = IndexFile::load(path, "time index", ENTRY_SIZE)?;
         let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / ENTRY_SIZE);
         for c in bytes.chunks_exact(ENTRY_SIZE) {
-            let ts = i64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-            let rel = u32::from_be_bytes([c[8], c[9], c[10], c[11]]);
+            let (ts, rel) = entry(c);
             if let Some(&(pt, pr)) = entries.last()
                 && (ts <= pt || rel < pr)
             {
@@ -54,7 +68,38 @@ impl TimeIndex {
             file,
             base_offset,
             entries,
+            resident: true,
+            last: None,
         })
+    }
+
+    /// Opens an existing time index evicted: only its last entry is read.
+    pub fn open_evicted(path: &Path, base_offset: i64) -> Result<Self> {
+        let (file, last) = IndexFile::load_last(path, "time index", ENTRY_SIZE)?;
+        Ok(TimeIndex {
+            file,
+            base_offset,
+            entries: Vec::new(),
+            resident: false,
+            last: last.map(|b| entry(&b)),
+        })
+    }
+
+    /// Reads the whole index back (checking it) if it was evicted.
+    pub fn make_resident(&mut self) -> Result<()> {
+        if !self.resident {
+            *self = Self::load(&self.file.path().to_path_buf(), self.base_offset)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the entries from memory; they must all be in the file (flush first).
+    pub fn evict(&mut self) {
+        if self.resident && self.file.written() == self.entries.len() {
+            self.last = self.entries.last().copied();
+            self.entries = Vec::new();
+            self.resident = false;
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -62,13 +107,20 @@ impl TimeIndex {
     }
 
     pub fn entries(&self) -> usize {
-        self.entries.len()
+        if self.resident {
+            self.entries.len()
+        } else {
+            self.file.written()
+        }
     }
 
     pub fn last_entry(&self) -> Option<(i64, i64)> {
-        self.entries
-            .last()
-            .map(|&(t, r)| (t, self.base_offset + i64::from(r)))
+        let last = if self.resident {
+            self.entries.last()
+        } else {
+            self.last.as_ref()
+        };
+        last.map(|&(t, r)| (t, self.base_offset + i64::from(r)))
     }
 
     pub fn all_entries(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
@@ -99,8 +151,14 @@ impl TimeIndex {
         Ok(())
     }
 
-    /// Drops entries for offsets ≥ `offset`.
+    /// Drops entries for offsets ≥ `offset` (all of them for `i64::MIN`, without reading an
+    /// evicted index back).
     pub fn truncate(&mut self, offset: i64) -> Result<()> {
+        if offset == i64::MIN {
+            self.resident = true;
+            self.last = None;
+            self.entries.clear();
+        }
         let keep = self
             .entries
             .iter()
