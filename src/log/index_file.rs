@@ -78,7 +78,7 @@ impl IndexFile {
             .metadata()
             .with_context(|| format!("failed to stat {what} `{}`", path.display()))?
             .len() as usize;
-        if len % entry_size != 0 {
+        if !len.is_multiple_of(entry_size) {
             bail!(
                 "{what} `{}`: size {len} is not a multiple of {entry_size}",
                 path.display()

@@ -110,7 +110,7 @@ impl OffsetIndex {
     /// Reads the whole index back (checking it) if it was evicted.
     pub fn make_resident(&mut self, log_size: u64) -> Result<()> {
         if !self.resident {
-            *self = Self::load(&self.file.path().to_path_buf(), self.base_offset, log_size)?;
+            *self = Self::load(self.file.path(), self.base_offset, log_size)?;
         }
         Ok(())
     }

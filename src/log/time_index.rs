@@ -88,7 +88,7 @@ impl TimeIndex {
     /// Reads the whole index back (checking it) if it was evicted.
     pub fn make_resident(&mut self) -> Result<()> {
         if !self.resident {
-            *self = Self::load(&self.file.path().to_path_buf(), self.base_offset)?;
+            *self = Self::load(self.file.path(), self.base_offset)?;
         }
         Ok(())
     }
