@@ -46,6 +46,10 @@ pub struct PartitionFetchState {
     pub status: FetchStatus,
     /// Not fetched before this instant (set after an error).
     pub delayed_until: Option<Instant>,
+    /// The round in which the partition last brought data. Requests list partitions that
+    /// brought data longest ago first: a leader gives an oversized batch (KIP-74) only to the
+    /// first partition with data, so a fixed order could starve the ones at the back.
+    pub last_data_round: u64,
 }
 
 impl PartitionFetchState {
@@ -55,6 +59,7 @@ impl PartitionFetchState {
             current_leader_epoch,
             status,
             delayed_until: None,
+            last_data_round: 0,
         }
     }
     fn is_ready(&self, now: Instant) -> bool {
@@ -254,6 +259,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     events: Sender<FetcherEvent>,
     /// A request sent ahead (pipelined) whose response the next round receives.
     in_flight: Option<FetchRequest>,
+    /// Counts partitions that brought data, to order requests (see `last_data_round`).
+    round: u64,
 }
 
 type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
@@ -292,6 +299,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             params,
             events,
             in_flight: None,
+            round: 0,
         }
     }
 
@@ -330,8 +338,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         ahead: &BTreeMap<TopicPartition, (i64, Option<i32>)>,
     ) -> Option<FetchRequest> {
         let now = Instant::now();
+        let mut ready: Vec<(&TopicPartition, &PartitionFetchState)> =
+            map.iter().filter(|(_, s)| s.is_ready(now)).collect();
+        // Longest without data first (a stable sort keeps the map's order among equals).
+        ready.sort_by_key(|(_, s)| s.last_data_round);
         let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
-        for (tp, st) in map.iter().filter(|(_, s)| s.is_ready(now)) {
+        for (tp, st) in ready {
             let (fetch_offset, epoch) = match ahead.get(tp) {
                 Some(&(o, e)) => (o, e.or_else(|| self.replica.latest_epoch(tp))),
                 None => (st.fetch_offset, self.replica.latest_epoch(tp)),
@@ -344,9 +356,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 log_start_offset: self.replica.log_start_offset(tp).unwrap_or(-1),
                 partition_max_bytes: self.params.partition_max_bytes,
             };
-            match topics.last_mut() {
-                Some((t, parts)) if *t == tp.topic => parts.push(part),
-                _ => topics.push((tp.topic.clone(), vec![part])),
+            match topics.iter_mut().find(|(t, _)| *t == tp.topic) {
+                Some((_, parts)) => parts.push(part),
+                None => topics.push((tp.topic.clone(), vec![part])),
             }
         }
         if topics.is_empty() {
@@ -571,9 +583,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 };
                 match outcome {
                     Outcome::Advanced(next) => {
+                        self.round += 1;
                         if let Some(s) = map.get_mut(&tp) {
                             s.fetch_offset = next;
                             s.delayed_until = None;
+                            s.last_data_round = self.round;
                         }
                     }
                     Outcome::Delay => delay(&mut map, &tp, self.params.backoff),
@@ -1161,6 +1175,31 @@ mod tests {
             f.do_work();
         }
         assert_eq!(f.replica().bytes, expect, "no gap, no duplicate");
+    }
+
+    #[test]
+    fn partitions_that_brought_data_most_recently_are_asked_last() {
+        let (f, shared, _rx) = fetcher(MockLeader::new(1), MemReplica::default(), 10);
+        let mut a = PartitionFetchState::new(0, 0, FetchStatus::Fetching);
+        a.last_data_round = 7;
+        let b = PartitionFetchState::new(0, 0, FetchStatus::Fetching);
+        let mut c = PartitionFetchState::new(0, 0, FetchStatus::Fetching);
+        c.last_data_round = 3;
+        shared.add_partitions([
+            (TopicPartition::new("t", 0), a),
+            (TopicPartition::new("t", 1), b),
+            (TopicPartition::new("u", 0), c),
+        ]);
+        let req = f.request_for(&shared.lock(), &BTreeMap::new()).unwrap();
+        let order: Vec<(String, Vec<i32>)> = req
+            .topics
+            .iter()
+            .map(|(t, ps)| (t.clone(), ps.iter().map(|p| p.partition).collect()))
+            .collect();
+        assert_eq!(
+            order,
+            vec![("t".to_string(), vec![1, 0]), ("u".to_string(), vec![0])]
+        );
     }
 
     #[test]

@@ -46,9 +46,9 @@ pub fn validate_fetched(
             continue; // before our position
         }
         let continues = if headers.is_empty() {
-            h.contains(expected) || (h.magic < 2 && h.last_offset >= expected)
+            h.contains(expected) || (h.is_legacy_wrapper() && h.last_offset >= expected)
         } else {
-            h.base_offset == expected || (h.magic < 2 && h.last_offset >= expected)
+            h.base_offset == expected || (h.is_legacy_wrapper() && h.last_offset >= expected)
         };
         if !continues {
             bail!(
@@ -227,6 +227,23 @@ mod tests {
         let mut set = batch(0, 5);
         set.extend(batch(4, 5));
         assert!(validate_fetched(&tp(), 0, &set).is_err());
+    }
+
+    #[test]
+    fn uncompressed_legacy_messages_must_be_contiguous_too() {
+        // Reference vector E: magic 1, offset 0, uncompressed; the CRC does not cover the offset.
+        let e = crate::record::batch::tests::unhex(
+            "0000000000000000 0000001b a584f508 01 00 0000018bcfe56800 ffffffff 00000005 76616c7565",
+        );
+        let at = |o: i64| {
+            let mut m = e.clone();
+            m[..8].copy_from_slice(&o.to_be_bytes());
+            m
+        };
+        let ok = [at(0), at(1)].concat();
+        assert_eq!(validate_fetched(&tp(), 0, &ok).unwrap().headers.len(), 2);
+        let gap = [at(0), at(2)].concat();
+        assert!(validate_fetched(&tp(), 0, &gap).is_err());
     }
 
     #[test]

@@ -71,6 +71,7 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
             }
             if let Some(p) = prev_last
                 && h.base_offset != p + 1
+                && !(h.is_legacy_wrapper() && h.last_offset > p)
             {
                 r.problems.push(format!("{}: byte {pos}: batch starts at offset {} but the previous one ended at {p} ({})", log_path.display(), h.base_offset, if h.base_offset <= p { "overlap" } else { "gap" }));
             }

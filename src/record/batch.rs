@@ -103,6 +103,12 @@ impl BatchHeader {
     pub fn is_transactional(&self) -> bool {
         self.magic >= 2 && self.attributes & 0x10 != 0
     }
+    /// A compressed magic 0/1 wrapper carries only its last inner offset: where it starts is
+    /// unknown without decompressing it, so only its end can be checked.
+    pub fn is_legacy_wrapper(&self) -> bool {
+        self.magic < 2 && self.attributes & 0x07 != 0
+    }
+
     /// Whether this batch holds `offset`.
     pub fn contains(&self, offset: i64) -> bool {
         self.base_offset <= offset && offset <= self.last_offset
