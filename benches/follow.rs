@@ -200,6 +200,18 @@ fn write_follower_config(
     (cfg, data)
 }
 
+/// The daemon on `cfg`, quiet but for warnings.
+fn spawn_follower(cfg: &Path) -> std::process::Child {
+    Command::new(support::bin())
+        .args(["run", "--config"])
+        .arg(cfg)
+        .env("RF_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start follower")
+}
+
 fn main() {
     let all: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<String> = all.iter().filter(|a| *a != "--bench").cloned().collect();
@@ -227,7 +239,6 @@ fn main() {
     std::fs::create_dir_all(&work).expect("target/bench");
     let tck = clk_tck();
     let me = std::env::current_exe().expect("current exe");
-    let follower_bin = support::bin();
     let kcat = std::env::var("KCAT").unwrap_or_else(|_| "kcat".into());
     let lib_dir =
         std::env::var("RDKAFKA_LIB_DIR").expect("RDKAFKA_LIB_DIR (set by benches/run.sh)");
@@ -326,14 +337,7 @@ fn main() {
             "[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n",
         );
         let t0 = Instant::now();
-        let mut child = Command::new(follower_bin)
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .env("RF_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start follower");
+        let mut child = spawn_follower(&cfg);
         let pdir = data.join("bench-0");
         while log_bytes_on_disk(&pdir) < total {
             assert!(
@@ -408,14 +412,7 @@ fn main() {
     std::fs::create_dir_all(&sdir).expect("scale dir");
     let (cfg, data) = write_follower_config(&sdir, &leader.bootstrap, "scale", "");
     let t0 = Instant::now();
-    let mut child = Command::new(follower_bin)
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .env("RF_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start follower");
+    let mut child = spawn_follower(&cfg);
     loop {
         let caught_up =
             replica_follower::inspect::status::collect(&data).is_ok_and(|(parts, _)| {
