@@ -108,35 +108,58 @@ pub fn list_offset(
     current_leader_epoch: i32,
     timestamp: i64,
 ) -> Result<std::result::Result<OffsetAnswer, ErrorCode>> {
+    let mut answers = list_offsets(
+        conn,
+        isolation_level,
+        &[(tp.clone(), current_leader_epoch, timestamp)],
+    )?;
+    answers
+        .remove(tp)
+        .with_context(|| format!("broker {}: ListOffsets response lacks {tp}", conn.addr()))
+}
+
+/// ListOffsets for many partitions in one request: (partition, current leader epoch,
+/// timestamp) each. Partitions the response leaves out are absent from the map.
+pub fn list_offsets(
+    conn: &mut BrokerConnection,
+    isolation_level: i8,
+    asks: &[(TopicPartition, i32, i64)],
+) -> Result<BTreeMap<TopicPartition, std::result::Result<OffsetAnswer, ErrorCode>>> {
     let v = conn.require_version(ApiKey::ListOffsets)?;
     let addr = conn.addr().to_string();
-    let req = vec![(
-        tp.topic.clone(),
-        vec![ListOffsetsPartition {
+    let mut req: Vec<(String, Vec<ListOffsetsPartition>)> = Vec::new();
+    for (tp, current_leader_epoch, timestamp) in asks {
+        let p = ListOffsetsPartition {
             partition: tp.partition,
-            current_leader_epoch,
-            timestamp,
-        }],
-    )];
+            current_leader_epoch: *current_leader_epoch,
+            timestamp: *timestamp,
+        };
+        match req.iter_mut().find(|(t, _)| *t == tp.topic) {
+            Some((_, ps)) => ps.push(p),
+            None => req.push((tp.topic.clone(), vec![p])),
+        }
+    }
     let body = conn.send(ApiKey::ListOffsets, v, Duration::ZERO, |w| {
         list_offsets::encode_request(w, v, isolation_level, &req)
     })?;
     let resp = list_offsets::decode_response(body, v)
         .with_context(|| format!("broker {addr}: bad ListOffsets v{v} response"))?;
-    let p = resp
-        .iter()
-        .filter(|(t, _)| *t == tp.topic)
-        .flat_map(|(_, ps)| ps.iter())
-        .find(|p| p.partition == tp.partition)
-        .with_context(|| format!("broker {addr}: ListOffsets response lacks {tp}"))?;
-    if !p.error.is_ok() {
-        return Ok(Err(p.error));
+    let mut out = BTreeMap::new();
+    for (topic, parts) in resp {
+        for p in parts {
+            let answer = if p.error.is_ok() {
+                Ok(OffsetAnswer {
+                    offset: p.offset,
+                    timestamp: p.timestamp,
+                    leader_epoch: p.leader_epoch,
+                })
+            } else {
+                Err(p.error)
+            };
+            out.insert(TopicPartition::new(topic.clone(), p.partition), answer);
+        }
     }
-    Ok(Ok(OffsetAnswer {
-        offset: p.offset,
-        timestamp: p.timestamp,
-        leader_epoch: p.leader_epoch,
-    }))
+    Ok(out)
 }
 
 /// OffsetForLeaderEpoch for one partition; `Ok(None)` when the broker does not offer the API.

@@ -369,14 +369,14 @@ impl FetcherManager {
                 .or_default()
                 .push((tp, start, target.leader_epoch));
         }
-        let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
+        let offsets = self.initial_offsets(&to_add);
         for ((broker, fid), parts) in to_add {
             let mut states = Vec::new();
-            for (tp, start, epoch) in parts {
+            for (tp, _, epoch) in parts {
                 if self.stop.is_stopping() {
                     break;
                 }
-                match self.initial_state(&mut conns, broker, &tp, start, epoch) {
+                match self.initial_state(&offsets, &tp, epoch) {
                     Ok(st) => {
                         self.reported
                             .retain(|k| !k.starts_with(&format!("init-{tp}")));
@@ -393,7 +393,6 @@ impl FetcherManager {
                     }
                     Err(e) => {
                         complete = false;
-                        conns.remove(&broker);
                         self.report_once(format!("init-{tp}-{e}"), || {
                             format!("{tp}: cannot set the initial fetch position: {e:#}")
                         });
@@ -483,14 +482,103 @@ impl FetcherManager {
         Ok(shared)
     }
 
+    /// Initial offsets of the partitions in `to_add` that have no local log: one ListOffsets
+    /// request per leader for all of them (and a second, for `latest`, for the timestamps with
+    /// no later record), so a thousand new partitions cost two round trips, not a thousand.
+    fn initial_offsets(
+        &self,
+        to_add: &BTreeMap<(i32, usize), NewPartitions>,
+    ) -> HashMap<TopicPartition, Result<i64, String>> {
+        let mut per_broker: BTreeMap<i32, Vec<(TopicPartition, i32, i64)>> = BTreeMap::new();
+        for ((broker, _), parts) in to_add {
+            for (tp, start, epoch) in parts {
+                if self.logs.get(tp).is_none() {
+                    per_broker.entry(*broker).or_default().push((
+                        tp.clone(),
+                        *epoch,
+                        start.list_offsets_timestamp(),
+                    ));
+                }
+            }
+        }
+        let mut out = HashMap::new();
+        for (broker, asks) in per_broker {
+            if self.stop.is_stopping() {
+                break;
+            }
+            if let Err(e) = self.list_initial_offsets(broker, &asks, &mut out) {
+                for (tp, _, _) in &asks {
+                    out.entry(tp.clone())
+                        .or_insert_with(|| Err(format!("{e:#}")));
+                }
+            }
+        }
+        out
+    }
+
+    fn list_initial_offsets(
+        &self,
+        broker: i32,
+        asks: &[(TopicPartition, i32, i64)],
+        out: &mut HashMap<TopicPartition, Result<i64, String>>,
+    ) -> Result<()> {
+        let addr = self
+            .metadata
+            .broker_addr(broker)
+            .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?;
+        let mut conn = self.stop.connect(addr, &self.cfg.client_id)?;
+        let iso = self.cfg.fetch.isolation.level();
+        let mut latest = Vec::new();
+        let first = cluster::list_offsets(&mut conn, iso, asks)?;
+        for (tp, epoch, ts) in asks {
+            match first.get(tp) {
+                Some(Ok(a)) if a.offset >= 0 => {
+                    out.insert(tp.clone(), Ok(a.offset));
+                }
+                // No record at or after the timestamp: start at the end.
+                Some(Ok(_)) => latest.push((tp.clone(), *epoch, -1)),
+                Some(Err(code)) => {
+                    out.insert(
+                        tp.clone(),
+                        Err(format!(
+                            "ListOffsets({ts}) on broker {broker} answered {code}"
+                        )),
+                    );
+                }
+                None => {
+                    out.insert(
+                        tp.clone(),
+                        Err(format!("broker {broker}: ListOffsets response lacks {tp}")),
+                    );
+                }
+            }
+        }
+        if !latest.is_empty() {
+            let second = cluster::list_offsets(&mut conn, iso, &latest)?;
+            for (tp, _, _) in latest {
+                let answer = match second.get(&tp) {
+                    Some(Ok(a)) if a.offset >= 0 => Ok(a.offset),
+                    Some(Ok(_)) => Err(format!(
+                        "broker {broker} gave no offset for {tp} ({})",
+                        ErrorCode::OFFSET_NOT_AVAILABLE
+                    )),
+                    Some(Err(code)) => Err(format!(
+                        "ListOffsets(latest) on broker {broker} answered {code}"
+                    )),
+                    None => Err(format!("broker {broker}: ListOffsets response lacks {tp}")),
+                };
+                out.insert(tp, answer);
+            }
+        }
+        Ok(())
+    }
+
     /// The fetch state a partition starts with: the local log end if there is a log, else
-    /// ListOffsets for the configured start (a timestamp with no later record: latest).
+    /// the offset ListOffsets gave for the configured start (see `initial_offsets`).
     fn initial_state(
         &mut self,
-        conns: &mut HashMap<i32, BrokerConnection>,
-        broker: i32,
+        offsets: &HashMap<TopicPartition, Result<i64, String>>,
         tp: &TopicPartition,
-        start: StartPosition,
         epoch: i32,
     ) -> Result<PartitionFetchState> {
         if let Some(log) = self.logs.get(tp) {
@@ -506,44 +594,11 @@ impl FetcherManager {
                 status,
             ));
         }
-        let addr = self
-            .metadata
-            .broker_addr(broker)
-            .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?
-            .to_string();
-        let conn = match conns.entry(broker) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(self.stop.connect(&addr, &self.cfg.client_id)?)
-            }
+        let offset = match offsets.get(tp) {
+            Some(Ok(o)) => *o,
+            Some(Err(e)) => return Err(anyhow!("{e}")),
+            None => return Err(anyhow!("no initial offset was asked for")),
         };
-        let iso = self.cfg.fetch.isolation.level();
-        let ts = start.list_offsets_timestamp();
-        let mut offset = match cluster::list_offset(conn, iso, tp, epoch, ts)? {
-            Ok(a) => a.offset,
-            Err(code) => {
-                return Err(anyhow!(
-                    "ListOffsets({ts}) on broker {broker} answered {code}"
-                ));
-            }
-        };
-        if offset < 0 {
-            // No record at or after the timestamp: start at the end.
-            offset = match cluster::list_offset(conn, iso, tp, epoch, -1)? {
-                Ok(a) => a.offset,
-                Err(code) => {
-                    return Err(anyhow!(
-                        "ListOffsets(latest) on broker {broker} answered {code}"
-                    ));
-                }
-            };
-        }
-        if offset < 0 {
-            return Err(anyhow!(
-                "broker {broker} gave no offset for {tp} ({})",
-                ErrorCode::OFFSET_NOT_AVAILABLE
-            ));
-        }
         self.logs.get_or_create(tp, offset)?;
         Ok(PartitionFetchState::new(
             offset,
