@@ -110,3 +110,73 @@ fn an_old_leader_without_fetch_v12_is_reconciled_with_offset_for_leader_epoch() 
     let (ok, out) = support::verify(&data);
     assert!(ok, "{out}");
 }
+
+#[test]
+fn sigterm_ends_quickly_while_offset_for_leader_epoch_hangs() {
+    let leader = TestLeader::start("s", 3);
+    leader.set_fetch_versions(4, 11);
+    for p in 0..3 {
+        leader.append(p, 100, 20);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut d, data) = follow(dir.path(), &leader, "\"earliest\"");
+    for p in 0..3 {
+        support::wait_until(Duration::from_secs(20), "catch-up", || {
+            support::log_end(&data, "s", p) == 100
+        });
+    }
+    assert_eq!(d.stop().code(), Some(0));
+    // On restart every partition asks OffsetForLeaderEpoch (no Fetch v12), and the leader
+    // never answers: the fetcher waits under its partition-map lock. Partition 3 does not
+    // exist, so the manager keeps refreshing every backoff and soon blocks on that lock too.
+    leader.silence_api(Some(23));
+    let cfg = support::write_config(
+        dir.path(),
+        &dir.path().join("data"),
+        &leader.addr(),
+        "[[follow]]\ntopic = \"s\"\npartitions = [0, 1, 2, 3]\n",
+        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 100\n",
+    );
+    let mut d = support::Daemon::start(&cfg);
+    support::wait_until(Duration::from_secs(20), "the fetcher to connect", || {
+        d.log_text().contains("connected to broker")
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let stopping = std::time::Instant::now();
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "SIGTERM took {:?}",
+        stopping.elapsed()
+    );
+}
+
+#[test]
+fn retrying_a_failing_list_offsets_does_not_leak_connections() {
+    let leader = TestLeader::start("s", 1);
+    leader.append(0, 10, 5);
+    leader.close_on_api(Some(2)); // ListOffsets: the connection is closed, every time
+    let dir = tempfile::tempdir().unwrap();
+    let (mut d, _) = follow(dir.path(), &leader, "\"earliest\"");
+    let pid = d.pid();
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |r| r.count());
+    support::wait_until(Duration::from_secs(10), "retries to begin", || {
+        d.log_text()
+            .contains("cannot set the initial fetch position")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let before = fds();
+    std::thread::sleep(Duration::from_secs(2)); // about 20 retries at backoff_ms = 100
+    let after = fds();
+    assert!(
+        after <= before + 2,
+        "descriptors grew from {before} to {after} while retrying"
+    );
+    // Once ListOffsets answers again, the partition starts.
+    leader.close_on_api(None);
+    let data = dir.path().join("data");
+    support::wait_until(Duration::from_secs(20), "catch-up", || {
+        support::log_end(&data, "s", 0) == 10
+    });
+    assert_eq!(d.stop().code(), Some(0));
+}

@@ -133,6 +133,24 @@ impl FetcherShared {
     }
 }
 
+impl FetcherShared {
+    /// Stops the fetcher from another thread without the partition-map lock (the fetcher
+    /// may hold it across a request): clears the running flag and shuts its socket, so the
+    /// request fails at once and no new connection is made. A later
+    /// [`ShutdownSignal::initiate_shutdown`] wakes it if it sleeps.
+    pub fn stop_now(&self) {
+        self.running.store(false, Ordering::SeqCst);
+        if let Some(s) = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
 impl ShutdownSignal for FetcherShared {
     fn is_running(&self) -> bool {
         self.running.load(Ordering::SeqCst)
@@ -161,9 +179,10 @@ pub enum FetcherEvent {
     NeedsLeader {
         tp: TopicPartition,
         reason: String,
-        /// The fetcher that gave it up: a stale event from a fetcher that no longer owns the
-        /// partition must not undo its current assignment.
+        /// The fetcher that gave it up and the leader epoch it fetched under: a stale event
+        /// from an earlier assignment must not undo the current one.
         fetcher: String,
+        leader_epoch: i32,
     },
 }
 
@@ -238,6 +257,9 @@ pub trait ReplicaOps: Send {
     fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)>;
     fn truncate(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
     fn truncate_fully_and_start_at(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
+    /// Called once after a round's truncations, outside the partition-map lock (the real
+    /// replica rewrites its checkpoints here, once, rather than per truncated partition).
+    fn after_truncations(&mut self) {}
 }
 
 #[derive(Debug, Clone)]
@@ -519,7 +541,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         }
 
-        let mut follow_up: Vec<(TopicPartition, Outcome)> = Vec::new();
+        let mut follow_up: Vec<(TopicPartition, i64, Outcome)> = Vec::new();
         for (topic, parts) in &resp.topics {
             for data in parts {
                 let tp = TopicPartition::new(topic.clone(), data.partition);
@@ -592,7 +614,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     }
                     Outcome::Delay => delay(&mut map, &tp, self.params.backoff),
                     Outcome::Unchanged => {}
-                    other => follow_up.push((tp, other)),
+                    other => follow_up.push((tp, fetch_offset, other)),
                 }
             }
         }
@@ -610,30 +632,45 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
 
     /// Runs the follow-ups of a round (they send their own requests) under the partition-map
     /// lock, as Kafka does: a partition the manager moved away meanwhile is left alone.
-    fn follow_up(&mut self, items: Vec<(TopicPartition, Outcome)>) {
+    /// A partition changed meanwhile (moved away, reset) is left alone; once the leader
+    /// proves unreachable, the remaining partitions back off instead of each waiting for it.
+    fn follow_up(&mut self, items: Vec<(TopicPartition, i64, Outcome)>) {
         let shared = self.shared.clone();
         let mut map = shared.lock();
-        for (tp, outcome) in items {
-            if !map.contains_key(&tp) {
+        let mut leader_unreachable = false;
+        for (tp, fetch_offset, outcome) in items {
+            let unchanged = map.get(&tp).is_some_and(|s| {
+                s.fetch_offset == fetch_offset && s.status == FetchStatus::Fetching
+            });
+            if !unchanged {
                 continue;
             }
             match outcome {
                 Outcome::Diverged(d) => self.truncate_on_divergence(&mut map, &tp, d),
-                Outcome::OutOfRange => self.handle_offset_out_of_range(&mut map, &tp),
+                Outcome::OutOfRange if leader_unreachable => {
+                    delay(&mut map, &tp, self.params.backoff)
+                }
+                Outcome::OutOfRange => {
+                    leader_unreachable = !self.handle_offset_out_of_range(&mut map, &tp)
+                }
                 Outcome::NeedsLeader(reason) => self.hand_back(&mut map, &tp, reason),
                 _ => {}
             }
         }
+        drop(map);
+        self.replica.after_truncations();
     }
 
     /// Removes the partition and asks the manager to look its leader up again.
     fn hand_back(&mut self, map: &mut PartitionMap, tp: &TopicPartition, reason: String) {
         crate::log_info!("{tp}: {reason}; handing it back for a leader lookup");
+        let leader_epoch = map.get(tp).map_or(-1, |s| s.current_leader_epoch);
         map.remove(tp);
         let _ = self.events.send(FetcherEvent::NeedsLeader {
             tp: tp.clone(),
             reason,
             fetcher: self.name.clone(),
+            leader_epoch,
         });
     }
 
@@ -680,10 +717,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// Kafka's follower rule for OffsetOutOfRange: if the leader's end is below our end,
     /// truncate to it; if the leader's start is above our end, delete our log and restart at
     /// the leader's start; otherwise fetch again from our end.
-    fn handle_offset_out_of_range(&mut self, map: &mut PartitionMap, tp: &TopicPartition) {
+    /// Returns false when the leader could not be asked (the caller stops asking it).
+    fn handle_offset_out_of_range(&mut self, map: &mut PartitionMap, tp: &TopicPartition) -> bool {
         let epoch = map.get(tp).map_or(-1, |s| s.current_leader_epoch);
         let Some(local_end) = self.replica.log_end_offset(tp) else {
-            return;
+            return true;
         };
         let result: Result<Option<(i64, &'static str)>> = (|| {
             let leader_end = match self.leader.fetch_latest_offset(tp, epoch)? {
@@ -719,17 +757,22 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     // Nothing changed locally: do not hammer the leader.
                     delay(map, tp, self.params.backoff);
                 }
+                true
             }
-            Ok(None) => self.hand_back(
-                map,
-                tp,
-                "leader moved while resolving OFFSET_OUT_OF_RANGE".into(),
-            ),
+            Ok(None) => {
+                self.hand_back(
+                    map,
+                    tp,
+                    "leader moved while resolving OFFSET_OUT_OF_RANGE".into(),
+                );
+                true
+            }
             Err(e) => {
                 crate::log_warn!("{tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}");
                 self.leader.close();
                 self.resume_at_log_end(map, tp, local_end);
                 delay(map, tp, self.params.backoff);
+                false
             }
         }
     }
@@ -762,7 +805,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 return;
             }
         };
-        for (tp, current_epoch) in truncating {
+        for (tp, current_epoch) in truncating.clone() {
             let end = self.replica.log_end_offset(&tp).unwrap_or(0);
             let latest = self.replica.latest_epoch(&tp);
             let (Some(latest), false) = (latest, diverging) else {
@@ -811,10 +854,21 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 Err(e) => {
                     crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
                     self.leader.close();
-                    delay(&mut map, &tp, self.params.backoff);
+                    // The leader is unreachable: the rest back off instead of each waiting.
+                    for (rest, _) in &truncating {
+                        if map
+                            .get(rest)
+                            .is_some_and(|s| s.status == FetchStatus::Truncating)
+                        {
+                            delay(&mut map, rest, self.params.backoff);
+                        }
+                    }
+                    break;
                 }
             }
         }
+        drop(map);
+        self.replica.after_truncations();
     }
 }
 

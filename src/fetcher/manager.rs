@@ -22,34 +22,49 @@ use crate::log::manager::{LogManager, lock_log};
 use crate::protocol::error::ErrorCode;
 use anyhow::{Context, Result, anyhow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// How often metadata is refreshed when nothing asks for it (Kafka's metadata.max.age.ms
 /// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
 pub const METADATA_REFRESH: Duration = Duration::from_secs(30);
 
-/// Lets the daemon stop the manager even while it waits on a broker: sets the flag checked
-/// between steps, and shuts down the socket of every connection the manager has open.
+/// Lets the daemon stop the manager and every fetcher even while they wait on a broker:
+/// sets the flag checked between steps, shuts down the socket of every connection the
+/// manager has open, and stops each fetcher without taking its partition-map lock (which a
+/// fetcher may hold across a request).
 #[derive(Debug, Default)]
 pub struct StopHandle {
     stopping: AtomicBool,
-    sockets: Mutex<Vec<TcpStream>>,
+    /// Sockets of the manager's open connections, keyed by local address; a connection
+    /// removes its own when dropped, so none is kept open here.
+    sockets: Mutex<Vec<(SocketAddr, TcpStream)>>,
+    fetchers: Mutex<Vec<Weak<FetcherShared>>>,
 }
 
 impl StopHandle {
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        for s in self
+        for (_, s) in self
             .sockets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain(..)
+            .iter()
         {
             let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        for f in self
+            .fetchers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            if let Some(f) = f.upgrade() {
+                f.stop_now();
+            }
         }
     }
 
@@ -57,24 +72,71 @@ impl StopHandle {
         self.stopping.load(Ordering::SeqCst)
     }
 
-    /// Connects to `addr`, registering the socket for [`Self::stop`]. Refuses once stopping.
-    fn connect(&self, addr: &str, client_id: &str) -> Result<BrokerConnection> {
+    fn add_fetcher(&self, f: &Arc<FetcherShared>) {
+        let mut fetchers = self
+            .fetchers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        fetchers.retain(|w| w.strong_count() > 0);
+        fetchers.push(Arc::downgrade(f));
         if self.is_stopping() {
+            f.stop_now();
+        }
+    }
+
+    /// Connects to `addr`, registering the socket for [`Self::stop`] before the handshake.
+    /// Refuses once stopping.
+    fn connect(this: &Arc<Self>, addr: &str, client_id: &str) -> Result<TrackedConn> {
+        if this.is_stopping() {
             anyhow::bail!("shutting down");
         }
-        BrokerConnection::connect_registering(addr, client_id, 64 << 20, |stream| {
-            let mut sockets = self
+        let mut key = None;
+        let conn = BrokerConnection::connect_registering(addr, client_id, 64 << 20, |stream| {
+            if let (Ok(local), Ok(clone)) = (stream.local_addr(), stream.try_clone()) {
+                if this.is_stopping() {
+                    let _ = clone.shutdown(std::net::Shutdown::Both);
+                }
+                this.sockets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((local, clone));
+                key = Some(local);
+            }
+        });
+        // Built before `?`: a failed handshake still unregisters its socket on drop.
+        let mut tracked = TrackedConn {
+            conn: None,
+            key,
+            handle: this.clone(),
+        };
+        tracked.conn = Some(conn?);
+        Ok(tracked)
+    }
+}
+
+/// A manager connection registered with its [`StopHandle`]; unregistered when dropped.
+#[derive(Debug)]
+struct TrackedConn {
+    conn: Option<BrokerConnection>,
+    key: Option<SocketAddr>,
+    handle: Arc<StopHandle>,
+}
+
+impl TrackedConn {
+    fn get(&mut self) -> Result<&mut BrokerConnection> {
+        self.conn.as_mut().context("connection closed")
+    }
+}
+
+impl Drop for TrackedConn {
+    fn drop(&mut self) {
+        if let Some(k) = self.key {
+            self.handle
                 .sockets
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            sockets.retain(|s| s.peer_addr().is_ok());
-            if let Ok(s) = stream.try_clone() {
-                if self.is_stopping() {
-                    let _ = s.shutdown(std::net::Shutdown::Both);
-                }
-                sockets.push(s);
-            }
-        })
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|(a, _)| *a != k);
+        }
     }
 }
 
@@ -114,7 +176,7 @@ pub struct FetcherManager {
     fetcher_events: Sender<FetcherEvent>,
     stop: Arc<StopHandle>,
     /// The connection metadata is read on, kept between refreshes.
-    meta_conn: Option<BrokerConnection>,
+    meta_conn: Option<TrackedConn>,
     /// Problems already reported, so a persistent one is logged once, not every round.
     reported: BTreeSet<String>,
 }
@@ -196,12 +258,17 @@ impl FetcherManager {
             };
             match event {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader { tp, fetcher, .. })) => {
+                Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader {
+                    tp,
+                    fetcher,
+                    leader_epoch,
+                    ..
+                })) => {
                     let current = self
                         .assigned
                         .get(&tp)
-                        .map(|a| fetcher_name(a.broker, a.fetcher_id));
-                    if current.as_deref() == Some(fetcher.as_str()) {
+                        .map(|a| (fetcher_name(a.broker, a.fetcher_id), a.leader_epoch));
+                    if current == Some((fetcher.clone(), leader_epoch)) {
                         if let Some(a) = self.assigned.remove(&tp) {
                             self.handed_back.insert(tp, a);
                         }
@@ -247,13 +314,13 @@ impl FetcherManager {
             }
         }
         if let Some(conn) = self.meta_conn.as_mut() {
-            match cluster::fetch_metadata(conn, &topics) {
+            match conn.get().and_then(|c| cluster::fetch_metadata(c, &topics)) {
                 Ok(md) => {
                     self.metadata = md;
                     return Ok(());
                 }
                 Err(e) => {
-                    crate::log_debug!("metadata from {} failed: {e:#}; reconnecting", conn.addr());
+                    crate::log_debug!("metadata refresh failed: {e:#}; reconnecting");
                     self.meta_conn = None;
                 }
             }
@@ -263,8 +330,8 @@ impl FetcherManager {
             if self.stop.is_stopping() {
                 anyhow::bail!("shutting down");
             }
-            let got = self.stop.connect(a, &self.cfg.client_id).and_then(|mut c| {
-                let md = cluster::fetch_metadata(&mut c, &topics)?;
+            let got = StopHandle::connect(&self.stop, a, &self.cfg.client_id).and_then(|mut c| {
+                let md = cluster::fetch_metadata(c.get()?, &topics)?;
                 Ok((c, md))
             });
             match got {
@@ -438,6 +505,7 @@ impl FetcherManager {
             .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?
             .to_string();
         let shared = Arc::new(FetcherShared::default());
+        self.stop.add_fetcher(&shared);
         let fc = &self.cfg.fetch;
         let params = FetchParams {
             max_wait_ms: fc.max_wait_ms,
@@ -526,10 +594,11 @@ impl FetcherManager {
             .metadata
             .broker_addr(broker)
             .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?;
-        let mut conn = self.stop.connect(addr, &self.cfg.client_id)?;
+        let mut tracked = StopHandle::connect(&self.stop, addr, &self.cfg.client_id)?;
+        let conn = tracked.get()?;
         let iso = self.cfg.fetch.isolation.level();
         let mut latest = Vec::new();
-        let first = cluster::list_offsets(&mut conn, iso, asks)?;
+        let first = cluster::list_offsets(conn, iso, asks)?;
         for (tp, epoch, ts) in asks {
             match first.get(tp) {
                 Some(Ok(a)) if a.offset >= 0 => {
@@ -554,7 +623,7 @@ impl FetcherManager {
             }
         }
         if !latest.is_empty() {
-            let second = cluster::list_offsets(&mut conn, iso, &latest)?;
+            let second = cluster::list_offsets(conn, iso, &latest)?;
             for (tp, _, _) in latest {
                 let answer = match second.get(&tp) {
                     Some(Ok(a)) if a.offset >= 0 => Ok(a.offset),

@@ -84,18 +84,15 @@ pub fn validate_fetched(
 /// [`ReplicaOps`] over the local logs.
 pub struct ReplicaLogOps {
     logs: Arc<LogManager>,
+    /// A truncation happened since the checkpoint files were last rewritten.
+    checkpoint_due: bool,
 }
 
 impl ReplicaLogOps {
     pub fn new(logs: Arc<LogManager>) -> Self {
-        ReplicaLogOps { logs }
-    }
-
-    /// The checkpoint files may name offsets a truncation just removed: rewrite them now
-    /// rather than at the next interval, so they never pass a log's end.
-    fn checkpoint_after_truncation(&self) {
-        if let Err(e) = self.logs.checkpoint() {
-            crate::log_error!("checkpoint after truncation failed: {e:#}");
+        ReplicaLogOps {
+            logs,
+            checkpoint_due: false,
         }
     }
 
@@ -158,16 +155,24 @@ impl ReplicaOps for ReplicaLogOps {
             .and_then(|l| lock_log(&l).end_offset_for_epoch(epoch))
     }
 
+    /// The checkpoint files may name offsets the truncations just removed: rewrite them now,
+    /// once, rather than at the next interval, so they never pass a log's end.
+    fn after_truncations(&mut self) {
+        if std::mem::take(&mut self.checkpoint_due)
+            && let Err(e) = self.logs.checkpoint()
+        {
+            crate::log_error!("checkpoint after truncation failed: {e:#}");
+        }
+    }
+
     fn truncate(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
-        lock_log(&self.log(tp)?).truncate_to(offset)?;
-        self.checkpoint_after_truncation();
-        Ok(())
+        self.checkpoint_due = true;
+        lock_log(&self.log(tp)?).truncate_to(offset)
     }
 
     fn truncate_fully_and_start_at(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
-        lock_log(&self.log(tp)?).truncate_fully_and_start_at(offset)?;
-        self.checkpoint_after_truncation();
-        Ok(())
+        self.checkpoint_due = true;
+        lock_log(&self.log(tp)?).truncate_fully_and_start_at(offset)
     }
 }
 

@@ -175,7 +175,7 @@ pub fn load(
         epochs,
         generation: 0,
     };
-    if report.recovered_segments > 0 {
+    if report.recovered_segments > 0 || report.deleted_segments > 0 {
         for seg in log.segments.values_mut() {
             seg.flush()?;
         }
@@ -190,6 +190,11 @@ pub fn load(
     let inactive = log.segments.len().saturating_sub(1);
     for seg in log.segments.values_mut().take(inactive) {
         seg.close_file();
+    }
+    // The active segment is the last one kept, which after a cut may have been opened as an
+    // inactive one.
+    if let Some(active) = log.segments.values_mut().next_back() {
+        active.make_indexes_resident()?;
     }
     log.checkpoint_epochs()?;
     Ok(Some((log, report)))

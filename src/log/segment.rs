@@ -510,7 +510,7 @@ impl Segment {
 
     /// Reads evicted indexes back before they are looked up or changed; an index that fails
     /// its check then is rebuilt from the log.
-    fn make_indexes_resident(&mut self) -> Result<()> {
+    pub fn make_indexes_resident(&mut self) -> Result<()> {
         let loaded = self
             .offset_index
             .make_resident(self.size)
@@ -527,6 +527,7 @@ impl Segment {
     /// Appends a final time-index entry for the segment's largest timestamp when it becomes
     /// inactive (Kafka does the same on roll), so time lookups see the whole segment.
     pub fn on_become_inactive(&mut self) -> Result<()> {
+        self.make_indexes_resident()?;
         self.time_index
             .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
     }

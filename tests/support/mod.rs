@@ -265,6 +265,10 @@ impl Daemon {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .as_mut()

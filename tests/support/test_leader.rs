@@ -44,6 +44,9 @@
 //! - [`error_next_fetches`](TestLeader::error_next_fetches): the next n fetch answers for the
 //!   partition carry the given partition-level error code and no records (high watermark and
 //!   log start are still filled in). Applied before any other check.
+//! - [`silence_api`](TestLeader::silence_api): requests of one API are never answered, the
+//!   connection left open (a hung broker).
+//! - [`close_on_api`](TestLeader::close_on_api): requests of one API close their connection.
 //! - [`drop_next_requests`](TestLeader::drop_next_requests): the next n requests of any API, on
 //!   any connection, are read and then the connection is closed without an answer.
 //! - [`garbage_next_fetches`](TestLeader::garbage_next_fetches): the next n Fetch requests get a
@@ -126,6 +129,10 @@ struct State {
     fetch_versions: (i16, i16),
     api_versions_max: i16,
     drop_requests: usize,
+    /// API key whose requests are read and never answered (the connection stays open).
+    silent_api: Option<i16>,
+    /// API key whose requests close the connection unanswered, every time.
+    closing_api: Option<i16>,
     garbage_fetches: usize,
     garbage_served: usize,
     fetch_requests: usize,
@@ -493,6 +500,8 @@ impl TestLeader {
             fetch_versions: (4, 12),
             api_versions_max: 3,
             drop_requests: 0,
+            silent_api: None,
+            closing_api: None,
             garbage_fetches: 0,
             garbage_served: 0,
             fetch_requests: 0,
@@ -586,6 +595,17 @@ impl TestLeader {
         });
     }
 
+    /// Every request of API `api_key` is read and never answered, the connection left open
+    /// (a broker that hangs); `None` ends that.
+    pub fn silence_api(&self, api_key: Option<i16>) {
+        self.shared.state().silent_api = api_key;
+    }
+
+    /// Every request of API `api_key` closes its connection unanswered; `None` ends that.
+    pub fn close_on_api(&self, api_key: Option<i16>) {
+        self.shared.state().closing_api = api_key;
+    }
+
     /// The next `n` requests (any API, any connection) close their connection unanswered.
     pub fn drop_next_requests(&self, n: usize) {
         self.shared.state().drop_requests = n;
@@ -669,6 +689,16 @@ fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, id: u64) {
             let mut state = shared.state();
             if state.drop_requests > 0 {
                 state.drop_requests -= 1;
+                break;
+            }
+            let key = request.get(..2).map(|k| i16::from_be_bytes([k[0], k[1]]));
+            if state.closing_api.is_some() && key == state.closing_api {
+                break;
+            }
+            if state.silent_api.is_some() && key == state.silent_api {
+                // Hang: read on (so the client's later requests do not fail), answer nothing.
+                drop(state);
+                while read_frame(&mut stream).is_some() {}
                 break;
             }
         }
