@@ -12,7 +12,13 @@ pub fn init_from_env() {
         Ok("error") => 0,
         Ok("warn") => 1,
         Ok("debug") => 3,
-        _ => 2,
+        Ok("info") | Err(_) => 2,
+        Ok(other) => {
+            eprintln!(
+                "warning: RF_LOG=`{other}` is not one of error, warn, info, debug; using info"
+            );
+            2
+        }
     };
     LEVEL.store(level, Ordering::Relaxed);
 }

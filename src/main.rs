@@ -18,7 +18,7 @@ Usage:
   replica-follower verify --data-dir DIR
   replica-follower check-config --config FILE
 
-Run `replica-follower <command> --help` for a command's details.
+Run `replica-follower <command> --help` for a command's details; `--version` for the version.
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
 ";
 
@@ -133,6 +133,10 @@ fn main() -> ExitCode {
     let Some(cmd) = argv.first().cloned() else {
         return usage_error("no command given");
     };
+    if cmd == "--version" || cmd == "-V" {
+        println!("replica-follower {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     if cmd == "--help" || cmd == "-h" || cmd == "help" {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
@@ -205,9 +209,39 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             let dir = PathBuf::from(args.req("data-dir")?);
             let tp = args.tp()?;
             let from = args.num::<i64>("from")?.unwrap_or(0);
+            if from < 0 {
+                return Err("--from must be an offset ≥ 0".into());
+            }
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            Ok(runtime(inspect::dump::dump(&dir, &tp, from, &mut out)))
+            match inspect::dump::dump(&dir, &tp, from, &mut out) {
+                Ok(s) => {
+                    if s.batches == 0 && s.log_end.is_some_and(|end| from >= end) {
+                        eprintln!(
+                            "{tp}: offset {from} is at or past the log end {}",
+                            s.log_end.unwrap_or(0)
+                        );
+                    }
+                    if s.damaged > 0 {
+                        eprintln!(
+                            "{tp}: {} damaged batch(es) or tail(s) shown; run `verify`",
+                            s.damaged
+                        );
+                        return Ok(ExitCode::from(1));
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                // The reader went away (`dump … | head`): not an error.
+                Err(e)
+                    if e.chain().any(|c| {
+                        c.downcast_ref::<std::io::Error>()
+                            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                    }) =>
+                {
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => Ok(runtime(Err(e))),
+            }
         }
         "offsets" => {
             let dir = PathBuf::from(args.req("data-dir")?);

@@ -231,3 +231,119 @@ fn sigterm_ends_quickly_while_a_broker_accepts_but_never_answers() {
     );
     assert!(data.join(".kafka_cleanshutdown").exists());
 }
+
+/// A stopped replica of one partition (300 records in 10-record batches, small index interval).
+fn small_replica() -> (tempfile::TempDir, std::path::PathBuf) {
+    let leader = support::test_leader::TestLeader::start("inspect", 1);
+    leader.append(0, 300, 10);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        &leader.addr(),
+        "[[follow]]\ntopic = \"inspect\"\n",
+        "[log]\nindex_interval_bytes = 100\n",
+    );
+    let mut d = support::Daemon::start(&cfg);
+    support::wait_until(Duration::from_secs(20), "catch-up", || {
+        support::log_end(&data, "inspect", 0) == 300
+    });
+    assert_eq!(d.stop().code(), Some(0));
+    (dir, data)
+}
+
+#[test]
+fn version_and_inspection_edge_cases() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("replica-follower "), "{out}");
+
+    // verify on a directory that is not a data dir fails instead of passing vacuously.
+    let empty = tempfile::tempdir().unwrap();
+    let (code, out, _) = run(&["verify", "--data-dir", empty.path().to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("no partition and no checkpoint file"), "{out}");
+
+    let (_keep, data) = small_replica();
+    let d = data.to_str().unwrap();
+    let (code, out, _) = run(&[
+        "dump",
+        "--data-dir",
+        d,
+        "--topic",
+        "inspect",
+        "--partition",
+        "0",
+        "--from",
+        "295",
+    ]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("offset=299") && !out.contains("offset=289"),
+        "{out}"
+    );
+    assert_eq!(
+        run(&[
+            "dump",
+            "--data-dir",
+            d,
+            "--topic",
+            "inspect",
+            "--partition",
+            "0",
+            "--from",
+            "-5"
+        ])
+        .0,
+        Some(2)
+    );
+    let (code, _, err) = run(&[
+        "dump",
+        "--data-dir",
+        d,
+        "--topic",
+        "inspect",
+        "--partition",
+        "0",
+        "--from",
+        "5000",
+    ]);
+    assert_eq!(code, Some(0));
+    assert!(err.contains("past the log end 300"), "{err}");
+
+    // Damage: the log torn mid-batch and the index full of garbage entries.
+    let pdir = data.join("inspect-0");
+    let log = pdir.join("00000000000000000000.log");
+    let len = std::fs::metadata(&log).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(len - 20)
+        .unwrap();
+    std::fs::write(pdir.join("00000000000000000000.index"), [0x5au8; 8 * 40]).unwrap();
+    let (code, out, _) = run(&["verify", "--data-dir", d]);
+    assert_eq!(code, Some(1));
+    assert!(
+        out.contains("partial batch at byte") && out.contains("after offset 289"),
+        "{out}"
+    );
+    let index_lines = out.lines().filter(|l| l.contains(".index")).count();
+    assert_eq!(
+        index_lines, 4,
+        "three entries and a count, not forty lines:\n{out}"
+    );
+    assert!(out.contains("and 37 more bad entries"), "{out}");
+    let (code, _, err) = run(&[
+        "dump",
+        "--data-dir",
+        d,
+        "--topic",
+        "inspect",
+        "--partition",
+        "0",
+    ]);
+    assert_eq!(code, Some(1), "a damaged log makes dump fail");
+    assert!(err.contains("damaged"), "{err}");
+}

@@ -287,6 +287,13 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
 
 type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
 
+/// Whether an error came from the connection (an I/O error in its chain) rather than from
+/// what the leader said.
+fn is_transport(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some())
+}
+
 /// Marks a partition not ready before now + `backoff`.
 fn delay(map: &mut PartitionMap, tp: &TopicPartition, backoff: Duration) {
     if let Some(s) = map.get_mut(tp) {
@@ -541,7 +548,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         }
 
-        let mut follow_up: Vec<(TopicPartition, i64, Outcome)> = Vec::new();
+        let mut follow_up: Vec<(TopicPartition, i64, i32, Outcome)> = Vec::new();
         for (topic, parts) in &resp.topics {
             for data in parts {
                 let tp = TopicPartition::new(topic.clone(), data.partition);
@@ -553,6 +560,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 if state.fetch_offset != fetch_offset || state.status != FetchStatus::Fetching {
                     continue;
                 }
+                let leader_epoch = state.current_leader_epoch;
                 let outcome = if let Some(d) = data.diverging_epoch {
                     Outcome::Diverged(d)
                 } else {
@@ -614,7 +622,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     }
                     Outcome::Delay => delay(&mut map, &tp, self.params.backoff),
                     Outcome::Unchanged => {}
-                    other => follow_up.push((tp, fetch_offset, other)),
+                    other => follow_up.push((tp, fetch_offset, leader_epoch, other)),
                 }
             }
         }
@@ -634,13 +642,15 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// lock, as Kafka does: a partition the manager moved away meanwhile is left alone.
     /// A partition changed meanwhile (moved away, reset) is left alone; once the leader
     /// proves unreachable, the remaining partitions back off instead of each waiting for it.
-    fn follow_up(&mut self, items: Vec<(TopicPartition, i64, Outcome)>) {
+    fn follow_up(&mut self, items: Vec<(TopicPartition, i64, i32, Outcome)>) {
         let shared = self.shared.clone();
         let mut map = shared.lock();
         let mut leader_unreachable = false;
-        for (tp, fetch_offset, outcome) in items {
+        for (tp, fetch_offset, leader_epoch, outcome) in items {
             let unchanged = map.get(&tp).is_some_and(|s| {
-                s.fetch_offset == fetch_offset && s.status == FetchStatus::Fetching
+                s.fetch_offset == fetch_offset
+                    && s.current_leader_epoch == leader_epoch
+                    && s.status == FetchStatus::Fetching
             });
             if !unchanged {
                 continue;
@@ -717,14 +727,20 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// Kafka's follower rule for OffsetOutOfRange: if the leader's end is below our end,
     /// truncate to it; if the leader's start is above our end, delete our log and restart at
     /// the leader's start; otherwise fetch again from our end.
-    /// Returns false when the leader could not be asked (the caller stops asking it).
+    /// Returns false when the leader could not be reached (the caller stops asking it this
+    /// round).
     fn handle_offset_out_of_range(&mut self, map: &mut PartitionMap, tp: &TopicPartition) -> bool {
         let epoch = map.get(tp).map_or(-1, |s| s.current_leader_epoch);
         let Some(local_end) = self.replica.log_end_offset(tp) else {
             return true;
         };
+        // Set when a request to the leader itself failed (not an error code, not a local
+        // failure): only then are the round's other partitions spared the wait.
+        let mut unreachable = false;
         let result: Result<Option<(i64, &'static str)>> = (|| {
-            let leader_end = match self.leader.fetch_latest_offset(tp, epoch)? {
+            let latest = self.leader.fetch_latest_offset(tp, epoch);
+            unreachable = latest.is_err();
+            let leader_end = match latest? {
                 Ok(o) => o,
                 Err(code) => {
                     if code.action() == ErrorAction::RefreshMetadata {
@@ -737,7 +753,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 self.replica.truncate(tp, leader_end)?;
                 return Ok(Some((leader_end, "truncated to the leader's end")));
             }
-            let leader_start = match self.leader.fetch_earliest_offset(tp, epoch)? {
+            let earliest = self.leader.fetch_earliest_offset(tp, epoch);
+            unreachable = earliest.is_err();
+            let leader_start = match earliest? {
                 Ok(o) => o,
                 Err(code) => anyhow::bail!("ListOffsets earliest answered {code}"),
             };
@@ -772,7 +790,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 self.leader.close();
                 self.resume_at_log_end(map, tp, local_end);
                 delay(map, tp, self.params.backoff);
-                false
+                !unreachable
             }
         }
     }
@@ -854,16 +872,19 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 Err(e) => {
                     crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
                     self.leader.close();
-                    // The leader is unreachable: the rest back off instead of each waiting.
-                    for (rest, _) in &truncating {
-                        if map
-                            .get(rest)
-                            .is_some_and(|s| s.status == FetchStatus::Truncating)
-                        {
-                            delay(&mut map, rest, self.params.backoff);
+                    delay(&mut map, &tp, self.params.backoff);
+                    if is_transport(&e) {
+                        // The leader is unreachable: the rest back off instead of each waiting.
+                        for (rest, _) in &truncating {
+                            if map
+                                .get(rest)
+                                .is_some_and(|s| s.status == FetchStatus::Truncating)
+                            {
+                                delay(&mut map, rest, self.params.backoff);
+                            }
                         }
+                        break;
                     }
-                    break;
                 }
             }
         }

@@ -22,7 +22,7 @@ use crate::log::manager::{LogManager, lock_log};
 use crate::protocol::error::ErrorCode;
 use anyhow::{Context, Result, anyhow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
@@ -41,7 +41,8 @@ pub struct StopHandle {
     stopping: AtomicBool,
     /// Sockets of the manager's open connections, keyed by local address; a connection
     /// removes its own when dropped, so none is kept open here.
-    sockets: Mutex<Vec<(SocketAddr, TcpStream)>>,
+    sockets: Mutex<Vec<(u64, TcpStream)>>,
+    next_id: std::sync::atomic::AtomicU64,
     fetchers: Mutex<Vec<Weak<FetcherShared>>>,
 }
 
@@ -92,15 +93,19 @@ impl StopHandle {
         }
         let mut key = None;
         let conn = BrokerConnection::connect_registering(addr, client_id, 64 << 20, |stream| {
-            if let (Ok(local), Ok(clone)) = (stream.local_addr(), stream.try_clone()) {
+            if let Ok(clone) = stream.try_clone() {
+                let id = this.next_id.fetch_add(1, Ordering::SeqCst);
+                let mut sockets = this
+                    .sockets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Checked under the lock `stop` takes after setting the flag: either `stop`
+                // sees this socket, or this sees the flag.
                 if this.is_stopping() {
                     let _ = clone.shutdown(std::net::Shutdown::Both);
                 }
-                this.sockets
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push((local, clone));
-                key = Some(local);
+                sockets.push((id, clone));
+                key = Some(id);
             }
         });
         // Built before `?`: a failed handshake still unregisters its socket on drop.
@@ -118,7 +123,7 @@ impl StopHandle {
 #[derive(Debug)]
 struct TrackedConn {
     conn: Option<BrokerConnection>,
-    key: Option<SocketAddr>,
+    key: Option<u64>,
     handle: Arc<StopHandle>,
 }
 
@@ -135,7 +140,7 @@ impl Drop for TrackedConn {
                 .sockets
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|(a, _)| *a != k);
+                .retain(|(id, _)| *id != k);
         }
     }
 }
@@ -249,6 +254,8 @@ impl FetcherManager {
     pub fn run(mut self) {
         let backoff = Duration::from_millis(self.cfg.fetch.backoff_ms as u64);
         let mut next_refresh = Instant::now();
+        let mut failing_since: Option<Instant> = None;
+        let mut last_warned: Option<Instant> = None;
         loop {
             let now = Instant::now();
             let event = if next_refresh <= now {
@@ -284,9 +291,29 @@ impl FetcherManager {
                 Err(RecvTimeoutError::Timeout) => {}
             }
             let complete = match self.reconcile() {
-                Ok(c) => c,
+                Ok(c) => {
+                    if failing_since.take().is_some() {
+                        crate::log_info!("metadata refresh works again");
+                    }
+                    c
+                }
+                Err(_) if self.stop.is_stopping() => false,
                 Err(e) => {
-                    crate::log_warn!("metadata refresh failed: {e:#}; retrying in {backoff:?}");
+                    // Warn when the failure starts and once a minute while it lasts; the
+                    // retries in between (every backoff) go to debug.
+                    let now = Instant::now();
+                    let loud = failing_since.is_none()
+                        || last_warned.is_none_or(|t| now - t >= Duration::from_secs(60));
+                    if loud {
+                        let since = failing_since.get_or_insert(now);
+                        crate::log_warn!(
+                            "metadata refresh failed (for {:?} now): {e:#}; retrying every {backoff:?}",
+                            now - *since
+                        );
+                        last_warned = Some(now);
+                    } else {
+                        crate::log_debug!("metadata refresh failed: {e:#}");
+                    }
                     false
                 }
             };

@@ -166,8 +166,13 @@ impl ReplicaOps for ReplicaLogOps {
     }
 
     fn truncate(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
-        self.checkpoint_due = true;
-        lock_log(&self.log(tp)?).truncate_to(offset)
+        let shared = self.log(tp)?;
+        let mut log = lock_log(&shared);
+        let end = log.log_end_offset();
+        log.truncate_to(offset)?;
+        // Only a truncation that removed something can leave checkpoints past the log end.
+        self.checkpoint_due |= log.log_end_offset() != end;
+        Ok(())
     }
 
     fn truncate_fully_and_start_at(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {

@@ -32,7 +32,22 @@ fn show(bytes: Option<&[u8]>) -> String {
     }
 }
 
-pub fn dump(data_dir: &Path, tp: &TopicPartition, from: i64, out: &mut impl Write) -> Result<()> {
+/// What a dump saw: batches shown, and how many of them (or tails) were damaged.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DumpSummary {
+    pub batches: usize,
+    pub damaged: usize,
+    /// Offset after the last whole batch of the partition.
+    pub log_end: Option<i64>,
+}
+
+pub fn dump(
+    data_dir: &Path,
+    tp: &TopicPartition,
+    from: i64,
+    out: &mut impl Write,
+) -> Result<DumpSummary> {
+    let mut summary = DumpSummary::default();
     let dir = data_dir.join(tp.dir_name());
     if !dir.is_dir() {
         bail!("{tp}: no partition directory `{}`", dir.display());
@@ -47,10 +62,15 @@ pub fn dump(data_dir: &Path, tp: &TopicPartition, from: i64, out: &mut impl Writ
         writeln!(out, "# segment {}", path.display())?;
         let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
         for (h, pos, b) in it.by_ref() {
+            summary.log_end = Some(h.last_offset + 1);
             if h.last_offset < from {
                 continue;
             }
+            summary.batches += 1;
             let crc = if h.verify_crc(b).is_ok() { "ok" } else { "BAD" };
+            if crc == "BAD" {
+                summary.damaged += 1;
+            }
             writeln!(
                 out,
                 "batch offsets={}..{} position={pos} size={} magic={} epoch={} codec={} records={} max_timestamp={} transactional={} control={} crc={crc}",
@@ -91,13 +111,16 @@ pub fn dump(data_dir: &Path, tp: &TopicPartition, from: i64, out: &mut impl Writ
         }
         match it.end() {
             Some(SetEnd::Partial { bytes }) => {
+                summary.damaged += 1;
                 writeln!(out, "# partial batch of {bytes} bytes at the end")?
             }
             Some(SetEnd::Corrupt { position, reason }) => {
+                summary.damaged += 1;
                 writeln!(out, "# corrupt at byte {position}: {reason}")?
             }
             _ => {}
         }
     }
-    Ok(())
+    out.flush()?;
+    Ok(summary)
 }

@@ -33,6 +33,23 @@ fn be_i64(b: &[u8]) -> i64 {
     i64::from_be_bytes(a)
 }
 
+/// Adds a file's problems: the first few in full, then a count, so one damaged index does
+/// not bury the rest of the report.
+fn report_capped(problems: &mut Vec<String>, file: &Path, bad: Vec<String>) {
+    const SHOWN: usize = 3;
+    let n = bad.len();
+    for b in bad.into_iter().take(SHOWN) {
+        problems.push(format!("{}: {b}", file.display()));
+    }
+    if n > SHOWN {
+        problems.push(format!(
+            "{}: … and {} more bad entries (rebuilt by recovery)",
+            file.display(),
+            n - SHOWN
+        ));
+    }
+}
+
 fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) -> Result<()> {
     let dir = data_dir.join(tp.dir_name());
     let bases = list_segment_bases(&dir)?;
@@ -82,8 +99,10 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
         }
         match it.end() {
             Some(SetEnd::Partial { bytes: n }) => r.problems.push(format!(
-                "{}: partial batch of {n} bytes at the end",
-                log_path.display()
+                "{}: partial batch at byte {} ({n} bytes, after offset {}): a torn write",
+                log_path.display(),
+                bytes.len() - n,
+                prev_last.map_or_else(|| "none".to_string(), |l| l.to_string())
             )),
             Some(SetEnd::Corrupt { position, reason }) => r.problems.push(format!(
                 "{}: corrupt batch at byte {position}: {reason}",
@@ -101,15 +120,18 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
                         idx.len()
                     ));
                 }
+                let mut bad = Vec::new();
                 for (i, e) in idx.chunks_exact(8).enumerate() {
                     let off = base + i64::from(be_u32(e));
                     let pos = be_u32(e.get(4..).unwrap_or_default());
                     match starts.get(&pos) {
                         Some(&(last, _)) if last == off => {}
-                        Some(&(last, _)) => r.problems.push(format!("{}: entry {i} says offset {off} at byte {pos}, but the batch there ends at {last}", idx_path.display())),
-                        None => r.problems.push(format!("{}: entry {i} (offset {off}) points at byte {pos}, which is not a batch start", idx_path.display())),
+                        Some(&(last, _)) => bad.push(format!("entry {i} says offset {off} at byte {pos}, but the batch there ends at {last}")),
+                        None if pos as usize >= bytes.len() => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, past the end of the log ({} bytes)", bytes.len())),
+                        None => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, which is not a batch start")),
                     }
                 }
+                report_capped(&mut r.problems, &idx_path, bad);
             }
             Err(e) => r
                 .problems
@@ -126,22 +148,21 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
                     ));
                 }
                 let mut prev_ts = i64::MIN;
+                let mut bad = Vec::new();
                 for (i, e) in tix.chunks_exact(12).enumerate() {
                     let ts = be_i64(e);
                     let off = base + i64::from(be_u32(e.get(8..).unwrap_or_default()));
                     if ts <= prev_ts {
-                        r.problems.push(format!(
-                            "{}: entry {i}: timestamp {ts} does not increase",
-                            tix_path.display()
-                        ));
+                        bad.push(format!("entry {i}: timestamp {ts} does not increase"));
                     }
                     prev_ts = ts;
                     match by_last.get(&off) {
                         Some(&t) if t >= ts => {}
-                        Some(&t) => r.problems.push(format!("{}: entry {i}: timestamp {ts} at offset {off} exceeds the largest timestamp {t} up to that batch", tix_path.display())),
-                        None => r.problems.push(format!("{}: entry {i}: offset {off} is not the last offset of a batch", tix_path.display())),
+                        Some(&t) => bad.push(format!("entry {i}: timestamp {ts} at offset {off} exceeds the largest timestamp {t} up to that batch")),
+                        None => bad.push(format!("entry {i}: offset {off} is not the last offset of a whole batch")),
                     }
                 }
+                report_capped(&mut r.problems, &tix_path, bad);
             }
             Err(e) => r
                 .problems
@@ -172,8 +193,25 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport> {
     }
     let mut r = VerifyReport::default();
     for tp in partition_dirs(data_dir)? {
+        // A directory without segments holds no local state (status leaves it out too).
+        if list_segment_bases(&data_dir.join(tp.dir_name()))?.is_empty() {
+            continue;
+        }
         r.partitions += 1;
         verify_partition(data_dir, &tp, &mut r)?;
+    }
+    let has_checkpoints = [
+        checkpoint::REPLICATION_OFFSET,
+        checkpoint::RECOVERY_POINT,
+        checkpoint::LOG_START_OFFSET,
+    ]
+    .iter()
+    .any(|n| data_dir.join(n).exists());
+    if r.partitions == 0 && !has_checkpoints {
+        r.problems.push(format!(
+            "`{}` holds no partition and no checkpoint file: is it a replica-follower data dir?",
+            data_dir.display()
+        ));
     }
     for (name, what) in [
         (checkpoint::REPLICATION_OFFSET, "high watermark"),

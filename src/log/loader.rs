@@ -127,7 +127,14 @@ pub fn load(
         }
         segments.insert(base, seg);
     }
-    // A segment emptied by recovery in front of others cannot be; keep at least one segment.
+    // The active segment is the last one kept, which after a cut may have been opened as an
+    // inactive one: load its indexes now, before the log end is taken (a failed index check
+    // rebuilds them and may cut the segment).
+    if let Some(active) = segments.values_mut().next_back()
+        && active.make_indexes_resident()?
+    {
+        report.recovered_segments += 1;
+    }
     let leo = segments
         .values()
         .next_back()
@@ -190,11 +197,6 @@ pub fn load(
     let inactive = log.segments.len().saturating_sub(1);
     for seg in log.segments.values_mut().take(inactive) {
         seg.close_file();
-    }
-    // The active segment is the last one kept, which after a cut may have been opened as an
-    // inactive one.
-    if let Some(active) = log.segments.values_mut().next_back() {
-        active.make_indexes_resident()?;
     }
     log.checkpoint_epochs()?;
     Ok(Some((log, report)))

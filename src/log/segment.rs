@@ -510,7 +510,8 @@ impl Segment {
 
     /// Reads evicted indexes back before they are looked up or changed; an index that fails
     /// its check then is rebuilt from the log.
-    pub fn make_indexes_resident(&mut self) -> Result<()> {
+    /// Returns whether the segment had to be recovered to get there.
+    pub fn make_indexes_resident(&mut self) -> Result<bool> {
         let loaded = self
             .offset_index
             .make_resident(self.size)
@@ -521,8 +522,9 @@ impl Segment {
                 self.log_path.display()
             );
             self.recover()?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
     /// Appends a final time-index entry for the segment's largest timestamp when it becomes
     /// inactive (Kafka does the same on roll), so time lookups see the whole segment.
