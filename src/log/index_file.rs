@@ -154,3 +154,130 @@ impl IndexFile {
         Ok(())
     }
 }
+
+/// One fixed-size index entry, as stored big-endian in its file.
+pub trait Entry: Copy + std::fmt::Debug {
+    const SIZE: usize;
+    fn encode(&self, out: &mut Vec<u8>);
+    /// Decodes `SIZE` bytes (a shorter slice decodes as zeros; callers pass whole entries).
+    fn decode(bytes: &[u8]) -> Self;
+}
+
+/// The entries of an index and its file, resident in memory or evicted.
+///
+/// An inactive segment's index is evicted — its entries are all on disk — so memory does not
+/// grow with the log; only its last entry stays in memory.
+/// Invariants: while resident, the file holds a prefix of `list`; while evicted, `list` is
+/// empty and the file holds every entry.
+#[derive(Debug)]
+pub struct Entries<E: Entry> {
+    file: IndexFile,
+    list: Vec<E>,
+    resident: bool,
+    last: Option<E>,
+}
+
+impl<E: Entry> Entries<E> {
+    pub fn create(path: &Path, what: &'static str) -> Result<Self> {
+        Ok(Entries {
+            file: IndexFile::create(path, what, E::SIZE)?,
+            list: Vec::new(),
+            resident: true,
+            last: None,
+        })
+    }
+
+    /// Reads every entry (the caller checks them).
+    pub fn load(path: &Path, what: &'static str) -> Result<Self> {
+        let (file, bytes) = IndexFile::load(path, what, E::SIZE)?;
+        let list = bytes.chunks_exact(E::SIZE).map(E::decode).collect();
+        Ok(Entries {
+            file,
+            list,
+            resident: true,
+            last: None,
+        })
+    }
+
+    /// Reads only the last entry.
+    pub fn open_evicted(path: &Path, what: &'static str) -> Result<Self> {
+        let (file, last) = IndexFile::load_last(path, what, E::SIZE)?;
+        Ok(Entries {
+            file,
+            list: Vec::new(),
+            resident: false,
+            last: last.map(|b| E::decode(&b)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    pub fn is_resident(&self) -> bool {
+        self.resident
+    }
+
+    /// Drops the entries from memory if they are all in the file (flush first).
+    pub fn evict(&mut self) {
+        if self.resident && self.file.written() == self.list.len() {
+            self.last = self.list.last().copied();
+            self.list = Vec::new();
+            self.resident = false;
+        }
+    }
+
+    /// Entries in the index, resident or not.
+    pub fn len(&self) -> usize {
+        if self.resident {
+            self.list.len()
+        } else {
+            self.file.written()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn last(&self) -> Option<E> {
+        if self.resident {
+            self.list.last().copied()
+        } else {
+            self.last
+        }
+    }
+
+    /// The entries in memory (empty while evicted).
+    pub fn list(&self) -> &[E] {
+        &self.list
+    }
+
+    /// Adds an entry to a resident index.
+    pub fn push(&mut self, e: E) {
+        self.list.push(e);
+    }
+
+    /// Keeps the first `keep` entries, in memory and in the file.
+    pub fn truncate(&mut self, keep: usize) -> Result<()> {
+        self.list.truncate(keep);
+        self.file.truncate(keep)
+    }
+
+    /// Empties the index, without reading an evicted one back first.
+    pub fn clear(&mut self) -> Result<()> {
+        self.resident = true;
+        self.last = None;
+        self.truncate(0)
+    }
+
+    /// Writes the entries not yet in the file; `sync` fsyncs it as well.
+    pub fn flush(&mut self, sync: bool) -> Result<()> {
+        let pending = self.list.get(self.file.written()..).unwrap_or_default();
+        let mut buf = Vec::with_capacity(pending.len() * E::SIZE);
+        for e in pending {
+            e.encode(&mut buf);
+        }
+        self.file.flush(&buf, sync)
+    }
+}

@@ -12,55 +12,56 @@
 //! the log, and any index that fails [`OffsetIndex::load`]'s sanity check is rebuilt too.
 //! Who touches it: only its [`super::segment::Segment`], under the partition log's lock.
 
-use super::index_file::IndexFile;
+use super::index_file::{Entries, Entry};
 use anyhow::{Result, bail};
 use std::path::Path;
 
 pub const ENTRY_SIZE: usize = 8;
 
-#[derive(Debug)]
-pub struct OffsetIndex {
-    file: IndexFile,
-    base_offset: i64,
-    /// (relative offset, position). Invariant: both strictly increasing; the file holds a
-    /// prefix of them. Empty while the index is evicted.
-    entries: Vec<(u32, u32)>,
-    /// Whether `entries` holds the index. An inactive segment's index is evicted (its entries
-    /// are all on disk) so memory does not grow with the log; only `last` is kept.
-    resident: bool,
-    last: Option<(u32, u32)>,
+/// (relative offset, position).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OffsetEntry(u32, u32);
+
+impl Entry for OffsetEntry {
+    const SIZE: usize = ENTRY_SIZE;
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(&self.1.to_be_bytes());
+    }
+    fn decode(b: &[u8]) -> Self {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b.get(..8).unwrap_or(&[0; 8]));
+        let [r0, r1, r2, r3, p0, p1, p2, p3] = a;
+        OffsetEntry(
+            u32::from_be_bytes([r0, r1, r2, r3]),
+            u32::from_be_bytes([p0, p1, p2, p3]),
+        )
+    }
 }
 
-fn entry(chunk: &[u8]) -> (u32, u32) {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(chunk.get(..8).unwrap_or(&[0; 8]));
-    let [r0, r1, r2, r3, p0, p1, p2, p3] = a;
-    (
-        u32::from_be_bytes([r0, r1, r2, r3]),
-        u32::from_be_bytes([p0, p1, p2, p3]),
-    )
+#[derive(Debug)]
+pub struct OffsetIndex {
+    /// Invariant: relative offsets and positions strictly increase.
+    entries: Entries<OffsetEntry>,
+    base_offset: i64,
 }
 
 impl OffsetIndex {
     /// Creates an empty index file (truncating any existing one).
     pub fn create(path: &Path, base_offset: i64) -> Result<Self> {
         Ok(OffsetIndex {
-            file: IndexFile::create(path, "index", ENTRY_SIZE)?,
+            entries: Entries::create(path, "index")?,
             base_offset,
-            entries: Vec::new(),
-            resident: true,
-            last: None,
         })
     }
 
     /// Opens an existing index and checks it: whole entries, strictly increasing offsets and
     /// positions, every position below `log_size`. An error means: rebuild it.
     pub fn load(path: &Path, base_offset: i64, log_size: u64) -> Result<Self> {
-        let (file, bytes) = IndexFile::load(path, "index", ENTRY_SIZE)?;
-        let mut entries = Vec::with_capacity(bytes.len() / ENTRY_SIZE);
-        for chunk in bytes.chunks_exact(ENTRY_SIZE) {
-            let (rel, pos) = entry(chunk);
-            if let Some(&(pr, pp)) = entries.last()
+        let entries = Entries::<OffsetEntry>::load(path, "index")?;
+        let mut prev: Option<OffsetEntry> = None;
+        for &OffsetEntry(rel, pos) in entries.list() {
+            if let Some(OffsetEntry(pr, pp)) = prev
                 && (rel <= pr || pos <= pp)
             {
                 bail!(
@@ -74,23 +75,19 @@ impl OffsetIndex {
                     path.display()
                 );
             }
-            entries.push((rel, pos));
+            prev = Some(OffsetEntry(rel, pos));
         }
         Ok(OffsetIndex {
-            file,
-            base_offset,
             entries,
-            resident: true,
-            last: None,
+            base_offset,
         })
     }
 
     /// Opens an existing index evicted: only its last entry is read and checked (position
     /// below `log_size`). The rest is read by [`Self::make_resident`] if ever needed.
     pub fn open_evicted(path: &Path, base_offset: i64, log_size: u64) -> Result<Self> {
-        let (file, last) = IndexFile::load_last(path, "index", ENTRY_SIZE)?;
-        let last = last.map(|b| entry(&b));
-        if let Some((_, pos)) = last
+        let entries = Entries::<OffsetEntry>::open_evicted(path, "index")?;
+        if let Some(OffsetEntry(_, pos)) = entries.last()
             && u64::from(pos) >= log_size
         {
             bail!(
@@ -99,127 +96,105 @@ impl OffsetIndex {
             );
         }
         Ok(OffsetIndex {
-            file,
+            entries,
             base_offset,
-            entries: Vec::new(),
-            resident: false,
-            last,
         })
     }
 
     /// Reads the whole index back (checking it) if it was evicted.
     pub fn make_resident(&mut self, log_size: u64) -> Result<()> {
-        if !self.resident {
-            *self = Self::load(self.file.path(), self.base_offset, log_size)?;
+        if !self.entries.is_resident() {
+            *self = Self::load(self.entries.path(), self.base_offset, log_size)?;
         }
         Ok(())
     }
 
-    /// Whether the entries are in memory (see `resident`).
+    /// Whether the entries are in memory.
     pub fn is_resident(&self) -> bool {
-        self.resident
+        self.entries.is_resident()
     }
 
     /// Drops the entries from memory; they must all be in the file (flush first).
     pub fn evict(&mut self) {
-        if self.resident && self.file.written() == self.entries.len() {
-            self.last = self.entries.last().copied();
-            self.entries = Vec::new();
-            self.resident = false;
-        }
+        self.entries.evict();
     }
 
     pub fn path(&self) -> &Path {
-        self.file.path()
+        self.entries.path()
     }
 
     pub fn entries(&self) -> usize {
-        if self.resident {
-            self.entries.len()
-        } else {
-            self.file.written()
-        }
+        self.entries.len()
     }
 
-    /// The entry for `offset` (absolute) at `position`. Callers add entries in order.
+    /// The entry for `offset` (absolute) at `position`. Callers add entries in order, to a
+    /// resident index.
     pub fn append(&mut self, offset: i64, position: u32) -> Result<()> {
-        let rel = offset - self.base_offset;
-        let Ok(rel) = u32::try_from(rel) else {
+        let Ok(rel) = u32::try_from(offset - self.base_offset) else {
             bail!(
                 "index `{}`: offset {offset} does not fit relative to base {}",
-                self.file.path().display(),
+                self.path().display(),
                 self.base_offset
             );
         };
-        if let Some(&(pr, pp)) = self.entries.last()
+        if let Some(OffsetEntry(pr, pp)) = self.entries.last()
             && (rel <= pr || position <= pp)
         {
             bail!(
                 "index `{}`: entry for offset {offset} at {position} is out of order",
-                self.file.path().display()
+                self.path().display()
             );
         }
-        self.entries.push((rel, position));
+        self.entries.push(OffsetEntry(rel, position));
         Ok(())
     }
 
-    /// The (offset, position) to start scanning from for `target`.
+    /// The (offset, position) to start scanning from for `target` (resident index).
     pub fn lookup(&self, target: i64) -> (i64, u32) {
         let rel = target - self.base_offset;
-        let idx = self.entries.partition_point(|&(r, _)| i64::from(r) <= rel);
-        match idx.checked_sub(1).and_then(|i| self.entries.get(i)) {
-            Some(&(r, p)) => (self.base_offset + i64::from(r), p),
+        let list = self.entries.list();
+        let idx = list.partition_point(|e| i64::from(e.0) <= rel);
+        match idx.checked_sub(1).and_then(|i| list.get(i)) {
+            Some(&OffsetEntry(r, p)) => (self.base_offset + i64::from(r), p),
             None => (self.base_offset, 0),
         }
     }
 
     /// The last entry, absolute.
     pub fn last_entry(&self) -> Option<(i64, u32)> {
-        let last = if self.resident {
-            self.entries.last()
-        } else {
-            self.last.as_ref()
-        };
-        last.map(|&(r, p)| (self.base_offset + i64::from(r), p))
+        self.entries
+            .last()
+            .map(|OffsetEntry(r, p)| (self.base_offset + i64::from(r), p))
     }
 
-    /// All entries, absolute (verify and tests use them).
+    /// All entries in memory, absolute (tests use them).
     pub fn all_entries(&self) -> impl Iterator<Item = (i64, u32)> + '_ {
         self.entries
+            .list()
             .iter()
-            .map(|&(r, p)| (self.base_offset + i64::from(r), p))
+            .map(|&OffsetEntry(r, p)| (self.base_offset + i64::from(r), p))
     }
 
-    /// Drops entries for offsets ≥ `offset` or positions ≥ `max_position`.
+    /// Drops entries for offsets ≥ `offset` or positions ≥ `max_position` (resident index).
     pub fn truncate(&mut self, offset: i64, max_position: u64) -> Result<()> {
         let keep = self
             .entries
+            .list()
             .iter()
-            .take_while(|&&(r, p)| {
-                self.base_offset + i64::from(r) < offset && u64::from(p) < max_position
+            .take_while(|e| {
+                self.base_offset + i64::from(e.0) < offset && u64::from(e.1) < max_position
             })
             .count();
-        self.entries.truncate(keep);
-        self.file.truncate(keep)?;
-        Ok(())
+        self.entries.truncate(keep)
     }
 
     pub fn clear(&mut self) -> Result<()> {
-        // Everything goes: no need to read an evicted index back first.
-        self.resident = true;
-        self.last = None;
-        self.truncate(i64::MIN, 0)
+        self.entries.clear()
     }
 
     /// Writes the entries not yet in the file; `sync` fsyncs it as well.
     pub fn flush(&mut self, sync: bool) -> Result<()> {
-        let mut buf =
-            Vec::with_capacity(self.entries.len().saturating_sub(self.file.written()) * ENTRY_SIZE);
-        for &(r, p) in self.entries.iter().skip(self.file.written()) {
-            buf.extend_from_slice(&r.to_be_bytes());
-            buf.extend_from_slice(&p.to_be_bytes());
-        }
-        self.file.flush(&buf, sync)
+        self.entries.flush(sync)
     }
 }
 

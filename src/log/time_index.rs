@@ -9,52 +9,54 @@
 //! Crash policy and ownership: as for the offset index — no checksum, written and fsynced with
 //! its segment, rebuilt from the log by recovery or when [`TimeIndex::load`] finds it insane.
 
-use super::index_file::IndexFile;
+use super::index_file::{Entries, Entry};
 use anyhow::{Result, bail};
 use std::path::Path;
 
 pub const ENTRY_SIZE: usize = 12;
 
-#[derive(Debug)]
-pub struct TimeIndex {
-    file: IndexFile,
-    base_offset: i64,
-    /// (timestamp, relative offset). Invariant: timestamps strictly increase, offsets never
-    /// decrease. Empty while the index is evicted.
-    entries: Vec<(i64, u32)>,
-    /// Whether `entries` holds the index (see `OffsetIndex`); when evicted only `last` is kept.
-    resident: bool,
-    last: Option<(i64, u32)>,
+/// (timestamp, relative offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TimeEntry(i64, u32);
+
+impl Entry for TimeEntry {
+    const SIZE: usize = ENTRY_SIZE;
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(&self.1.to_be_bytes());
+    }
+    fn decode(c: &[u8]) -> Self {
+        let mut a = [0u8; 12];
+        a.copy_from_slice(c.get(..12).unwrap_or(&[0; 12]));
+        let [t0, t1, t2, t3, t4, t5, t6, t7, r0, r1, r2, r3] = a;
+        TimeEntry(
+            i64::from_be_bytes([t0, t1, t2, t3, t4, t5, t6, t7]),
+            u32::from_be_bytes([r0, r1, r2, r3]),
+        )
+    }
 }
 
-fn entry(c: &[u8]) -> (i64, u32) {
-    let mut a = [0u8; 12];
-    a.copy_from_slice(c.get(..12).unwrap_or(&[0; 12]));
-    let [t0, t1, t2, t3, t4, t5, t6, t7, r0, r1, r2, r3] = a;
-    (
-        i64::from_be_bytes([t0, t1, t2, t3, t4, t5, t6, t7]),
-        u32::from_be_bytes([r0, r1, r2, r3]),
-    )
+#[derive(Debug)]
+pub struct TimeIndex {
+    /// Invariant: timestamps strictly increase, offsets never decrease.
+    entries: Entries<TimeEntry>,
+    base_offset: i64,
 }
 
 impl TimeIndex {
     pub fn create(path: &Path, base_offset: i64) -> Result<Self> {
         Ok(TimeIndex {
-            file: IndexFile::create(path, "time index", ENTRY_SIZE)?,
+            entries: Entries::create(path, "time index")?,
             base_offset,
-            entries: Vec::new(),
-            resident: true,
-            last: None,
         })
     }
 
     /// Opens and checks an existing time index; an error means: rebuild it.
     pub fn load(path: &Path, base_offset: i64) -> Result<Self> {
-        let (file, bytes) = IndexFile::load(path, "time index", ENTRY_SIZE)?;
-        let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / ENTRY_SIZE);
-        for c in bytes.chunks_exact(ENTRY_SIZE) {
-            let (ts, rel) = entry(c);
-            if let Some(&(pt, pr)) = entries.last()
+        let entries = Entries::<TimeEntry>::load(path, "time index")?;
+        let mut prev: Option<TimeEntry> = None;
+        for &TimeEntry(ts, rel) in entries.list() {
+            if let Some(TimeEntry(pt, pr)) = prev
                 && (ts <= pt || rel < pr)
             {
                 bail!(
@@ -62,92 +64,76 @@ impl TimeIndex {
                     path.display()
                 );
             }
-            entries.push((ts, rel));
+            prev = Some(TimeEntry(ts, rel));
         }
         Ok(TimeIndex {
-            file,
-            base_offset,
             entries,
-            resident: true,
-            last: None,
+            base_offset,
         })
     }
 
     /// Opens an existing time index evicted: only its last entry is read.
     pub fn open_evicted(path: &Path, base_offset: i64) -> Result<Self> {
-        let (file, last) = IndexFile::load_last(path, "time index", ENTRY_SIZE)?;
         Ok(TimeIndex {
-            file,
+            entries: Entries::open_evicted(path, "time index")?,
             base_offset,
-            entries: Vec::new(),
-            resident: false,
-            last: last.map(|b| entry(&b)),
         })
     }
 
     /// Reads the whole index back (checking it) if it was evicted.
     pub fn make_resident(&mut self) -> Result<()> {
-        if !self.resident {
-            *self = Self::load(self.file.path(), self.base_offset)?;
+        if !self.entries.is_resident() {
+            *self = Self::load(self.entries.path(), self.base_offset)?;
         }
         Ok(())
     }
 
     /// Drops the entries from memory; they must all be in the file (flush first).
     pub fn evict(&mut self) {
-        if self.resident && self.file.written() == self.entries.len() {
-            self.last = self.entries.last().copied();
-            self.entries = Vec::new();
-            self.resident = false;
-        }
+        self.entries.evict();
     }
 
     pub fn path(&self) -> &Path {
-        self.file.path()
+        self.entries.path()
     }
 
     pub fn entries(&self) -> usize {
-        if self.resident {
-            self.entries.len()
-        } else {
-            self.file.written()
-        }
+        self.entries.len()
     }
 
     pub fn last_entry(&self) -> Option<(i64, i64)> {
-        let last = if self.resident {
-            self.entries.last()
-        } else {
-            self.last.as_ref()
-        };
-        last.map(|&(t, r)| (t, self.base_offset + i64::from(r)))
+        self.entries
+            .last()
+            .map(|TimeEntry(t, r)| (t, self.base_offset + i64::from(r)))
     }
 
     pub fn all_entries(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
         self.entries
+            .list()
             .iter()
-            .map(|&(t, r)| (t, self.base_offset + i64::from(r)))
+            .map(|&TimeEntry(t, r)| (t, self.base_offset + i64::from(r)))
     }
 
-    /// Adds (timestamp, offset) if the timestamp is above the last entry's.
+    /// Adds (timestamp, offset) if the timestamp is above the last entry's (resident index).
     pub fn maybe_append(&mut self, timestamp: i64, offset: i64) -> Result<()> {
-        if timestamp < 0 || self.entries.last().is_some_and(|&(t, _)| timestamp <= t) {
+        let last = self.entries.last();
+        if timestamp < 0 || last.is_some_and(|TimeEntry(t, _)| timestamp <= t) {
             return Ok(());
         }
         let Ok(rel) = u32::try_from(offset - self.base_offset) else {
             bail!(
                 "time index `{}`: offset {offset} does not fit relative to base {}",
-                self.file.path().display(),
+                self.path().display(),
                 self.base_offset
             );
         };
-        if self.entries.last().is_some_and(|&(_, r)| rel < r) {
+        if last.is_some_and(|TimeEntry(_, r)| rel < r) {
             bail!(
                 "time index `{}`: offset {offset} goes backwards",
-                self.file.path().display()
+                self.path().display()
             );
         }
-        self.entries.push((timestamp, rel));
+        self.entries.push(TimeEntry(timestamp, rel));
         Ok(())
     }
 
@@ -155,29 +141,20 @@ impl TimeIndex {
     /// evicted index back).
     pub fn truncate(&mut self, offset: i64) -> Result<()> {
         if offset == i64::MIN {
-            self.resident = true;
-            self.last = None;
-            self.entries.clear();
+            return self.entries.clear();
         }
         let keep = self
             .entries
+            .list()
             .iter()
-            .take_while(|&&(_, r)| self.base_offset + i64::from(r) < offset)
+            .take_while(|e| self.base_offset + i64::from(e.1) < offset)
             .count();
-        self.entries.truncate(keep);
-        self.file.truncate(keep)?;
-        Ok(())
+        self.entries.truncate(keep)
     }
 
     /// Writes the entries not yet in the file; `sync` fsyncs it as well.
     pub fn flush(&mut self, sync: bool) -> Result<()> {
-        let mut buf =
-            Vec::with_capacity(self.entries.len().saturating_sub(self.file.written()) * ENTRY_SIZE);
-        for &(t, r) in self.entries.iter().skip(self.file.written()) {
-            buf.extend_from_slice(&t.to_be_bytes());
-            buf.extend_from_slice(&r.to_be_bytes());
-        }
-        self.file.flush(&buf, sync)
+        self.entries.flush(sync)
     }
 }
 
