@@ -141,22 +141,7 @@ fn a_second_daemon_on_the_same_data_dir_is_refused() {
 
 #[test]
 fn status_json_has_the_contract_fields() {
-    let leader = support::test_leader::TestLeader::start("audit", 1);
-    leader.append(0, 300, 30);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        "[[follow]]\ntopic = \"audit\"\n",
-        "[checkpoint]\ninterval_ms = 100\n",
-    );
-    let mut d = support::Daemon::start(&cfg);
-    support::wait_until(Duration::from_secs(20), "catch-up", || {
-        support::log_end(&data, "audit", 0) == 300
-    });
-    assert_eq!(d.stop().code(), Some(0));
+    let (leader, _dir, data) = stopped_replica("audit", 30, "[checkpoint]\ninterval_ms = 100\n");
     let st = support::status(&data);
     let parts = st["partitions"].as_array().expect("partitions array");
     assert_eq!(parts.len(), 1);
@@ -232,25 +217,29 @@ fn sigterm_ends_quickly_while_a_broker_accepts_but_never_answers() {
     assert!(data.join(".kafka_cleanshutdown").exists());
 }
 
-/// A stopped replica of one partition (300 records in 10-record batches, small index interval).
-fn small_replica() -> (tempfile::TempDir, std::path::PathBuf) {
-    let leader = support::test_leader::TestLeader::start("inspect", 1);
-    leader.append(0, 300, 10);
+/// A stopped replica of partition 0 of `topic`: 300 records in batches of `per_batch`,
+/// followed from the in-process leader with `extra` config until caught up.
+fn stopped_replica(
+    topic: &str,
+    per_batch: usize,
+    extra: &str,
+) -> (
+    support::test_leader::TestLeader,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
+    let leader = support::test_leader::TestLeader::start(topic, 1);
+    leader.append(0, 300, per_batch);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        "[[follow]]\ntopic = \"inspect\"\n",
-        "[log]\nindex_interval_bytes = 100\n",
-    );
+    let follow = format!("[[follow]]\ntopic = \"{topic}\"\n");
+    let cfg = support::write_config(dir.path(), &data, &leader.addr(), &follow, extra);
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(20), "catch-up", || {
-        support::log_end(&data, "inspect", 0) == 300
+        support::log_end(&data, topic, 0) == 300
     });
     assert_eq!(d.stop().code(), Some(0));
-    (dir, data)
+    (leader, dir, data)
 }
 
 #[test]
@@ -265,7 +254,8 @@ fn version_and_inspection_edge_cases() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("no partition and no checkpoint file"), "{out}");
 
-    let (_keep, data) = small_replica();
+    let (_leader, _keep, data) =
+        stopped_replica("inspect", 10, "[log]\nindex_interval_bytes = 100\n");
     let d = data.to_str().unwrap();
     let (code, out, _) = run(&[
         "dump",
