@@ -337,3 +337,32 @@ fn version_and_inspection_edge_cases() {
     assert_eq!(code, Some(1), "a damaged log makes dump fail");
     assert!(err.contains("damaged"), "{err}");
 }
+
+#[test]
+fn a_new_partition_shows_in_the_checkpoints_without_waiting_for_the_interval() {
+    let leader = support::test_leader::TestLeader::start("fresh", 1);
+    leader.append(0, 50, 10);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // Default checkpoint interval: 5 s.
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        &leader.addr(),
+        "[[follow]]\ntopic = \"fresh\"\n",
+        "",
+    );
+    let mut d = support::Daemon::start(&cfg);
+    support::wait_until(Duration::from_secs(10), "the log to be created", || {
+        support::partition_status(&data, "fresh", 0).is_some()
+    });
+    support::wait_until(
+        Duration::from_secs(2),
+        "the new partition in the checkpoint files",
+        || {
+            support::partition_status(&data, "fresh", 0)
+                .is_some_and(|p| !p["recovery_point"].is_null())
+        },
+    );
+    assert_eq!(d.stop().code(), Some(0));
+}

@@ -505,6 +505,13 @@ impl FetcherManager {
                 shared.add_partitions(states);
             }
         }
+        // New logs appear in the checkpoint files (and so in `status`) at once, not at the
+        // next interval.
+        if !offsets.is_empty()
+            && let Err(e) = self.logs.checkpoint()
+        {
+            crate::log_warn!("checkpoint after creating logs failed: {e:#}");
+        }
         // Stop fetchers that have nothing left to do.
         let idle: Vec<(i32, usize)> = self
             .fetchers
