@@ -253,17 +253,18 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
 
+    let raw_args = [
+        "raw",
+        "--bootstrap",
+        &leader.bootstrap,
+        "--topic",
+        "bench",
+        "--partition",
+        "0",
+    ];
     // Untimed warm-up: learn the leader's byte count.
     let out = Command::new(&me)
-        .args([
-            "raw",
-            "--bootstrap",
-            &leader.bootstrap,
-            "--topic",
-            "bench",
-            "--partition",
-            "0",
-        ])
+        .args(raw_args)
         .output()
         .expect("raw warm-up");
     let line = String::from_utf8_lossy(&out.stdout).to_string();
@@ -291,15 +292,7 @@ fn main() {
         };
         settle();
         let mut c = Command::new(&me);
-        c.args([
-            "raw",
-            "--bootstrap",
-            &leader.bootstrap,
-            "--topic",
-            "bench",
-            "--partition",
-            "0",
-        ]);
+        c.args(raw_args);
         limit.push(timed(c, None));
 
         let mut c = Command::new(&kcat);

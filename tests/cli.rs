@@ -242,6 +242,23 @@ fn stopped_replica(
     (leader, dir, data)
 }
 
+/// `dump` of partition 0 of the `inspect` replica, from `from` if given.
+fn dump_inspect(data: &str, from: Option<&str>) -> (Option<i32>, String, String) {
+    let mut args = vec![
+        "dump",
+        "--data-dir",
+        data,
+        "--topic",
+        "inspect",
+        "--partition",
+        "0",
+    ];
+    if let Some(f) = from {
+        args.extend(["--from", f]);
+    }
+    run(&args)
+}
+
 #[test]
 fn version_and_inspection_edge_cases() {
     let (code, out, _) = run(&["--version"]);
@@ -257,48 +274,14 @@ fn version_and_inspection_edge_cases() {
     let (_leader, _keep, data) =
         stopped_replica("inspect", 10, "[log]\nindex_interval_bytes = 100\n");
     let d = data.to_str().unwrap();
-    let (code, out, _) = run(&[
-        "dump",
-        "--data-dir",
-        d,
-        "--topic",
-        "inspect",
-        "--partition",
-        "0",
-        "--from",
-        "295",
-    ]);
+    let (code, out, _) = dump_inspect(d, Some("295"));
     assert_eq!(code, Some(0));
     assert!(
         out.contains("offset=299") && !out.contains("offset=289"),
         "{out}"
     );
-    assert_eq!(
-        run(&[
-            "dump",
-            "--data-dir",
-            d,
-            "--topic",
-            "inspect",
-            "--partition",
-            "0",
-            "--from",
-            "-5"
-        ])
-        .0,
-        Some(2)
-    );
-    let (code, _, err) = run(&[
-        "dump",
-        "--data-dir",
-        d,
-        "--topic",
-        "inspect",
-        "--partition",
-        "0",
-        "--from",
-        "5000",
-    ]);
+    assert_eq!(dump_inspect(d, Some("-5")).0, Some(2));
+    let (code, _, err) = dump_inspect(d, Some("5000"));
     assert_eq!(code, Some(0));
     assert!(err.contains("past the log end 300"), "{err}");
 
@@ -325,15 +308,7 @@ fn version_and_inspection_edge_cases() {
         "three entries and a count, not forty lines:\n{out}"
     );
     assert!(out.contains("and 37 more bad entries"), "{out}");
-    let (code, _, err) = run(&[
-        "dump",
-        "--data-dir",
-        d,
-        "--topic",
-        "inspect",
-        "--partition",
-        "0",
-    ]);
+    let (code, _, err) = dump_inspect(d, None);
     assert_eq!(code, Some(1), "a damaged log makes dump fail");
     assert!(err.contains("damaged"), "{err}");
 }
