@@ -6,6 +6,7 @@ use crate::protocol::TopicPartition;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::list_offsets::{self, ListOffsetsPartition};
 use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset, EpochRequest};
+use crate::protocol::uuid::Uuid;
 use crate::protocol::{ApiKey, metadata};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +25,10 @@ pub struct ClusterMetadata {
     pub brokers: HashMap<i32, String>,
     /// topic → (error, partition → leader)
     pub topics: BTreeMap<String, (ErrorCode, BTreeMap<i32, PartitionLeader>)>,
+    /// The cluster id the broker reported (Metadata v2+); `None` when it reported none.
+    pub cluster_id: Option<String>,
+    /// topic → topic id (Metadata v10+); topics without one (zero UUID) are absent.
+    pub topic_ids: BTreeMap<String, Uuid>,
 }
 
 impl ClusterMetadata {
@@ -45,7 +50,10 @@ pub fn fetch_metadata(conn: &mut BrokerConnection, topics: &[String]) -> Result<
     })?;
     let resp = metadata::decode_response(body, v)
         .with_context(|| format!("broker {addr}: bad Metadata v{v} response"))?;
-    let mut out = ClusterMetadata::default();
+    let mut out = ClusterMetadata {
+        cluster_id: resp.cluster_id.filter(|c| !c.is_empty()),
+        ..ClusterMetadata::default()
+    };
     for b in resp.brokers {
         out.brokers
             .insert(b.node_id, format!("{}:{}", b.host, b.port));
@@ -65,6 +73,10 @@ pub fn fetch_metadata(conn: &mut BrokerConnection, topics: &[String]) -> Result<
                 )
             })
             .collect();
+        let id = Uuid(t.topic_id);
+        if !id.is_zero() {
+            out.topic_ids.insert(t.name.clone(), id);
+        }
         out.topics.insert(t.name, (t.error, parts));
     }
     Ok(out)

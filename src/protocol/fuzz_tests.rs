@@ -64,9 +64,11 @@ fn samples() -> Vec<(&'static str, i16, Vec<u8>)> {
                 host: "h".into(),
                 port: 9,
             }],
+            cluster_id: Some("c".into()),
             topics: vec![metadata::TopicMetadata {
                 error: ErrorCode::NONE,
                 name: "t".into(),
+                topic_id: [3; 16],
                 partitions: vec![metadata::PartitionMetadata {
                     error: ErrorCode::NONE,
                     partition: 0,

@@ -53,12 +53,16 @@ pub struct PartitionMetadata {
 pub struct TopicMetadata {
     pub error: ErrorCode,
     pub name: String,
+    /// All zero below v10, or when the broker does not know topic ids.
+    pub topic_id: [u8; 16],
     pub partitions: Vec<PartitionMetadata>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataResponse {
     pub brokers: Vec<Broker>,
+    /// `None` below v2, or when the broker reports none.
+    pub cluster_id: Option<String>,
     pub topics: Vec<TopicMetadata>,
 }
 
@@ -90,9 +94,11 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<MetadataRespon
             port,
         });
     }
-    if version >= 2 {
-        r.nullable_string(flexible, "Metadata cluster_id")?;
-    }
+    let cluster_id = if version >= 2 {
+        r.nullable_string(flexible, "Metadata cluster_id")?
+    } else {
+        None
+    };
     r.i32("Metadata controller_id")?;
     let nt = r.array_count(flexible, 4, "Metadata topics")?;
     let mut topics = Vec::with_capacity(nt);
@@ -101,9 +107,11 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<MetadataRespon
         let name = r
             .nullable_string(flexible, "Metadata topic name")?
             .unwrap_or_default();
-        if version >= 10 {
-            r.uuid("Metadata topic_id")?;
-        }
+        let topic_id = if version >= 10 {
+            r.uuid("Metadata topic_id")?
+        } else {
+            [0; 16]
+        };
         r.bool("Metadata is_internal")?;
         let np = r.array_count(flexible, 14, "Metadata partitions")?;
         let mut partitions = Vec::with_capacity(np);
@@ -140,6 +148,7 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<MetadataRespon
         topics.push(TopicMetadata {
             error,
             name,
+            topic_id,
             partitions,
         });
     }
@@ -149,7 +158,11 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<MetadataRespon
     if flexible {
         r.skip_tagged_fields("Metadata tags")?;
     }
-    Ok(MetadataResponse { brokers, topics })
+    Ok(MetadataResponse {
+        brokers,
+        cluster_id,
+        topics,
+    })
 }
 
 /// Encodes a response; the in-process test leader and the round-trip tests use it.
@@ -167,14 +180,14 @@ pub fn encode_response(w: &mut Writer, version: i16, resp: &MetadataResponse) {
         w.empty_tags(flexible);
     }
     if version >= 2 {
-        w.string(Some("cluster"), flexible);
+        w.string(resp.cluster_id.as_deref(), flexible);
     }
     w.i32(resp.brokers.first().map_or(-1, |b| b.node_id));
     w.array_len(resp.topics.len(), flexible);
     for t in &resp.topics {
         w.i16(t.error.0).string(Some(&t.name), flexible);
         if version >= 10 {
-            w.uuid(&[0; 16]);
+            w.uuid(&t.topic_id);
         }
         w.bool(false);
         w.array_len(t.partitions.len(), flexible);
@@ -219,9 +232,11 @@ mod tests {
                     port: 9093,
                 },
             ],
+            cluster_id: Some("cluster-a".into()),
             topics: vec![TopicMetadata {
                 error: ErrorCode::NONE,
                 name: "orders".into(),
+                topic_id: [7; 16],
                 partitions: vec![
                     PartitionMetadata {
                         error: ErrorCode::NONE,
@@ -248,6 +263,12 @@ mod tests {
                 for p in &mut resp.topics[0].partitions {
                     p.leader_epoch = -1;
                 }
+            }
+            if v < 2 {
+                resp.cluster_id = None;
+            }
+            if v < 10 {
+                resp.topics[0].topic_id = [0; 16];
             }
             let mut w = Writer::new();
             encode_response(&mut w, v, &resp);

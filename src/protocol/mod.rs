@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
+pub mod uuid;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -935,6 +935,7 @@ fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<V
     let ours = || TopicMetadata {
         error: ErrorCode::NONE,
         name: state.topic.clone(),
+        topic_id: [0; 16],
         partitions: (0..)
             .zip(&state.partitions)
             .map(|(partition, log)| PartitionMetadata {
@@ -954,6 +955,7 @@ fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<V
                 other => TopicMetadata {
                     error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                     name: other.unwrap_or_default(),
+                    topic_id: [0; 16],
                     partitions: Vec::new(),
                 },
             })
@@ -965,6 +967,7 @@ fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<V
             host: "127.0.0.1".into(),
             port: i32::from(shared.port),
         }],
+        cluster_id: Some("cluster".into()),
         topics,
     };
     let mut w = Writer::new();
