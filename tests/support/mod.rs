@@ -14,9 +14,11 @@ use replica_follower::checkpoint::TopicPartition;
 use replica_follower::client::BrokerConnection;
 use replica_follower::client::cluster;
 use replica_follower::protocol::ApiKey;
+use replica_follower::protocol::error::ErrorCode;
 use replica_follower::protocol::fetch::{self, FetchPartition, FetchRequest};
 use replica_follower::record::BatchIter;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
@@ -73,9 +75,16 @@ pub struct Leader {
 
 impl Leader {
     pub fn start(kind: &str, brokers: usize) -> Leader {
+        Leader::start_with(kind, brokers, &[])
+    }
+
+    /// Like [`Leader::start`], with more `leaders.py serve` arguments, e.g.
+    /// `&["--cluster-id", "c1"]` (Tansu only).
+    pub fn start_with(kind: &str, brokers: usize, extra_args: &[&str]) -> Leader {
         let mut child = Command::new(python())
             .arg(manifest_dir().join("tests/support/leaders.py"))
             .args(["serve", "--kind", kind, "--brokers", &brokers.to_string()])
+            .args(extra_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -141,6 +150,46 @@ impl Leader {
             r["first_offset"].as_i64().expect("first_offset"),
             r["last_offset"].as_i64().expect("last_offset"),
         )
+    }
+
+    /// Deletes `topic` and waits until metadata no longer lists it (Tansu: DeleteTopics;
+    /// mock: `rd_kafka_mock_topic_delete`).
+    pub fn delete_topic(&mut self, topic: &str) {
+        self.ok(json!({"cmd": "delete_topic", "topic": topic}));
+    }
+
+    /// The topic id in Kafka's text form (22 URL-safe base64 characters), `None` when the
+    /// leader reports none.
+    pub fn topic_id(&mut self, topic: &str) -> Option<String> {
+        let r = self.ok(json!({"cmd": "topic_id", "topic": topic}));
+        r["topic_id"].as_str().map(str::to_string)
+    }
+
+    /// One transactional producer (`transactional.id` "leaders-py-tx"), one transaction per
+    /// `(count, commit)`: that many records to `partition`, then commit or abort. Returns the
+    /// reply: `{"transactions": [{"commit", "count", "first_offset", "last_offset"}, ...],
+    /// "end_offset": E}` (E = the high watermark a Fetch reports afterwards).
+    pub fn produce_transactional(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        transactions: &[(usize, bool)],
+    ) -> Value {
+        let txs: Vec<Value> = transactions
+            .iter()
+            .map(|&(count, commit)| json!({"count": count, "commit": commit}))
+            .collect();
+        self.ok(json!({"cmd": "produce_transactional", "topic": topic,
+            "partition": partition, "transactions": txs, "codec": "none",
+            "transactional_id": "leaders-py-tx"}))
+    }
+
+    /// Mock only: the partition's log start offset becomes `offset`.
+    pub fn delete_records(&mut self, topic: &str, partition: i32, offset: i64) {
+        self.ok(
+            json!({"cmd": "delete_records", "topic": topic, "partition": partition,
+            "offset": offset}),
+        );
     }
 }
 
@@ -361,10 +410,20 @@ pub fn segment_count(data_dir: &Path, tp: &TopicPartition) -> usize {
 /// The leader's bytes for `tp` from `from` up to its high watermark, fetched raw (whole
 /// batches, as served), independent of the daemon. Retries through injected errors.
 pub fn leader_bytes(bootstrap: &str, tp: &TopicPartition, from: i64) -> Vec<u8> {
+    fetch_leader_bytes(bootstrap, tp, from, true)
+}
+
+/// Like [`leader_bytes`] without checking batch CRCs: librdkafka's mock writes
+/// transaction markers with CRC 0.
+pub fn leader_bytes_unverified(bootstrap: &str, tp: &TopicPartition, from: i64) -> Vec<u8> {
+    fetch_leader_bytes(bootstrap, tp, from, false)
+}
+
+fn fetch_leader_bytes(bootstrap: &str, tp: &TopicPartition, from: i64, verify: bool) -> Vec<u8> {
     let addrs: Vec<String> = bootstrap.split(',').map(str::to_string).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match try_leader_bytes(&addrs, tp, from) {
+        match try_leader_bytes(&addrs, tp, from, verify) {
             Ok(b) => return b,
             Err(e) if Instant::now() < deadline => {
                 eprintln!("raw fetch of {tp} failed ({e:#}); retrying");
@@ -375,7 +434,11 @@ pub fn leader_bytes(bootstrap: &str, tp: &TopicPartition, from: i64) -> Vec<u8> 
     }
 }
 
-fn try_leader_bytes(addrs: &[String], tp: &TopicPartition, from: i64) -> anyhow::Result<Vec<u8>> {
+/// A connection to the leader of `tp` and the Fetch version to use with it.
+fn leader_connection(
+    addrs: &[String],
+    tp: &TopicPartition,
+) -> anyhow::Result<(BrokerConnection, i16)> {
     let md = cluster::bootstrap_metadata(addrs, "test-raw-fetch", std::slice::from_ref(&tp.topic))?;
     let leader = md
         .leader(tp)
@@ -384,8 +447,65 @@ fn try_leader_bytes(addrs: &[String], tp: &TopicPartition, from: i64) -> anyhow:
         .broker_addr(leader.leader_id)
         .ok_or_else(|| anyhow::anyhow!("no address for leader"))?
         .to_string();
-    let mut conn = BrokerConnection::connect(&addr, "test-raw-fetch", 256 << 20)?;
+    let conn = BrokerConnection::connect(&addr, "test-raw-fetch", 256 << 20)?;
     let v = conn.require_version(ApiKey::Fetch)?;
+    Ok((conn, v))
+}
+
+/// One partition of one Fetch response, owned.
+#[derive(Debug, Clone)]
+pub struct RawFetch {
+    pub error: ErrorCode,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// The raw record set as served (whole batches, possibly a partial one at the end).
+    pub records: Vec<u8>,
+}
+
+/// One consumer Fetch (read_uncommitted) of `tp` at `offset` from its leader, up to 8 MiB.
+/// Partition errors (OFFSET_OUT_OF_RANGE...) come back in [`RawFetch::error`]; only
+/// transport and decoding failures are `Err`.
+pub fn fetch_once(bootstrap: &str, tp: &TopicPartition, offset: i64) -> anyhow::Result<RawFetch> {
+    fetch_once_isolated(bootstrap, tp, offset, 0)
+}
+
+/// [`fetch_once`] with an isolation level: 0 read_uncommitted, 1 read_committed.
+pub fn fetch_once_isolated(
+    bootstrap: &str,
+    tp: &TopicPartition,
+    offset: i64,
+    isolation_level: i8,
+) -> anyhow::Result<RawFetch> {
+    let addrs: Vec<String> = bootstrap.split(',').map(str::to_string).collect();
+    let (mut conn, v) = leader_connection(&addrs, tp)?;
+    let mut req = one_partition_fetch(tp, offset, 8 << 20);
+    req.isolation_level = isolation_level;
+    let body = conn.send(ApiKey::Fetch, v, Duration::ZERO, |w| {
+        fetch::encode_request(w, v, &req)
+    })?;
+    let resp = fetch::decode_response(body, v)?;
+    let p = resp
+        .topics
+        .first()
+        .and_then(|(_, ps)| ps.first())
+        .ok_or_else(|| anyhow::anyhow!("empty fetch response"))?;
+    Ok(RawFetch {
+        error: p.error,
+        high_watermark: p.high_watermark,
+        last_stable_offset: p.last_stable_offset,
+        log_start_offset: p.log_start_offset,
+        records: p.records.to_vec(),
+    })
+}
+
+fn try_leader_bytes(
+    addrs: &[String],
+    tp: &TopicPartition,
+    from: i64,
+    verify: bool,
+) -> anyhow::Result<Vec<u8>> {
+    let (mut conn, v) = leader_connection(addrs, tp)?;
     let mut out = Vec::new();
     let mut offset = from;
     loop {
@@ -408,8 +528,10 @@ fn try_leader_bytes(addrs: &[String], tp: &TopicPartition, from: i64) -> anyhow:
             if h.last_offset < offset {
                 continue;
             }
-            h.verify_crc(b)
-                .map_err(|e| anyhow::anyhow!("leader sent a bad batch: {e}"))?;
+            if verify {
+                h.verify_crc(b)
+                    .map_err(|e| anyhow::anyhow!("leader sent a bad batch: {e}"))?;
+            }
             out.extend_from_slice(b);
             offset = h.last_offset + 1;
             progressed = true;
@@ -666,4 +788,46 @@ pub fn follow_and_restart(leader: &mut Leader, topic: &str, partitions: i32, per
     let (ok, out) = verify(&data);
     assert!(ok, "verify failed after restart:\n{out}");
     assert_checkpoints_within_logs(&data);
+}
+
+/// The inode number of `path` (not following a final symlink).
+pub fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()))
+        .ino()
+}
+
+/// 64-bit FNV-1a over `bytes`.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Every regular file under `dir`, recursively: path relative to `dir` → (inode,
+/// FNV-1a hash of the contents, length). Compare two snapshots to assert a data dir was
+/// left unchanged (same files, same contents, not rewritten under new inodes).
+/// Directories and symlinks are walked or skipped, not listed.
+pub fn hash_tree(dir: &Path) -> BTreeMap<PathBuf, (u64, u64, u64)> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, (u64, u64, u64)>) {
+        use std::os::unix::fs::MetadataExt;
+        let rd = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("list {}: {e}", dir.display()));
+        for e in rd {
+            let path = e.expect("dir entry").path();
+            let md = std::fs::symlink_metadata(&path)
+                .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+            if md.is_dir() {
+                walk(root, &path, out);
+            } else if md.is_file() {
+                let bytes =
+                    std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+                let rel = path.strip_prefix(root).expect("under root").to_path_buf();
+                out.insert(rel, (md.ino(), fnv1a(&bytes), bytes.len() as u64));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
 }
