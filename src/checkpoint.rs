@@ -26,6 +26,8 @@ pub const REPLICATION_OFFSET: &str = "replication-offset-checkpoint";
 pub const RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
 pub const LEADER_EPOCH: &str = "leader-epoch-checkpoint";
+/// Per partition: offset ranges the leader had deleted before this replica could fetch them.
+pub const LOST_UPSTREAM: &str = "lost-upstream-checkpoint";
 const VERSION: u32 = 0;
 
 /// fsyncs a directory so that a rename or a file creation in it is durable.
@@ -204,6 +206,46 @@ pub fn read_epochs(path: &Path) -> Result<Vec<(i32, i64)>> {
     Ok(out)
 }
 
+/// Writes a range checkpoint (`first_offset last_offset` lines, inclusive) atomically.
+pub fn write_ranges(path: &Path, ranges: &[(i64, i64)]) -> Result<()> {
+    let lines: Vec<String> = ranges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+    rewrite_atomic(path, &render(&lines))
+}
+
+/// Reads a range checkpoint; a missing file is no ranges.
+pub fn read_ranges(path: &Path) -> Result<Vec<(i64, i64)>> {
+    let Some(text) = read_text(path)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (n, line) in entry_lines(path, &text)? {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let parsed = match fields[..] {
+            [a, b] => a.parse::<i64>().ok().zip(b.parse::<i64>().ok()),
+            _ => None,
+        };
+        let Some(range) = parsed.filter(|(a, b)| *a >= 0 && a <= b) else {
+            bail!(
+                "`{}` line {n}: expected `first_offset last_offset`, got `{line}`",
+                path.display()
+            );
+        };
+        out.push(range);
+    }
+    Ok(out)
+}
+
+/// A checkpoint-sized text file, or `None` when it does not exist.
+fn read_text(path: &Path) -> Result<Option<String>> {
+    match fs::read(path) {
+        Ok(b) => String::from_utf8(b)
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("`{}` is not UTF-8 text", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("failed to read `{}`", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +305,23 @@ mod tests {
         assert_eq!(read_epochs(&p).unwrap(), vec![(0, 0), (3, 120)]);
         fs::write(&p, "0\n2\n3 120\n2 130\n").unwrap();
         assert!(read_epochs(&p).is_err());
+    }
+
+    #[test]
+    fn ranges_roundtrip_and_reject_reversed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(LOST_UPSTREAM);
+        assert!(read_ranges(&p).unwrap().is_empty());
+        write_ranges(&p, &[(10, 19), (40, 40)]).unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "0\n2\n10 19\n40 40\n");
+        assert_eq!(read_ranges(&p).unwrap(), vec![(10, 19), (40, 40)]);
+        fs::write(&p, "0\n1\n20 10\n").unwrap();
+        assert!(
+            read_ranges(&p)
+                .unwrap_err()
+                .to_string()
+                .contains(LOST_UPSTREAM)
+        );
     }
 
     #[test]

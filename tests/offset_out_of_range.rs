@@ -1,7 +1,8 @@
-//! OffsetOutOfRange, the Kafka follower way, against librdkafka's mock cluster: while the
+//! OffsetOutOfRange against librdkafka's mock cluster, as an archive handles it: while the
 //! follower is stopped, the leader deletes records past the follower's log end; on restart
-//! the fetch at the old end is out of range, so the follower deletes its log and restarts at
-//! the leader's new log start, then continues byte-identical from there.
+//! the fetch at the old end is out of range, and the follower keeps every batch it held,
+//! records the offsets it never got as lost upstream, and continues at the leader's new log
+//! start, byte-identical from there. (Kafka's follower would delete its log here.)
 
 mod support;
 
@@ -10,7 +11,7 @@ use serde_json::json;
 use std::time::Duration;
 
 #[test]
-fn restarts_at_the_leaders_log_start_when_it_moved_past_our_end() {
+fn keeps_every_batch_when_the_leaders_log_start_moved_past_its_end() {
     let mut leader = support::Leader::start("mock", 1);
     leader.create_topic("trim", 1);
     let end = leader.produce("trim", 0, 1000, "none", 1).1 + 1;
@@ -28,6 +29,9 @@ fn restarts_at_the_leaders_log_start_when_it_moved_past_our_end() {
         support::log_end(&data, "trim", 0) == end
     });
     assert_eq!(d.stop().code(), Some(0));
+    let tp = TopicPartition::new("trim", 0);
+    let held = support::local_log_bytes(&data, &tp);
+    assert!(!held.is_empty());
 
     let end = leader.produce("trim", 0, 1000, "snappy", 2).1 + 1;
     leader.ok(json!({"cmd": "delete_records", "topic": "trim", "partition": 0, "offset": 1500}));
@@ -37,20 +41,38 @@ fn restarts_at_the_leaders_log_start_when_it_moved_past_our_end() {
         "catch-up from the new log start",
         || support::log_end(&data, "trim", 0) == end,
     );
-    let st = support::partition_status(&data, "trim", 0).unwrap();
-    assert_eq!(st["log_start_offset"].as_i64(), Some(1500), "{st}");
     let log = d.log_text();
     assert!(
         log.contains("OFFSET_OUT_OF_RANGE at 1000")
-            && log.contains("restarted at the leader's log start"),
+            && log.contains("ERROR")
+            && log.contains("offsets 1000..1499 are lost upstream"),
         "{log}"
     );
     assert_eq!(d.stop().code(), Some(0));
-    let tp = TopicPartition::new("trim", 0);
-    let local_start = support::partition_status(&data, "trim", 0).unwrap()["log_start_offset"]
-        .as_i64()
-        .unwrap();
-    support::assert_byte_identical(&leader.bootstrap, &data, &tp, local_start);
+    let st = support::partition_status(&data, "trim", 0).unwrap();
+    assert_eq!(st["log_start_offset"].as_i64(), Some(0), "{st}");
+    assert_eq!(
+        st["lost_upstream"],
+        json!([{"first_offset": 1000, "last_offset": 1499}]),
+        "{st}"
+    );
+    let ls = support::read_checkpoint(&data.join("log-start-offset-checkpoint"));
+    assert_eq!(
+        ls.get(&("trim".to_string(), 0)),
+        Some(&0),
+        "its own first offset"
+    );
+    let local = support::local_log_bytes(&data, &tp);
+    let remote = support::leader_bytes(&leader.bootstrap, &tp, 1500);
+    assert!(
+        local.starts_with(&held),
+        "every batch it held is still there"
+    );
+    assert_eq!(
+        local[held.len()..],
+        remote[..],
+        "then exactly the leader's batches from its new start"
+    );
     let (ok, out) = support::verify(&data);
     assert!(ok, "{out}");
 }

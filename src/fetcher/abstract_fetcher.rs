@@ -16,12 +16,11 @@
 
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
-use crate::log::segment::MAX_BATCH_SIZE;
+use crate::log::AppendError;
 use crate::protocol::error::{ErrorAction, ErrorCode};
 use crate::protocol::fetch::{
     DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
 };
-use crate::record::BatchIter;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -240,23 +239,44 @@ pub trait LeaderEndPoint: Send {
     fn close(&mut self);
 }
 
+/// What the replica side's validation of one partition's records hands the loop: the loop
+/// needs only where the next fetch starts and the epoch of the last batch (for pipelining the
+/// next request); the bytes themselves stay the replica's business.
+pub trait ValidatedFetch {
+    fn next_fetch_offset(&self) -> i64;
+    fn last_epoch(&self) -> Option<i32>;
+}
+
 /// The local side of the loop: what a replica fetcher does with fetched data.
 pub trait ReplicaOps: Send {
-    /// Verifies and appends the records fetched at `fetch_offset`; returns the next fetch
-    /// offset. Nothing is written unless every whole batch verifies.
-    fn process_partition_data(
-        &mut self,
+    type Validated: ValidatedFetch;
+    /// Checks the records fetched at `fetch_offset` once, writing nothing: checksums, headers,
+    /// and that the offsets may follow the local log.
+    fn validate(
+        &self,
         tp: &TopicPartition,
         fetch_offset: i64,
         data: &FetchPartitionResponse<'_>,
-    ) -> Result<i64>;
+    ) -> Result<Self::Validated, AppendError>;
+    /// Appends what [`Self::validate`] accepted; returns the new log end offset.
+    fn append(
+        &mut self,
+        tp: &TopicPartition,
+        fetch_offset: i64,
+        validated: Self::Validated,
+        data: &FetchPartitionResponse<'_>,
+    ) -> Result<i64, AppendError>;
     fn log_start_offset(&self, tp: &TopicPartition) -> Option<i64>;
     fn log_end_offset(&self, tp: &TopicPartition) -> Option<i64>;
     fn latest_epoch(&self, tp: &TopicPartition) -> Option<i32>;
     /// The largest local epoch ≤ `epoch` and its end offset.
     fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)>;
-    fn truncate(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
-    fn truncate_fully_and_start_at(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
+    /// Removes every offset ≥ `offset`; `reason` says why, for the record of what was removed.
+    fn truncate(&mut self, tp: &TopicPartition, offset: i64, reason: &str) -> Result<()>;
+    /// The leader no longer has the offsets from the local log end up to `offset` (its
+    /// retention passed a stopped or slow replica): keep every local batch, record the range
+    /// as lost upstream, and continue at `offset`.
+    fn skip_to(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
     /// Called once after a round's truncations, outside the partition-map lock (the real
     /// replica rewrites its checkpoints here, once, rather than per truncated partition).
     fn after_truncations(&mut self) {}
@@ -510,7 +530,10 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         }
         let mut map = shared.lock();
 
-        // Where each partition will be once this response is appended, if all goes well.
+        // Each partition's records are validated once, here; where each partition will be once
+        // this response is appended, if all goes well, follows from that.
+        let mut validated: BTreeMap<TopicPartition, Result<R::Validated, AppendError>> =
+            BTreeMap::new();
         let mut ahead: BTreeMap<TopicPartition, (i64, Option<i32>)> = BTreeMap::new();
         let mut healthy = !map.values().any(|s| s.status == FetchStatus::Truncating);
         for (topic, parts) in &resp.topics {
@@ -523,18 +546,21 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 let Some(&fetch_offset) = requested.get(&tp) else {
                     continue;
                 };
-                let mut next = (fetch_offset, None);
-                for (h, _, _) in BatchIter::new(data.records, MAX_BATCH_SIZE) {
-                    if h.last_offset >= next.0 {
-                        next = (
-                            h.last_offset + 1,
-                            (h.partition_leader_epoch >= 0).then_some(h.partition_leader_epoch),
-                        );
+                let current = map.get(&tp).is_some_and(|s| {
+                    s.fetch_offset == fetch_offset && s.status == FetchStatus::Fetching
+                });
+                if !current {
+                    continue;
+                }
+                let v = self.replica.validate(&tp, fetch_offset, data);
+                match &v {
+                    Ok(v) if v.next_fetch_offset() > fetch_offset => {
+                        ahead.insert(tp.clone(), (v.next_fetch_offset(), v.last_epoch()));
                     }
+                    Ok(_) => {}
+                    Err(_) => healthy = false,
                 }
-                if next.0 > fetch_offset {
-                    ahead.insert(tp, next);
-                }
+                validated.insert(tp, v);
             }
         }
         if healthy
@@ -566,14 +592,25 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 } else {
                     match data.error.action() {
                         ErrorAction::None => {
-                            match self.replica.process_partition_data(&tp, fetch_offset, data) {
+                            let appended = match validated.remove(&tp) {
+                                Some(Ok(v)) => self.replica.append(&tp, fetch_offset, v, data),
+                                Some(Err(e)) => Err(e),
+                                None => Ok(fetch_offset),
+                            };
+                            match appended {
                                 Ok(next) if next != fetch_offset => Outcome::Advanced(next),
                                 Ok(_) => Outcome::Unchanged,
                                 Err(e) => {
-                                    crate::log_warn!(
-                                        "{tp} at offset {fetch_offset}: {e:#}; backing off {:?}",
-                                        self.params.backoff
-                                    );
+                                    match &e {
+                                        AppendError::Storage(_) => crate::log_error!(
+                                            "{tp} at offset {fetch_offset}: {e}; retrying in {:?}",
+                                            self.params.backoff
+                                        ),
+                                        _ => crate::log_warn!(
+                                            "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
+                                            self.params.backoff
+                                        ),
+                                    }
                                     // A failed append may have written part of the response
                                     // (a roll failed midway), or the log may have moved under
                                     // us: fetch on from wherever the log really ends.
@@ -712,7 +749,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             d.epoch,
             d.end_offset
         );
-        if let Err(e) = self.replica.truncate(tp, target) {
+        let reason = format!(
+            "diverging epoch: the leader's epoch {} ends at offset {}",
+            d.epoch, d.end_offset
+        );
+        if let Err(e) = self.replica.truncate(tp, target, &reason) {
             crate::log_error!("{tp}: truncation failed: {e:#}");
             delay(map, tp, self.params.backoff);
         }
@@ -724,9 +765,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         }
     }
 
-    /// Kafka's follower rule for OffsetOutOfRange: if the leader's end is below our end,
-    /// truncate to it; if the leader's start is above our end, delete our log and restart at
-    /// the leader's start; otherwise fetch again from our end.
+    /// Kafka's follower rule for OffsetOutOfRange, as an archive applies it: if the leader's
+    /// end is below our end, truncate to it (what is removed is kept aside by the replica);
+    /// if the leader's start is above our end, keep every local batch, record the offsets in
+    /// between as lost upstream and continue at the leader's start (Kafka would delete the
+    /// local log here); otherwise fetch again from our end.
     /// Returns false when the leader could not be reached (the caller stops asking it this
     /// round).
     fn handle_offset_out_of_range(&mut self, map: &mut PartitionMap, tp: &TopicPartition) -> bool {
@@ -750,7 +793,10 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 }
             };
             if leader_end < local_end {
-                self.replica.truncate(tp, leader_end)?;
+                let reason = format!(
+                    "OffsetOutOfRange: the leader's log ends at {leader_end}, below the local end {local_end}"
+                );
+                self.replica.truncate(tp, leader_end, &reason)?;
                 return Ok(Some((leader_end, "truncated to the leader's end")));
             }
             let earliest = self.leader.fetch_earliest_offset(tp, epoch);
@@ -760,8 +806,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 Err(code) => anyhow::bail!("ListOffsets earliest answered {code}"),
             };
             if leader_start > local_end {
-                self.replica.truncate_fully_and_start_at(tp, leader_start)?;
-                return Ok(Some((leader_start, "restarted at the leader's log start")));
+                self.replica.skip_to(tp, leader_start)?;
+                return Ok(Some((
+                    leader_start,
+                    "the leader's log now starts above the local end; local data kept",
+                )));
             }
             Ok(Some((local_end, "offset is in range again")))
         })();
@@ -861,7 +910,10 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                             "{tp}: leader's epoch {leader_epoch} ends at {leader_end}; truncating {end} → {target}"
                         );
                     }
-                    match self.replica.truncate(&tp, target) {
+                    let reason = format!(
+                        "diverging epoch: the leader's epoch {leader_epoch} ends at offset {leader_end}"
+                    );
+                    match self.replica.truncate(&tp, target, &reason) {
                         Ok(()) => self.resume_at_log_end(&mut map, &tp, target),
                         Err(e) => {
                             crate::log_error!("{tp}: truncation failed: {e:#}");
@@ -1056,14 +1108,31 @@ mod tests {
     }
 
     impl ReplicaOps for MemReplica {
-        fn process_partition_data(
-            &mut self,
+        type Validated = crate::fetcher::replica_fetcher::ValidatedRecords;
+        fn validate(
+            &self,
             tp: &TopicPartition,
             fetch_offset: i64,
             data: &FetchPartitionResponse<'_>,
-        ) -> Result<i64> {
-            let v =
-                crate::fetcher::replica_fetcher::validate_fetched(tp, fetch_offset, data.records)?;
+        ) -> Result<Self::Validated, AppendError> {
+            let local = crate::fetcher::replica_fetcher::LocalEnd {
+                data_end: (!self.bytes.is_empty()).then_some(self.end),
+            };
+            crate::fetcher::replica_fetcher::validate_fetched(
+                tp,
+                fetch_offset,
+                local,
+                data.high_watermark,
+                data.records,
+            )
+        }
+        fn append(
+            &mut self,
+            _: &TopicPartition,
+            _: i64,
+            v: Self::Validated,
+            data: &FetchPartitionResponse<'_>,
+        ) -> Result<i64, AppendError> {
             if self.fail_midway {
                 self.fail_midway = false;
                 let first = v.headers[0];
@@ -1071,7 +1140,9 @@ mod tests {
                 self.bytes
                     .extend_from_slice(&data.records[start..start + first.size_in_bytes]);
                 self.end = first.last_offset + 1;
-                anyhow::bail!("roll failed after the first batch");
+                return Err(AppendError::Storage(anyhow::anyhow!(
+                    "roll failed after the first batch"
+                )));
             }
             self.bytes.extend_from_slice(&data.records[v.range.clone()]);
             if let Some(h) = v.headers.last() {
@@ -1091,16 +1162,14 @@ mod tests {
         fn end_offset_for_epoch(&self, _: &TopicPartition, _: i32) -> Option<(i32, i64)> {
             None
         }
-        fn truncate(&mut self, _: &TopicPartition, offset: i64) -> Result<()> {
+        fn truncate(&mut self, _: &TopicPartition, offset: i64, _: &str) -> Result<()> {
             self.truncations.push(("truncate", offset));
             self.end = self.end.min(offset);
             Ok(())
         }
-        fn truncate_fully_and_start_at(&mut self, _: &TopicPartition, offset: i64) -> Result<()> {
-            self.truncations.push(("restart", offset));
-            self.bytes.clear();
-            self.start = offset;
-            self.end = offset;
+        fn skip_to(&mut self, _: &TopicPartition, offset: i64) -> Result<()> {
+            self.truncations.push(("skip", offset));
+            self.end = self.end.max(offset);
             Ok(())
         }
     }
@@ -1311,7 +1380,7 @@ mod tests {
     }
 
     #[test]
-    fn offset_out_of_range_below_the_leader_start_restarts_at_it() {
+    fn offset_out_of_range_below_the_leader_start_keeps_local_data_and_skips_to_it() {
         let mut leader = MockLeader::new(6);
         leader.start = 15;
         leader.log.retain(|(_, last, _)| *last >= 15);
@@ -1325,8 +1394,10 @@ mod tests {
             10,
         );
         shared.add_partitions([(tp(), PartitionFetchState::new(5, 0, FetchStatus::Fetching))]);
+        f.replica.bytes = b"held".to_vec();
         f.do_work();
-        assert_eq!(f.replica().truncations, vec![("restart", 15)]);
+        assert_eq!(f.replica().truncations, vec![("skip", 15)]);
+        assert_eq!(f.replica().bytes, b"held", "nothing local is deleted");
         assert_eq!(shared.lock()[&tp()].fetch_offset, 15);
         f.do_work();
         assert_eq!(shared.lock()[&tp()].fetch_offset, 25);

@@ -1,24 +1,34 @@
 //! The replica side of the fetch loop: verify what the leader sent, append it verbatim.
 //!
-//! [`validate_fetched`] walks a partition's records and decides which bytes may be appended:
+//! [`validate_fetched`] is the one place where a fetch response's records are judged, by the
+//! rule of Kafka's `UnifiedLog.appendAsFollower`:
 //! - batches that end before the fetch offset are skipped (a leader may start a response at
 //!   the batch holding the offset, or before it for legacy compressed sets);
-//! - the first kept batch must hold the fetch offset, and every later one must start right
-//!   after the one before (no gap, no overlap);
-//! - every kept batch's CRC must verify;
+//! - the first kept batch ends at or after the fetch offset and starts at or after the local
+//!   log end — only an empty log may take a first batch that begins before its start (a start
+//!   by timestamp or `latest` can land inside a batch); a negative base offset never passes;
+//! - each later batch starts after the last offset of the one before ([`check_follows`]):
+//!   gaps are legitimate (compaction), overlaps are not;
+//! - a batch that starts at or beyond the high watermark the same response reports is refused:
+//!   a consumer fetch never sees one from a sane leader;
+//! - every kept batch's CRC verifies, and its header is sane (record count ≥ 0 and at most
+//!   lastOffsetDelta + 1; see [`BatchHeader::parse`]);
 //! - a partial batch at the end is dropped (it is fetched again whole next time); a corrupt
 //!   tail (bad size or magic) is an error.
 //!
 //! Any failure rejects the whole response for that partition: nothing is written, the
-//! partition backs off and fetches again.
+//! partition backs off and fetches again. What validation found (the bytes to append, the next
+//! fetch offset, the last epoch) goes to the fetch loop as a [`ValidatedRecords`], which the
+//! loop reads only through [`ValidatedFetch`]: it never walks record bytes itself.
 
-use super::abstract_fetcher::ReplicaOps;
+use super::abstract_fetcher::{ReplicaOps, ValidatedFetch};
 use crate::checkpoint::TopicPartition;
+use crate::log::AppendError;
 use crate::log::manager::{LogManager, lock_log};
 use crate::log::segment::MAX_BATCH_SIZE;
 use crate::protocol::fetch::FetchPartitionResponse;
-use crate::record::{BatchHeader, BatchIter, SetEnd};
-use anyhow::{Context, Result, bail};
+use crate::record::{BatchHeader, BatchIter, SetEnd, check_follows};
+use anyhow::{Context, Result};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -29,55 +39,88 @@ pub struct ValidatedRecords {
     pub headers: Vec<BatchHeader>,
     /// Bytes of a partial batch dropped at the end.
     pub partial_bytes: usize,
+    /// Where the next fetch starts: after the last kept batch, or the fetch offset.
+    pub next_offset: i64,
+}
+
+impl ValidatedFetch for ValidatedRecords {
+    fn next_fetch_offset(&self) -> i64 {
+        self.next_offset
+    }
+    fn last_epoch(&self) -> Option<i32> {
+        self.headers
+            .last()
+            .map(|h| h.partition_leader_epoch)
+            .filter(|e| *e >= 0)
+    }
+}
+
+/// Where the local log stands when a response is validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalEnd {
+    /// The offset after the last batch the log holds; `None` when it holds none (then the
+    /// first batch may begin before the fetch offset, as a start inside a batch does).
+    pub data_end: Option<i64>,
 }
 
 pub fn validate_fetched(
     tp: &TopicPartition,
     fetch_offset: i64,
+    local: LocalEnd,
+    high_watermark: i64,
     records: &[u8],
-) -> Result<ValidatedRecords> {
+) -> Result<ValidatedRecords, AppendError> {
     let mut it = BatchIter::new(records, MAX_BATCH_SIZE);
-    let mut headers = Vec::new();
+    let mut headers: Vec<BatchHeader> = Vec::new();
     let mut start = None;
     let mut end = 0;
-    let mut expected = fetch_offset;
     for (h, pos, bytes) in it.by_ref() {
-        if headers.is_empty() && h.last_offset < fetch_offset {
+        let prev = headers.last().map(|p| p.last_offset);
+        if prev.is_none() && h.last_offset < fetch_offset {
             continue; // before our position
         }
-        let continues = if headers.is_empty() {
-            h.contains(expected) || (h.is_legacy_wrapper() && h.last_offset >= expected)
-        } else {
-            h.base_offset == expected || (h.is_legacy_wrapper() && h.last_offset >= expected)
-        };
-        if !continues {
-            bail!(
-                "{tp}: leader sent a batch with offsets {}..{} where offset {expected} was expected",
-                h.base_offset,
-                h.last_offset
-            );
+        if prev.is_none()
+            && let Some(end) = local.data_end
+            && h.base_offset < end
+        {
+            return Err(AppendError::OffsetMismatch(format!(
+                "{tp}: leader sent a batch with offsets {}..{} that starts below the local log end {end}; nothing written",
+                h.base_offset, h.last_offset
+            )));
+        }
+        check_follows(prev, &h)
+            .map_err(|e| AppendError::OffsetMismatch(format!("{tp}: {e}; nothing written")))?;
+        if h.base_offset >= high_watermark {
+            return Err(AppendError::InvalidData(format!(
+                "{tp}: leader sent a batch at offset {} at or beyond the high watermark {high_watermark} it reported; nothing written",
+                h.base_offset
+            )));
         }
         h.verify_crc(bytes)
-            .map_err(|e| anyhow::anyhow!("{tp}: {e}; nothing written"))?;
+            .map_err(|e| AppendError::InvalidData(format!("{tp}: {e}; nothing written")))?;
         start.get_or_insert(pos);
         end = pos + h.size_in_bytes;
-        expected = h.last_offset + 1;
         headers.push(h);
     }
     let partial_bytes = match it.end() {
         Some(SetEnd::Corrupt { position, reason }) => {
-            bail!(
+            return Err(AppendError::InvalidData(format!(
                 "{tp}: corrupt record set from the leader at byte {position}: {reason}; nothing written"
-            )
+            )));
         }
         Some(SetEnd::Partial { bytes }) => *bytes,
         _ => 0,
     };
     let start = start.unwrap_or(end);
+    let next_offset = headers
+        .last()
+        .map_or(fetch_offset, |h| h.last_offset + 1)
+        .max(fetch_offset);
     Ok(ValidatedRecords {
         range: start..end,
         headers,
         partial_bytes,
+        next_offset,
     })
 }
 
@@ -104,20 +147,38 @@ impl ReplicaLogOps {
 }
 
 impl ReplicaOps for ReplicaLogOps {
-    fn process_partition_data(
-        &mut self,
+    type Validated = ValidatedRecords;
+
+    fn validate(
+        &self,
         tp: &TopicPartition,
         fetch_offset: i64,
         data: &FetchPartitionResponse<'_>,
-    ) -> Result<i64> {
-        let v = validate_fetched(tp, fetch_offset, data.records)?;
+    ) -> Result<ValidatedRecords, AppendError> {
+        let local = {
+            let shared = self.log(tp)?;
+            let log = lock_log(&shared);
+            LocalEnd {
+                data_end: log.data_end_offset(),
+            }
+        };
+        validate_fetched(tp, fetch_offset, local, data.high_watermark, data.records)
+    }
+
+    fn append(
+        &mut self,
+        tp: &TopicPartition,
+        fetch_offset: i64,
+        v: ValidatedRecords,
+        data: &FetchPartitionResponse<'_>,
+    ) -> Result<i64, AppendError> {
         let shared = self.log(tp)?;
         let mut log = lock_log(&shared);
         if log.log_end_offset() != fetch_offset {
-            bail!(
+            return Err(AppendError::OffsetMismatch(format!(
                 "{tp}: fetched at {fetch_offset} but the local log ends at {}",
                 log.log_end_offset()
-            );
+            )));
         }
         if v.headers.is_empty() && v.partial_bytes > 0 && v.partial_bytes == data.records.len() {
             crate::log_debug!(
@@ -132,8 +193,7 @@ impl ReplicaOps for ReplicaLogOps {
         log.update_high_watermark(data.high_watermark);
         // The leader's log start moving up (its retention, DeleteRecords) does not delete local
         // data: local deletion is this replica's own retention's job, and `-1` keeps
-        // everything, which is what a backup or archive is for. A log whose end falls below
-        // the leader's start is reset by the OffsetOutOfRange rule instead.
+        // everything, which is what a backup or archive is for.
         Ok(log.log_end_offset())
     }
 
@@ -165,25 +225,26 @@ impl ReplicaOps for ReplicaLogOps {
         }
     }
 
-    fn truncate(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
+    fn truncate(&mut self, tp: &TopicPartition, offset: i64, reason: &str) -> Result<()> {
         let shared = self.log(tp)?;
         let mut log = lock_log(&shared);
         let end = log.log_end_offset();
-        log.truncate_to(offset)?;
+        log.truncate_to(offset, reason)?;
         // Only a truncation that removed something can leave checkpoints past the log end.
         self.checkpoint_due |= log.log_end_offset() != end;
         Ok(())
     }
 
-    fn truncate_fully_and_start_at(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
+    fn skip_to(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
         self.checkpoint_due = true;
-        lock_log(&self.log(tp)?).truncate_fully_and_start_at(offset)
+        lock_log(&self.log(tp)?).skip_lost_upstream(offset)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::batch::set_v2_base_offset;
     use crate::record::records::{NewRecord, build_v2_batch};
 
     fn batch(base: i64, n: usize) -> Vec<u8> {
@@ -201,6 +262,25 @@ mod tests {
         TopicPartition::new("t", 0)
     }
 
+    /// A non-empty local log ending at `end`.
+    fn at(end: i64) -> LocalEnd {
+        LocalEnd {
+            data_end: Some(end),
+        }
+    }
+    const EMPTY: LocalEnd = LocalEnd { data_end: None };
+
+    const HW: i64 = i64::MAX;
+
+    fn check(
+        fetch: i64,
+        local: LocalEnd,
+        hw: i64,
+        set: &[u8],
+    ) -> Result<ValidatedRecords, AppendError> {
+        validate_fetched(&tp(), fetch, local, hw, set)
+    }
+
     #[test]
     fn contiguous_batches_validate_and_partial_tail_is_dropped() {
         let mut set = batch(10, 5);
@@ -208,72 +288,123 @@ mod tests {
         let whole = set.len();
         let third = batch(20, 5);
         set.extend_from_slice(&third[..third.len() - 3]);
-        let v = validate_fetched(&tp(), 10, &set).unwrap();
+        let v = check(10, at(10), HW, &set).unwrap();
         assert_eq!(v.range, 0..whole);
         assert_eq!(v.headers.len(), 2);
         assert_eq!(v.partial_bytes, third.len() - 3);
+        assert_eq!(v.next_offset, 20);
     }
 
     #[test]
-    fn batches_before_the_offset_are_skipped_and_the_first_must_hold_it() {
+    fn batches_before_the_offset_are_skipped() {
         let a = batch(0, 5);
         let mut set = a.clone();
         set.extend(batch(5, 5));
-        let v = validate_fetched(&tp(), 7, &set).unwrap();
+        let v = check(7, EMPTY, HW, &set).unwrap();
         assert_eq!(v.range, a.len()..set.len());
-        assert_eq!(v.headers[0].base_offset, 5);
-        // a gap: expected 3, got a batch starting at 5
-        let e = validate_fetched(&tp(), 3, &batch(5, 5))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("expected"), "{e}");
+        assert_eq!(
+            v.headers[0].base_offset, 5,
+            "an empty log may start mid-batch"
+        );
+        // A non-empty log never takes a batch that starts below its end.
+        let e = check(7, at(7), HW, &set).unwrap_err();
+        assert!(matches!(e, AppendError::OffsetMismatch(_)), "{e}");
+        assert!(e.to_string().contains("5..9"), "{e}");
     }
 
     #[test]
-    fn a_gap_or_overlap_between_batches_is_refused() {
+    fn gaps_between_batches_are_legitimate_and_move_the_next_fetch() {
+        // Compaction: 0..4, then 8..9 (5..7 removed), then an empty batch keeping 10..14.
         let mut set = batch(0, 5);
-        set.extend(batch(6, 5));
-        assert!(validate_fetched(&tp(), 0, &set).is_err());
+        set.extend(batch(8, 2));
+        let mut empty = build_v2_batch(10, 0, &[]);
+        empty[23..27].copy_from_slice(&4i32.to_be_bytes());
+        let crc = crc32c::crc32c(&empty[21..]);
+        empty[17..21].copy_from_slice(&crc.to_be_bytes());
+        set.extend(&empty);
+        // The fetch starts at 3 and the first batch after a gap may start above it too.
+        let v = check(0, at(0), HW, &set).unwrap();
+        assert_eq!(v.headers.len(), 3);
+        assert_eq!(v.next_offset, 15, "the empty batch keeps its offsets");
+        let v = check(6, at(6), HW, &set[batch(0, 5).len()..]).unwrap();
+        assert_eq!(v.headers[0].base_offset, 8);
+        assert_eq!(v.next_offset, 15);
+    }
+
+    #[test]
+    fn an_overlap_or_a_step_back_between_batches_is_refused() {
         let mut set = batch(0, 5);
         set.extend(batch(4, 5));
-        assert!(validate_fetched(&tp(), 0, &set).is_err());
+        assert!(matches!(
+            check(0, at(0), HW, &set),
+            Err(AppendError::OffsetMismatch(_))
+        ));
+        let mut set = batch(5, 5);
+        set.extend(batch(0, 3));
+        assert!(check(5, at(5), HW, &set).is_err());
     }
 
     #[test]
-    fn uncompressed_legacy_messages_must_be_contiguous_too() {
+    fn a_batch_at_or_beyond_the_reported_high_watermark_is_refused() {
+        let mut set = batch(0, 5);
+        set.extend(batch(5, 5));
+        let e = check(0, at(0), 5, &set).unwrap_err().to_string();
+        assert!(
+            e.contains("offset 5") && e.contains("high watermark 5"),
+            "{e}"
+        );
+        assert_eq!(check(0, at(0), 10, &set).unwrap().headers.len(), 2);
+    }
+
+    #[test]
+    fn negative_base_offsets_and_record_counts_are_corrupt_naming_the_offset() {
+        let mut neg = batch(0, 3);
+        set_v2_base_offset(&mut neg, -7);
+        let e = check(0, EMPTY, HW, &neg).unwrap_err();
+        assert!(matches!(e, AppendError::InvalidData(_)));
+        assert!(e.to_string().contains("-7"), "{e}");
+        let mut count = batch(0, 3);
+        count[57..61].copy_from_slice(&(-1i32).to_be_bytes());
+        let e = check(0, at(0), HW, &count).unwrap_err().to_string();
+        assert!(e.contains("offset 0") && e.contains("records"), "{e}");
+    }
+
+    #[test]
+    fn uncompressed_legacy_messages_follow_the_same_rule() {
         // Reference vector E: magic 1, offset 0, uncompressed; the CRC does not cover the offset.
         let e = crate::record::batch::tests::unhex(
             "0000000000000000 0000001b a584f508 01 00 0000018bcfe56800 ffffffff 00000005 76616c7565",
         );
-        let at = |o: i64| {
+        let at_offset = |o: i64| {
             let mut m = e.clone();
             m[..8].copy_from_slice(&o.to_be_bytes());
             m
         };
-        let ok = [at(0), at(1)].concat();
-        assert_eq!(validate_fetched(&tp(), 0, &ok).unwrap().headers.len(), 2);
-        let gap = [at(0), at(2)].concat();
-        assert!(validate_fetched(&tp(), 0, &gap).is_err());
+        let ok = [at_offset(0), at_offset(1), at_offset(3)].concat();
+        assert_eq!(check(0, at(0), HW, &ok).unwrap().headers.len(), 3);
+        let back = [at_offset(1), at_offset(1)].concat();
+        assert!(check(0, at(0), HW, &back).is_err());
     }
 
     #[test]
     fn a_crc_failure_anywhere_writes_nothing() {
         let mut set = batch(0, 5);
-        let first = set.len();
         set.extend(batch(5, 5));
         let last = set.len() - 1;
         set[last] ^= 0x40;
-        let e = validate_fetched(&tp(), 0, &set).unwrap_err().to_string();
+        let e = check(0, at(0), HW, &set).unwrap_err();
+        assert!(matches!(e, AppendError::InvalidData(_)));
+        let e = e.to_string();
         assert!(e.contains("CRC") && e.contains("t-0"), "{e}");
-        assert!(first > 0);
     }
 
     #[test]
     fn a_corrupt_tail_is_an_error_and_empty_is_fine() {
         let mut set = batch(0, 5);
         set.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 0, 0]);
-        assert!(validate_fetched(&tp(), 0, &set).is_err());
-        let v = validate_fetched(&tp(), 0, &[]).unwrap();
+        assert!(check(0, at(0), HW, &set).is_err());
+        let v = check(0, at(0), HW, &[]).unwrap();
         assert!(v.headers.is_empty());
+        assert_eq!(v.next_offset, 0);
     }
 }

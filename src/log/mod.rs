@@ -11,6 +11,7 @@
 //! it at start-up and recovers it after a crash; [`manager::LogManager`] holds every partition's
 //! log behind its own mutex and writes the data-dir checkpoint files.
 
+pub mod diverged;
 pub mod epoch_cache;
 pub mod index_file;
 pub mod loader;
@@ -21,6 +22,38 @@ pub mod segment;
 pub mod time_index;
 
 pub use partition::{LogConfig, PartitionLog};
+
+/// Why an append was refused. Callers branch on the kind: data from the leader that cannot
+/// be appended is fetched again after a backoff; a local storage failure is the disk's fault,
+/// not the leader's. Nothing is written in the first two cases.
+#[derive(Debug)]
+pub enum AppendError {
+    /// The leader's bytes are unusable: a bad checksum or framing, a header that makes no
+    /// sense, a batch beyond the high watermark the same response reports.
+    InvalidData(String),
+    /// The offsets do not follow the local log (overlap, going backwards, or the log moved
+    /// since the fetch was sent).
+    OffsetMismatch(String),
+    /// Writing the local files failed.
+    Storage(anyhow::Error),
+}
+
+impl std::fmt::Display for AppendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppendError::InvalidData(s) | AppendError::OffsetMismatch(s) => f.write_str(s),
+            AppendError::Storage(e) => write!(f, "local storage error: {e:#}"),
+        }
+    }
+}
+
+impl std::error::Error for AppendError {}
+
+impl From<anyhow::Error> for AppendError {
+    fn from(e: anyhow::Error) -> Self {
+        AppendError::Storage(e)
+    }
+}
 
 /// A failed fsync of segment or index data is not retried: Linux reports the error once and
 /// marks the pages clean, so a later fsync that "succeeds" proves nothing about the lost

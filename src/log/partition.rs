@@ -10,11 +10,12 @@
 //! Thread-safety: none inside; the log manager wraps each log in a mutex and every caller
 //! (fetcher, checkpoint task, status) goes through it.
 
+use super::AppendError;
 use super::epoch_cache::EpochCache;
 use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
-use crate::record::BatchHeader;
-use anyhow::{Context, Result, bail};
+use crate::record::{BatchHeader, check_follows};
+use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,9 @@ pub struct PartitionLog {
     /// Bumped by every truncation, so a flush begun before one cannot claim what it did not
     /// fsync.
     pub(super) generation: u64,
+    /// Offset ranges (first, last) the leader had deleted before this replica fetched them;
+    /// persisted in `lost-upstream-checkpoint`.
+    pub(super) lost: Vec<(i64, i64)>,
 }
 
 /// A flush begun under the partition lock and finished outside it: the fsyncs run on
@@ -122,6 +126,7 @@ impl PartitionLog {
             high_watermark: start_offset,
             epochs: EpochCache::default(),
             generation: 0,
+            lost: Vec::new(),
         })
     }
 
@@ -143,6 +148,19 @@ impl PartitionLog {
 
     pub fn log_end_offset(&self) -> i64 {
         self.active().next_offset()
+    }
+    /// Whether the log holds no batch at all.
+    pub fn is_empty(&self) -> bool {
+        self.segments.values().all(Segment::is_empty)
+    }
+    /// The offset after the last batch the log holds; `None` when it holds none. Below the log
+    /// end when the active segment is an empty one that a skip past lost offsets made.
+    pub fn data_end_offset(&self) -> Option<i64> {
+        self.segments
+            .values()
+            .rev()
+            .find(|s| !s.is_empty())
+            .map(Segment::next_offset)
     }
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
@@ -206,44 +224,39 @@ impl PartitionLog {
     }
 
     /// Appends verified batches (`bytes` is exactly the concatenation of `headers`), as a
-    /// follower does: offsets must continue the log, and each batch is written verbatim.
-    /// Batches that fit in the active segment are written with one write.
-    pub fn append(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<()> {
+    /// follower does (Kafka's `appendAsFollower`): the first batch ends at or after the log end
+    /// and starts after the last batch the log holds (so an empty log, or the empty segment a
+    /// skip past lost offsets made, may take a batch that begins before its start), each later
+    /// one after the one before — gaps are fine — and each is written verbatim. Batches that fit in the
+    /// active segment are written with one write; a new segment is named by the base offset of
+    /// its first batch.
+    pub fn append(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<(), AppendError> {
         let Some(first) = headers.first() else {
             return Ok(());
         };
         let leo = self.log_end_offset();
-        if first.last_offset < leo {
-            bail!(
+        let data_end = self.data_end_offset();
+        if first.last_offset < leo || data_end.is_some_and(|e| first.base_offset < e) {
+            return Err(AppendError::OffsetMismatch(format!(
                 "{}: append of offsets {}..{} is below the log end {leo}",
-                self.tp,
-                first.base_offset,
-                first.last_offset
-            );
+                self.tp, first.base_offset, first.last_offset
+            )));
         }
         let now = now_ms();
         let (mut chunk_start, mut chunk_byte_start, mut pos) = (0usize, 0usize, 0usize);
         let mut prev_last: Option<i64> = None;
         for (i, h) in headers.iter().enumerate() {
-            if let Some(p) = prev_last
-                && h.base_offset <= p
-            {
-                bail!(
-                    "{}: batch at offset {} does not follow offset {p}",
-                    self.tp,
-                    h.base_offset
-                );
-            }
+            check_follows(prev_last, h)
+                .map_err(|e| AppendError::OffsetMismatch(format!("{}: {e}", self.tp)))?;
             prev_last = Some(h.last_offset);
             if self.should_roll(h, (pos - chunk_byte_start) as u64, now) {
                 self.write_chunk(
                     bytes.get(chunk_byte_start..pos).unwrap_or_default(),
                     headers.get(chunk_start..i).unwrap_or_default(),
                 )?;
-                // Batches continue the log (validated), so the new segment starts exactly at
-                // the log end: each segment's base is its predecessor's end (the loader
-                // relies on it).
-                let base = self.log_end_offset();
+                // The new segment starts at this batch: every batch of a segment ends at or
+                // after its base, and the base is above everything before it.
+                let base = h.base_offset.max(self.log_end_offset());
                 self.roll(base, now)?;
                 chunk_start = i;
                 chunk_byte_start = pos;
@@ -251,16 +264,17 @@ impl PartitionLog {
             pos += h.size_in_bytes;
         }
         if pos != bytes.len() {
-            bail!(
+            return Err(AppendError::InvalidData(format!(
                 "{}: {} bytes given for batches of {pos} bytes",
                 self.tp,
                 bytes.len()
-            );
+            )));
         }
         self.write_chunk(
             bytes.get(chunk_byte_start..pos).unwrap_or_default(),
             headers.get(chunk_start..).unwrap_or_default(),
-        )
+        )?;
+        Ok(())
     }
 
     fn write_chunk(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<()> {
@@ -276,10 +290,13 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// The follower's high watermark: min(leader's HW, log end), never below the log start.
+    /// The follower's high watermark: min(leader's HW, log end), never below the log start,
+    /// and — as Kafka's `maybeUpdateHighWatermark` — never lowered by a leader's report (a new
+    /// leader's HW can lag; only a truncation lowers it).
     pub fn update_high_watermark(&mut self, leader_hw: i64) {
-        self.high_watermark = leader_hw
-            .min(self.log_end_offset())
+        self.high_watermark = self
+            .high_watermark
+            .max(leader_hw.min(self.log_end_offset()))
             .max(self.log_start_offset);
     }
 
@@ -319,23 +336,44 @@ impl PartitionLog {
         }
     }
 
-    /// Removes every offset ≥ `offset` (no-op when the log ends below it).
-    pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
+    /// Removes every offset ≥ `offset` (no-op when the log ends below it). When the removed
+    /// batches begin below the high watermark — committed data, perhaps the last copy after an
+    /// unclean election — they are first copied byte for byte into `diverged/` and fsynced
+    /// ([`super::diverged`]); only then is the log cut. `reason` goes into the record of it.
+    pub fn truncate_to(&mut self, offset: i64, reason: &str) -> Result<()> {
         self.generation += 1;
         if offset >= self.log_end_offset() {
             return Ok(());
         }
-        if offset <= self.log_start_offset {
-            return self.truncate_fully_and_start_at(offset);
+        let removed = self.removed_from(offset)?;
+        let (Some(first), Some(last)) = (removed.first(), removed.last()) else {
+            return Ok(());
+        };
+        let (first, last) = (first.1.base_offset, last.1.last_offset);
+        if first < self.high_watermark {
+            let kept = super::diverged::keep(&self.dir, &removed, first, last)?;
+            crate::log_error!(
+                "{}: truncating offsets {first}..{last}, below the high watermark {} ({reason}); the removed batches are kept in `{}`",
+                self.tp,
+                self.high_watermark,
+                kept.display()
+            );
+            super::diverged::test_pause_point("diverged-copied");
+        } else {
+            crate::log_warn!(
+                "{}: truncating uncommitted offsets {first}..{last} ({reason})",
+                self.tp
+            );
         }
-        crate::log_warn!(
-            "{}: truncating log from {} to {offset}",
-            self.tp,
-            self.log_end_offset()
-        );
-        // The first segment's base is ≤ the log start < offset, so at least it survives.
-        // Newest first: a crash part-way leaves a shorter log, never one with a hole.
-        let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        // Newest first: a crash part-way leaves a shorter log, never one with a hole. The
+        // oldest segment always survives (it may become empty).
+        let oldest = self.segments.keys().next().copied();
+        let doomed: Vec<i64> = self
+            .segments
+            .range(offset..)
+            .map(|(b, _)| *b)
+            .filter(|b| Some(*b) != oldest)
+            .collect();
         for b in doomed.iter().rev() {
             if let Some(seg) = self.segments.remove(b) {
                 seg.delete()?;
@@ -353,48 +391,84 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Deletes the whole log and restarts it empty at `offset`.
-    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
-        self.generation += 1;
-        crate::log_warn!(
-            "{}: deleting local log {}..{} and restarting at {offset}",
-            self.tp,
-            self.log_start_offset,
-            self.log_end_offset()
-        );
-        // Crash-safe order: delete newest first down to the oldest segment, make the new
-        // segment, then delete the oldest. At every point the directory holds a contiguous
-        // prefix of the old log, or that plus the new empty segment, which the loader cuts
-        // back to a contiguous log; never no segment at all.
+    /// The batches a truncation to `offset` removes, oldest first: (segment file, header,
+    /// byte position).
+    fn removed_from(&mut self, offset: i64) -> Result<Vec<(PathBuf, BatchHeader, u64)>> {
+        let mut out = Vec::new();
         let bases: Vec<i64> = self.segments.keys().copied().collect();
-        for b in bases.iter().skip(1).rev() {
-            if let Some(seg) = self.segments.remove(b) {
-                seg.delete()?;
+        for (i, base) in bases.iter().enumerate() {
+            let next = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+            if next <= offset {
+                continue; // every batch of this segment ends before the next base
+            }
+            let Some(seg) = self.segments.get_mut(base) else {
+                continue;
+            };
+            let path = seg.log_path().to_path_buf();
+            for (h, pos) in seg.batches_from(offset)? {
+                out.push((path.clone(), h, pos));
             }
         }
-        let oldest = self.segments.keys().next().copied();
-        let seg = Segment::create(
-            &self.dir,
-            offset,
-            self.config.index_interval_bytes,
-            now_ms(),
-        )?;
-        fsync_dir(&self.dir)?;
-        if let Some(b) = oldest.filter(|b| *b != offset)
-            && let Some(old) = self.segments.remove(&b)
-        {
-            old.delete()?;
-            fsync_dir(&self.dir)?;
+        Ok(out)
+    }
+
+    /// The leader no longer holds the offsets from the log end up to `offset` (its retention or
+    /// DeleteRecords passed this replica): every local batch stays, the range is recorded as
+    /// lost upstream, and the log continues at `offset` in a new segment — a gap, as
+    /// compaction leaves them. An empty log simply moves its start.
+    pub fn skip_lost_upstream(&mut self, offset: i64) -> Result<()> {
+        let leo = self.log_end_offset();
+        if offset <= leo {
+            return Ok(());
         }
-        // (When the oldest segment had the new base, `Segment::create` truncated it in place.)
-        self.segments.clear();
-        self.segments.insert(offset, seg);
-        self.log_start_offset = offset;
-        self.recovery_point = offset;
-        self.high_watermark = offset;
-        self.epochs.clear();
-        self.checkpoint_epochs()?;
+        self.generation += 1;
+        let empty = self.is_empty();
+        if empty {
+            crate::log_warn!(
+                "{}: the leader's log starts at {offset}; the empty local log moves its start there from {leo}",
+                self.tp
+            );
+        } else {
+            crate::log_error!(
+                "{}: offsets {leo}..{} are lost upstream: the leader's log now starts at {offset} (its retention or DeleteRecords passed this replica); every local batch is kept and the log continues at {offset}",
+                self.tp,
+                offset - 1
+            );
+            self.lost.push((leo, offset - 1));
+            checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+        }
+        if self.active().is_empty() {
+            // An empty active segment holds nothing: the new one takes its place. Created
+            // first, so that a crash leaves one or the other, never no segment.
+            let base = self.active().base_offset;
+            let seg = Segment::create(
+                &self.dir,
+                offset,
+                self.config.index_interval_bytes,
+                now_ms(),
+            )?;
+            fsync_dir(&self.dir)?;
+            if let Some(old) = self.segments.remove(&base) {
+                old.delete()?;
+                fsync_dir(&self.dir)?;
+            }
+            self.segments.insert(offset, seg);
+        } else {
+            self.roll(offset, now_ms())?;
+        }
+        if empty {
+            self.log_start_offset = offset;
+            self.high_watermark = offset;
+            self.recovery_point = offset;
+            self.epochs.clear();
+            self.checkpoint_epochs()?;
+        }
         Ok(())
+    }
+
+    /// Ranges recorded as lost upstream (first, last offset), oldest first.
+    pub fn lost_upstream(&self) -> &[(i64, i64)] {
+        &self.lost
     }
 
     /// Raises the log start (retention); deletes the segments that lie wholly below it. Never

@@ -25,10 +25,13 @@ pub fn file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}.{suffix}")
 }
 
-/// Deletes the `.log`, `.index` and `.timeindex` of the segment at `base` (missing ones are
-/// fine).
+/// The files of one segment, by suffix.
+pub const SEGMENT_FILES: [&str; 4] = ["log", "index", "timeindex", "txnindex"];
+
+/// Deletes the `.log`, `.index`, `.timeindex` and `.txnindex` of the segment at `base`
+/// (missing ones are fine).
 pub fn delete_files(dir: &Path, base: i64) -> Result<()> {
-    for suffix in ["log", "index", "timeindex"] {
+    for suffix in SEGMENT_FILES {
         let p = dir.join(file_name(base, suffix));
         match fs::remove_file(&p) {
             Ok(()) => {}
@@ -37,6 +40,34 @@ pub fn delete_files(dir: &Path, base: i64) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Renames the files of the segment at `base` to `<name>.<suffix>`, out of the log but kept;
+/// returns the new path of its `.log`.
+pub fn set_aside(dir: &Path, base: i64, suffix: &str) -> Result<PathBuf> {
+    let mut log_target = dir.join(format!("{}.{suffix}", file_name(base, "log")));
+    for kind in SEGMENT_FILES {
+        let from = dir.join(file_name(base, kind));
+        let to = dir.join(format!("{}.{suffix}", file_name(base, kind)));
+        match fs::rename(&from, &to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "failed to rename `{}` to `{}`",
+                        from.display(),
+                        to.display()
+                    )
+                });
+            }
+        }
+        if kind == "log" {
+            log_target = to;
+        }
+    }
+    crate::checkpoint::fsync_dir(dir)?;
+    Ok(log_target)
 }
 
 /// Parses `00000000000000000123.log` into 123.
@@ -416,22 +447,24 @@ impl Segment {
         Ok(files)
     }
 
+    /// The headers and byte positions of every batch whose last offset is ≥ `offset`.
+    pub fn batches_from(&mut self, offset: i64) -> Result<Vec<(BatchHeader, u64)>> {
+        self.make_indexes_resident()?;
+        let (_, start) = self.offset_index.lookup(offset - 1);
+        let start = u64::from(start).min(self.size);
+        let tail = self.read_at(start, (self.size - start) as usize)?;
+        Ok(BatchIter::new(&tail, MAX_BATCH_SIZE)
+            .filter(|(h, _, _)| h.last_offset >= offset)
+            .map(|(h, pos, _)| (h, start + pos as u64))
+            .collect())
+    }
+
     /// Removes every batch whose last offset is ≥ `offset`: cuts at the first such batch.
     /// Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
-        self.make_indexes_resident()?;
-        let (_, start) = self.offset_index.lookup(offset - 1);
-        let tail = self.read_at(u64::from(start), (self.size - u64::from(start)) as usize)?;
-        let mut cut = self.size;
-        for (h, pos, _) in BatchIter::new(&tail, MAX_BATCH_SIZE) {
-            if h.last_offset >= offset {
-                cut = u64::from(start) + pos as u64;
-                break;
-            }
-        }
-        if cut == self.size {
+        let Some(&(_, cut)) = self.batches_from(offset)?.first() else {
             return Ok(0);
-        }
+        };
         let removed = self.size - cut;
         self.file()?
             .set_len(cut)

@@ -130,6 +130,11 @@ impl BatchHeader {
                 "size {size} at offset {offset} is below the minimum {MIN_ENTRY_SIZE}"
             )));
         }
+        if offset < 0 {
+            return Err(BatchError::Corrupt(format!(
+                "negative base offset {offset}"
+            )));
+        }
         let total = size as usize + LOG_OVERHEAD;
         if total > max_size {
             return Err(BatchError::Corrupt(format!(
@@ -166,6 +171,14 @@ impl BatchHeader {
                     "negative lastOffsetDelta {last_offset_delta} at offset {offset}"
                 )));
             }
+            // Compaction may leave fewer records than offsets, or none, never more.
+            let records_count = be_i32(bytes, 57);
+            if records_count < 0 || i64::from(records_count) > i64::from(last_offset_delta) + 1 {
+                return Err(BatchError::Corrupt(format!(
+                    "batch at offset {offset} claims {records_count} records for {} offsets",
+                    i64::from(last_offset_delta) + 1
+                )));
+            }
             Ok(BatchHeader {
                 magic,
                 base_offset: offset,
@@ -174,7 +187,7 @@ impl BatchHeader {
                 partition_leader_epoch: be_i32(bytes, 12),
                 max_timestamp: be_i64(bytes, 35),
                 attributes: be_i16(bytes, V2_ATTRIBUTES_OFFSET),
-                records_count: be_i32(bytes, 57),
+                records_count,
                 crc: be_u32(bytes, V2_CRC_OFFSET),
             })
         } else {
@@ -267,8 +280,11 @@ pub(crate) mod tests {
         for i in 21..b.len() {
             let mut c = b.clone();
             c[i] ^= 0x01;
-            let h = BatchHeader::parse(&c, usize::MAX).unwrap();
-            assert!(h.verify_crc(&c).is_err(), "flip at {i} undetected");
+            // A flip that makes the header insane is caught by the parse itself.
+            let detected = BatchHeader::parse(&c, usize::MAX)
+                .is_err_and(|e| matches!(e, BatchError::Corrupt(_)))
+                || BatchHeader::parse(&c, usize::MAX).is_ok_and(|h| h.verify_crc(&c).is_err());
+            assert!(detected, "flip at {i} undetected");
         }
         // The base offset is not covered: rewriting it keeps the CRC valid.
         let mut c = b.clone();
@@ -320,6 +336,21 @@ pub(crate) mod tests {
             BatchHeader::parse(&b, 50),
             Err(BatchError::Corrupt(_))
         ));
+        let mut neg_base = b.clone();
+        neg_base[..8].copy_from_slice(&(-5i64).to_be_bytes());
+        assert!(matches!(
+            BatchHeader::parse(&neg_base, usize::MAX),
+            Err(BatchError::Corrupt(e)) if e.contains("-5")
+        ));
+        for count in [-1i32, 2] {
+            // Batch C has one offset: a negative count, or more records than offsets, is corrupt.
+            let mut c = b.clone();
+            c[57..61].copy_from_slice(&count.to_be_bytes());
+            assert!(matches!(
+                BatchHeader::parse(&c, usize::MAX),
+                Err(BatchError::Corrupt(e)) if e.contains("records")
+            ));
+        }
         let mut neg = b.clone();
         neg[8..12].copy_from_slice(&(-1i32).to_be_bytes());
         assert!(matches!(

@@ -20,4 +20,4 @@ pub mod records;
 pub mod set;
 
 pub use batch::{BatchError, BatchHeader};
-pub use set::{BatchIter, SetEnd};
+pub use set::{BatchIter, SetEnd, check_follows};

@@ -8,6 +8,22 @@
 
 use super::batch::{BatchError, BatchHeader};
 
+/// The ordering rule of every log (Kafka's `appendAsFollower`), applied by fetch validation,
+/// recovery, the loader and `verify` alike: each batch starts after the last offset of the one
+/// before it. Gaps are legitimate (compaction leaves them, and batches whose records are
+/// missing inside, or empty batches that keep their offset range); overlaps and offsets going
+/// backwards are not. A compressed magic 0/1 wrapper carries only its last offset, which is
+/// its `base_offset` here, so the same comparison holds for it.
+pub fn check_follows(prev_last: Option<i64>, h: &BatchHeader) -> Result<(), String> {
+    match prev_last {
+        Some(p) if h.base_offset <= p => Err(format!(
+            "batch with offsets {}..{} does not follow offset {p}",
+            h.base_offset, h.last_offset
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// How a walk over a record set ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetEnd {

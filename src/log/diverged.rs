@@ -1,0 +1,170 @@
+//! `diverged/`: batches a truncation removed from below the high watermark, kept.
+//!
+//! ```text
+//! <partition dir>/diverged/<first offset>-<last offset>.log     the removed batches, byte for byte
+//! ```
+//! Kafka truncates a follower to its new leader and forgets what it cut. Batches below the
+//! replica's high watermark were committed once and may be the last copy anywhere after an
+//! unclean election, so before the log is cut they are copied here: written to a `.tmp` file,
+//! fsynced, renamed, the folder fsynced. Crash order: the copy is durable before the cut
+//! begins, so after a crash in between the batches are in both places (the truncation runs
+//! again at the next start and finds its copy already made), never in neither.
+//! A file here is a valid record set (batches back to back, every CRC intact) that `dump`
+//! and `verify` read like a segment.
+
+use crate::checkpoint::fsync_dir;
+use crate::record::BatchHeader;
+use anyhow::{Context, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+pub const DIVERGED_DIR: &str = "diverged";
+
+/// Copies the `removed` batches (segment file, header, byte position; oldest first) into
+/// `dir/diverged/<first>-<last>.log` durably and returns its path. A file of that name with
+/// the same bytes (a crash came between an earlier copy and its cut) is reused.
+pub fn keep(
+    dir: &Path,
+    removed: &[(PathBuf, BatchHeader, u64)],
+    first: i64,
+    last: i64,
+) -> Result<PathBuf> {
+    let ddir = dir.join(DIVERGED_DIR);
+    if !ddir.is_dir() {
+        fs::create_dir_all(&ddir)
+            .with_context(|| format!("failed to create `{}`", ddir.display()))?;
+        fsync_dir(dir)?;
+    }
+    let tmp = ddir.join(format!("{first}-{last}.log.tmp"));
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .with_context(|| format!("failed to create `{}`", tmp.display()))?;
+    // Consecutive batches of one file are one contiguous range: copy each range in one go.
+    let mut runs: Vec<(&Path, u64, u64)> = Vec::new();
+    for (path, h, pos) in removed {
+        match runs.last_mut() {
+            Some((p, start, len)) if *p == path.as_path() && *start + *len == *pos => {
+                *len += h.size_in_bytes as u64;
+            }
+            _ => runs.push((path, *pos, h.size_in_bytes as u64)),
+        }
+    }
+    for (path, start, len) in runs {
+        let mut f =
+            File::open(path).with_context(|| format!("failed to open `{}`", path.display()))?;
+        f.seek(SeekFrom::Start(start))
+            .with_context(|| format!("failed to seek `{}`", path.display()))?;
+        let copied = std::io::copy(&mut f.take(len), &mut out).with_context(|| {
+            format!(
+                "failed to copy `{}` into `{}`",
+                path.display(),
+                tmp.display()
+            )
+        })?;
+        if copied != len {
+            anyhow::bail!(
+                "`{}` ended after {copied} of {len} bytes at position {start}",
+                path.display()
+            );
+        }
+    }
+    out.flush()
+        .and_then(|_| out.sync_all())
+        .with_context(|| format!("failed to fsync `{}`", tmp.display()))?;
+    drop(out);
+    let mut target = ddir.join(format!("{first}-{last}.log"));
+    let mut n = 1;
+    while target.exists() {
+        if same_bytes(&target, &tmp)? {
+            fs::remove_file(&tmp)
+                .with_context(|| format!("failed to remove `{}`", tmp.display()))?;
+            return Ok(target);
+        }
+        target = ddir.join(format!("{first}-{last}.{n}.log"));
+        n += 1;
+    }
+    fs::rename(&tmp, &target).with_context(|| {
+        format!(
+            "failed to rename `{}` to `{}`",
+            tmp.display(),
+            target.display()
+        )
+    })?;
+    fsync_dir(&ddir)?;
+    Ok(target)
+}
+
+fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
+    let len = |p: &Path| {
+        fs::metadata(p)
+            .map(|m| m.len())
+            .with_context(|| format!("failed to stat `{}`", p.display()))
+    };
+    if len(a)? != len(b)? {
+        return Ok(false);
+    }
+    let (mut fa, mut fb) = (
+        File::open(a).with_context(|| format!("failed to open `{}`", a.display()))?,
+        File::open(b).with_context(|| format!("failed to open `{}`", b.display()))?,
+    );
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = fa
+            .read(&mut ba)
+            .with_context(|| format!("failed to read `{}`", a.display()))?;
+        if n == 0 {
+            return Ok(true);
+        }
+        fb.read_exact(&mut bb[..n])
+            .with_context(|| format!("failed to read `{}`", b.display()))?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+/// The files of a partition's `diverged/` folder: (path, first offset, last offset), by
+/// first offset.
+pub fn list(dir: &Path) -> Result<Vec<(PathBuf, i64, i64)>> {
+    let ddir = dir.join(DIVERGED_DIR);
+    let mut out = Vec::new();
+    let entries = match fs::read_dir(&ddir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("failed to list `{}`", ddir.display())),
+    };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("failed to list `{}`", ddir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".log") else {
+            continue;
+        };
+        let range = stem.split('.').next().unwrap_or_default();
+        if let Some((a, b)) = range.split_once('-')
+            && let (Ok(a), Ok(b)) = (a.parse::<i64>(), b.parse::<i64>())
+        {
+            out.push((entry.path(), a, b));
+        }
+    }
+    out.sort_by_key(|(p, a, _)| (*a, p.clone()));
+    Ok(out)
+}
+
+/// A test hook for crash tests: with `RF_TEST_PAUSE_AT=<point>` in the environment, the
+/// process logs that it reached `point` and sleeps there for `RF_TEST_PAUSE_MS` (default
+/// 30000) ms, so that a test can kill it -9 at exactly that moment. Unset, it costs one
+/// environment lookup on a path that runs only when a truncation removes committed data.
+pub fn test_pause_point(point: &str) {
+    if std::env::var("RF_TEST_PAUSE_AT").is_ok_and(|p| p == point) {
+        let ms = std::env::var("RF_TEST_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30_000);
+        crate::log_warn!("test pause at {point} for {ms} ms");
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
