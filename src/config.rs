@@ -210,6 +210,22 @@ pub struct Follow {
     pub partitions: Option<Vec<i32>>,
     #[serde(default = "default_start")]
     pub start: StartPosition,
+    /// What to do when the leader's topic id for this topic differs from the one recorded in
+    /// a local partition's `partition.metadata` (the topic was deleted and re-created).
+    #[serde(default)]
+    pub on_topic_recreated: OnTopicRecreated,
+}
+
+/// `on_topic_recreated` in `[[follow]]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTopicRecreated {
+    /// Move the old history aside to `<topic>-<partition>.<old id>.archived/` and follow the
+    /// new topic from its start.
+    #[default]
+    Archive,
+    /// Stop following the topic; the local data stays as it is.
+    Stop,
 }
 
 fn default_start() -> StartPosition {

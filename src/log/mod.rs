@@ -13,6 +13,7 @@
 
 pub mod diverged;
 pub mod epoch_cache;
+pub mod identity;
 pub mod index_file;
 pub mod loader;
 pub mod manager;

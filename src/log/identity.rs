@@ -1,0 +1,194 @@
+//! What pins a data dir to its source: the cluster id and, per partition, the topic id.
+//!
+//! ```text
+//! <data_dir>/meta.properties            Kafka's key=value file; here `version=0` and
+//!                                       `cluster.id=<the source cluster's id>`
+//! <partition dir>/partition.metadata    Kafka's: `version: 0` / `topic_id: <base64 UUID>`
+//! ```
+//! Both are written atomically (`rewrite_atomic`) on first contact with a leader that reports
+//! the id, and never rewritten after: a leader that reports another cluster id gets nothing
+//! fetched into this data dir, and a topic whose id changed (deleted and re-created under the
+//! same name) has its old history moved aside to `<topic>-<partition>.<old id>.archived/`.
+
+use crate::checkpoint::rewrite_atomic;
+use crate::protocol::uuid::Uuid;
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+pub const META_PROPERTIES: &str = "meta.properties";
+pub const PARTITION_METADATA: &str = "partition.metadata";
+pub const ARCHIVED_SUFFIX: &str = ".archived";
+
+/// Reads at most this much of either file: anything longer is not one of them.
+const MAX_LEN: u64 = 64 << 10;
+
+fn read_small(path: &Path) -> Result<Option<String>> {
+    use std::io::Read;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("failed to open `{}`", path.display())),
+    };
+    let mut text = String::new();
+    f.take(MAX_LEN + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("failed to read `{}` as UTF-8 text", path.display()))?;
+    if text.len() as u64 > MAX_LEN {
+        bail!("`{}` is larger than {MAX_LEN} bytes", path.display());
+    }
+    Ok(Some(text))
+}
+
+/// The cluster id recorded for the data dir, if any.
+pub fn read_cluster_id(data_dir: &Path) -> Result<Option<String>> {
+    let path = data_dir.join(META_PROPERTIES);
+    let Some(text) = read_small(&path)? else {
+        return Ok(None);
+    };
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            bail!("`{}` line {}: expected key=value, got `{line}`", path.display(), n + 1);
+        };
+        if k.trim() == "cluster.id" && !v.trim().is_empty() {
+            return Ok(Some(v.trim().to_string()));
+        }
+    }
+    Ok(None)
+}
+
+pub fn write_cluster_id(data_dir: &Path, cluster_id: &str) -> Result<()> {
+    let text = format!(
+        "#the Kafka cluster this data dir replicates; another cluster is refused\nversion=0\ncluster.id={cluster_id}\n"
+    );
+    rewrite_atomic(&data_dir.join(META_PROPERTIES), text.as_bytes())
+}
+
+/// The topic id recorded in a partition directory, if any.
+pub fn read_topic_id(dir: &Path) -> Result<Option<Uuid>> {
+    let path = dir.join(PARTITION_METADATA);
+    let Some(text) = read_small(&path)? else {
+        return Ok(None);
+    };
+    let mut version = None;
+    let mut id = None;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some((k, v)) = line.split_once(':') else {
+            bail!("`{}` line {}: expected `key: value`, got `{line}`", path.display(), n + 1);
+        };
+        match k.trim() {
+            "version" => version = Some(v.trim().to_string()),
+            "topic_id" => {
+                id = Some(Uuid::parse(v.trim()).with_context(|| {
+                    format!("`{}` line {}: bad topic id `{}`", path.display(), n + 1, v.trim())
+                })?)
+            }
+            _ => {}
+        }
+    }
+    if version.as_deref() != Some("0") {
+        bail!("`{}`: missing or unsupported version (expected `version: 0`)", path.display());
+    }
+    match id {
+        Some(id) => Ok(Some(id)),
+        None => bail!("`{}`: no topic_id line", path.display()),
+    }
+}
+
+pub fn write_topic_id(dir: &Path, id: Uuid) -> Result<()> {
+    rewrite_atomic(
+        &dir.join(PARTITION_METADATA),
+        format!("version: 0\ntopic_id: {id}\n").as_bytes(),
+    )
+}
+
+/// Where a partition directory goes when its topic was re-created: the first free name of
+/// `<dir name>.<old id>.archived`, then `….archived.2`, ….
+pub fn archive_path(data_dir: &Path, dir_name: &str, old_id: Option<Uuid>) -> PathBuf {
+    let id = old_id.map_or_else(|| "unknown-id".to_string(), |u| u.to_string());
+    let base = format!("{dir_name}.{id}{ARCHIVED_SUFFIX}");
+    let mut p = data_dir.join(&base);
+    let mut n = 2;
+    while p.exists() {
+        p = data_dir.join(format!("{base}.{n}"));
+        n += 1;
+    }
+    p
+}
+
+/// Archived partition directories: (path, topic, partition, old topic id text).
+pub fn list_archived(data_dir: &Path) -> Result<Vec<(PathBuf, String, i32, String)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(data_dir)
+        .with_context(|| format!("failed to list `{}`", data_dir.display()))?
+    {
+        let entry = entry.with_context(|| format!("failed to list `{}`", data_dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(at) = name.find(ARCHIVED_SUFFIX) else {
+            continue;
+        };
+        let stem = &name[..at];
+        // `<topic>-<partition>.<id>`: the id is the last 22 characters after a dot.
+        let Some((tp, id)) = stem.rsplit_once('.').filter(|(_, id)| id.len() == 22 || *id == "unknown-id")
+        else {
+            continue;
+        };
+        if let Some(tp) = crate::protocol::TopicPartition::parse_dir_name(tp)
+            && entry.path().is_dir()
+        {
+            out.push((entry.path(), tp.topic, tp.partition, id.to_string()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_id_roundtrip_and_absent() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(read_cluster_id(d.path()).unwrap(), None);
+        write_cluster_id(d.path(), "abc-123").unwrap();
+        assert_eq!(read_cluster_id(d.path()).unwrap().as_deref(), Some("abc-123"));
+        std::fs::write(d.path().join(META_PROPERTIES), "garbage\n").unwrap();
+        assert!(read_cluster_id(d.path()).unwrap_err().to_string().contains(META_PROPERTIES));
+    }
+
+    #[test]
+    fn partition_metadata_is_kafkas_format() {
+        let d = tempfile::tempdir().unwrap();
+        let id = Uuid([9; 16]);
+        write_topic_id(d.path(), id).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path().join(PARTITION_METADATA)).unwrap(),
+            format!("version: 0\ntopic_id: {id}\n")
+        );
+        assert_eq!(read_topic_id(d.path()).unwrap(), Some(id));
+        std::fs::write(d.path().join(PARTITION_METADATA), "version: 1\ntopic_id: x\n").unwrap();
+        assert!(read_topic_id(d.path()).is_err());
+    }
+
+    #[test]
+    fn archive_names_never_collide_and_are_listed() {
+        let d = tempfile::tempdir().unwrap();
+        let id = Uuid([1; 16]);
+        let a = archive_path(d.path(), "t-0", Some(id));
+        std::fs::create_dir(&a).unwrap();
+        let b = archive_path(d.path(), "t-0", Some(id));
+        assert_ne!(a, b);
+        std::fs::create_dir(&b).unwrap();
+        let listed = list_archived(d.path()).unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!((listed[0].1.as_str(), listed[0].2), ("t", 0));
+        assert_eq!(listed[0].3, id.to_string());
+    }
+}
