@@ -857,6 +857,7 @@ fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<
                         error: ErrorCode(a.error),
                         high_watermark: a.high_watermark,
                         last_stable_offset: a.high_watermark,
+                        aborted_transactions: None,
                         log_start_offset: a.log_start,
                         diverging_epoch: a.diverging,
                         current_leader: None,
