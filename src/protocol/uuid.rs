@@ -81,11 +81,17 @@ mod tests {
     #[test]
     fn roundtrip_and_rejects_bad_text() {
         for seed in 0u8..=255 {
-            let u = Uuid(std::array::from_fn(|i| seed.wrapping_mul(31).wrapping_add(i as u8 * 17)));
+            let u = Uuid(std::array::from_fn(|i| {
+                seed.wrapping_mul(31).wrapping_add(i as u8 * 17)
+            }));
             assert_eq!(Uuid::parse(&u.to_string()), Some(u));
         }
         assert_eq!(Uuid::parse("short"), None);
         assert_eq!(Uuid::parse("AQIDBAUGBwgJCgsMDQ4PE+"), None);
-        assert_eq!(Uuid::parse("AQIDBAUGBwgJCgsMDQ4PEB"), None, "non-zero trailing bits");
+        assert_eq!(
+            Uuid::parse("AQIDBAUGBwgJCgsMDQ4PEB"),
+            None,
+            "non-zero trailing bits"
+        );
     }
 }
