@@ -1,7 +1,9 @@
 //! Checks the in-process test leader (`tests/support/test_leader.rs`) with the crate's own
 //! client: negotiation, metadata, list offsets, epochs, fetches at every version, and every
-//! injected fault.
+//! injected fault; and the batch builders of `tests/support/batches.rs`.
 
+#[path = "support/batches.rs"]
+mod batches;
 #[path = "support/test_leader.rs"]
 mod test_leader;
 
@@ -10,7 +12,9 @@ use replica_follower::client::BrokerConnection;
 use replica_follower::client::cluster::{self, epoch_end_offset, fetch_metadata, list_offset};
 use replica_follower::protocol::codec::Writer;
 use replica_follower::protocol::error::ErrorCode;
-use replica_follower::protocol::fetch::{self, DivergingEpoch, FetchPartition, FetchRequest};
+use replica_follower::protocol::fetch::{
+    self, AbortedTransaction, DivergingEpoch, FetchPartition, FetchRequest,
+};
 use replica_follower::protocol::list_offsets::{self, ListOffsetsPartition};
 use replica_follower::protocol::{ApiKey, encode_request_header, metadata};
 use replica_follower::record::records::decode_records;
@@ -32,7 +36,9 @@ struct Part {
     partition: i32,
     error: ErrorCode,
     high_watermark: i64,
+    last_stable_offset: i64,
     log_start: i64,
+    aborted: Option<Vec<AbortedTransaction>>,
     diverging: Option<DivergingEpoch>,
     records: Vec<u8>,
 }
@@ -53,10 +59,21 @@ fn ask(partition: i32, offset: i64) -> Ask {
     }
 }
 
-/// A raw Fetch of `asks` at `version`, decoded with the crate's decoder.
+/// A raw read_uncommitted Fetch of `asks` at `version`, decoded with the crate's decoder.
 fn fetch_with(
     conn: &mut BrokerConnection,
     version: i16,
+    max_wait_ms: i32,
+    asks: &[Ask],
+) -> anyhow::Result<Vec<Part>> {
+    fetch_isolated(conn, version, 0, max_wait_ms, asks)
+}
+
+/// A raw Fetch at `isolation_level` (0 read_uncommitted, 1 read_committed).
+fn fetch_isolated(
+    conn: &mut BrokerConnection,
+    version: i16,
+    isolation_level: i8,
     max_wait_ms: i32,
     asks: &[Ask],
 ) -> anyhow::Result<Vec<Part>> {
@@ -65,7 +82,7 @@ fn fetch_with(
         max_wait_ms,
         min_bytes: 1,
         max_bytes: 64 << 20,
-        isolation_level: 0,
+        isolation_level,
         topics: vec![(
             TOPIC.to_string(),
             asks.iter()
@@ -95,7 +112,9 @@ fn fetch_with(
             partition: p.partition,
             error: p.error,
             high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
             log_start: p.log_start_offset,
+            aborted: p.aborted_transactions.clone(),
             diverging: p.diverging_epoch,
             records: p.records.to_vec(),
         })
@@ -683,4 +702,502 @@ fn dropping_the_leader_closes_everything() {
     drop(leader);
     assert!(fetch_with(&mut conn, 12, 0, &[ask(0, 0)]).is_err());
     assert!(BrokerConnection::connect(&addr, "t", 64 << 20).is_err());
+}
+
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes(b[at..at + 2].try_into().unwrap())
+}
+
+/// Parses a built batch, checks its CRC and that it is exactly one batch.
+fn parsed(b: &[u8]) -> BatchHeader {
+    let h = BatchHeader::parse(b, usize::MAX).expect("built batch parses");
+    h.verify_crc(b).expect("built batch's CRC verifies");
+    assert_eq!(h.size_in_bytes, b.len());
+    assert_eq!(h.magic, 2);
+    h
+}
+
+fn offsets_of(h: &BatchHeader, b: &[u8]) -> Vec<i64> {
+    decode_records(h, b)
+        .unwrap()
+        .iter()
+        .map(|r| r.offset)
+        .collect()
+}
+
+#[test]
+fn batch_spec_writes_every_field() {
+    use batches::{BATCH_TIMESTAMP, BatchSpec, SpecRecord};
+    // One plain record is reference batch C.
+    let c = BatchSpec::new(0, 0)
+        .record(0, BATCH_TIMESTAMP, Some(b"key"), Some(b"value"))
+        .build();
+    assert_eq!(
+        c,
+        unhex(
+            "0000000000000000000000400000000002db5e9cdd0000000000000000018bcfe568000000018bcfe56800ffffffffffffffffffffffffffff000000011c000000066b65790a76616c756500"
+        )
+    );
+
+    let mut spec = BatchSpec::new(500, 7)
+        .record(1, 2_000, Some(b"a"), None)
+        .record(4, 1_990, None, Some(b"v"));
+    spec.records[1]
+        .headers
+        .push(("h".to_string(), Some(b"x".to_vec())));
+    spec.records
+        .push(SpecRecord::new(6, -3, Some(b"z"), Some(b"")));
+    spec.last_offset_delta = 9;
+    spec.producer_id = 42;
+    spec.producer_epoch = 3;
+    spec.base_sequence = 17;
+    spec.transactional = true;
+    let b = spec.build();
+    let h = parsed(&b);
+    assert_eq!((h.base_offset, h.last_offset), (500, 509));
+    assert_eq!(h.partition_leader_epoch, 7);
+    assert_eq!(h.records_count, 3);
+    assert_eq!(h.max_timestamp, 2_000);
+    assert!(h.is_transactional() && !h.is_control());
+    assert_eq!(h.attributes, 0x10);
+    assert_eq!(be_i64(&b, 27), 2_000, "base timestamp");
+    assert_eq!(be_i64(&b, 43), 42);
+    assert_eq!(be_i16(&b, 51), 3);
+    assert_eq!(be_i32(&b, 53), 17);
+    assert_eq!(batches::producer_id(&b), 42);
+    let rs = decode_records(&h, &b).unwrap();
+    assert_eq!(
+        rs.iter()
+            .map(|r| (r.offset, r.timestamp))
+            .collect::<Vec<_>>(),
+        vec![(501, 2_000), (504, 1_990), (506, 1_997)]
+    );
+    assert_eq!(rs[0].value, None);
+    assert_eq!(rs[1].key, None);
+    assert_eq!(rs[1].headers, vec![("h".to_string(), Some(b"x".to_vec()))]);
+    assert_eq!(rs[2].value, Some(Vec::new()));
+}
+
+#[test]
+fn batch_helpers_build_what_they_promise() {
+    use batches::*;
+    let b = compacted_batch(100, 9, &[0, 3, 9], 2);
+    let h = parsed(&b);
+    assert_eq!((h.base_offset, h.last_offset), (100, 109));
+    assert_eq!((h.partition_leader_epoch, h.records_count), (2, 3));
+    assert_eq!(h.attributes, 0);
+    assert_eq!(be_i64(&b, 43), -1, "no producer");
+    assert_eq!((be_i16(&b, 51), be_i32(&b, 53)), (-1, -1));
+    assert_eq!(offsets_of(&h, &b), vec![100, 103, 109]);
+    assert_eq!(h.max_timestamp, BATCH_TIMESTAMP + 9);
+    let rs = decode_records(&h, &b).unwrap();
+    assert_eq!(rs[1].key.as_deref(), Some(&b"key-103"[..]));
+    assert_eq!(rs[1].value.as_deref(), Some(&b"compacted-o103-e2"[..]));
+    assert_eq!(rs[1].timestamp, BATCH_TIMESTAMP + 3);
+    // The cleaner rebuilds the batch from its first kept record.
+    let b = compacted_batch(100, 9, &[4, 5], 0);
+    assert_eq!(be_i64(&b, 27), BATCH_TIMESTAMP + 4);
+    assert_eq!(offsets_of(&parsed(&b), &b), vec![104, 105]);
+
+    for b in [empty_batch(50, 4, 1), compacted_batch(50, 4, &[], 1)] {
+        let h = parsed(&b);
+        assert_eq!((h.base_offset, h.last_offset), (50, 54));
+        assert_eq!((h.records_count, h.partition_leader_epoch), (0, 1));
+        assert_eq!(b.len(), 61);
+        assert_eq!(be_i64(&b, 27), -1, "base timestamp");
+        assert_eq!(h.max_timestamp, BATCH_TIMESTAMP + 4);
+    }
+
+    let b = txn_batch(10, 3, 77, 2, 4);
+    let h = parsed(&b);
+    assert_eq!((h.base_offset, h.last_offset, h.records_count), (10, 12, 3));
+    assert!(h.is_transactional() && !h.is_control());
+    assert_eq!(h.partition_leader_epoch, 4);
+    assert_eq!((be_i64(&b, 43), be_i16(&b, 51), be_i32(&b, 53)), (77, 2, 0));
+    let rs = decode_records(&h, &b).unwrap();
+    assert_eq!(rs[2].value.as_deref(), Some(&b"txn-p77-o12-e4"[..]));
+
+    for (commit, kind) in [(false, 0u8), (true, 1u8)] {
+        let b = control_batch(13, 77, 2, commit, 5, 4);
+        let h = parsed(&b);
+        assert_eq!((h.base_offset, h.last_offset, h.records_count), (13, 13, 1));
+        assert!(h.is_transactional() && h.is_control());
+        assert_eq!(h.attributes, 0x30);
+        assert_eq!(
+            (be_i64(&b, 43), be_i16(&b, 51), be_i32(&b, 53)),
+            (77, 2, -1)
+        );
+        let rs = decode_records(&h, &b).unwrap();
+        assert_eq!(rs[0].key, Some(vec![0, 0, 0, kind]));
+        assert_eq!(rs[0].value, Some(vec![0, 0, 0, 0, 0, 5]));
+    }
+}
+
+/// Every batch from `offset` on, fetched in pieces of at most `max_bytes`, concatenated.
+fn fetch_all(
+    conn: &mut BrokerConnection,
+    leader: &TestLeader,
+    offset: i64,
+    max_bytes: i32,
+) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut offset = offset;
+    while offset < leader.log_end(0) {
+        let mut a = ask(0, offset);
+        a.max_bytes = max_bytes;
+        let p = fetch_one(conn, 12, a);
+        assert_eq!(p.error, ErrorCode::NONE);
+        let (hs, end) = batches(&p.records);
+        assert_eq!(end, SetEnd::Complete);
+        offset = hs.last().unwrap().last_offset + 1;
+        got.extend_from_slice(&p.records);
+    }
+    got
+}
+
+#[test]
+fn compacted_log_is_served_byte_for_byte_with_its_gaps() {
+    use batches::{BATCH_TIMESTAMP, compacted_batch, empty_batch};
+    let leader = TestLeader::start(TOPIC, 1);
+    let built = [
+        compacted_batch(0, 9, &[1, 5, 9], 0),
+        empty_batch(10, 4, 0),
+        // 15..19 were a batch the cleaner removed entirely.
+        compacted_batch(20, 4, &[2], 0),
+    ];
+    for b in &built {
+        leader.append_batch(0, b.clone());
+    }
+    assert_eq!(leader.log_end(0), 25);
+    leader.append(0, 3, 3);
+    assert_eq!(leader.log_end(0), 28);
+    let log = leader.log_bytes(0);
+    assert!(log.starts_with(&built.concat()));
+    let mut conn = connect(&leader);
+    for max_bytes in [1, 1 << 20] {
+        assert_eq!(fetch_all(&mut conn, &leader, 0, max_bytes), log);
+    }
+    // An offset in a hole gets the batch around it, or the next batch after a gap.
+    let (hs, _) = batches(&fetch_one(&mut conn, 12, ask(0, 3)).records);
+    assert_eq!(hs[0].base_offset, 0);
+    let (hs, _) = batches(&fetch_one(&mut conn, 12, ask(0, 17)).records);
+    assert_eq!(hs[0].base_offset, 20);
+    let (hs, _) = batches(&fetch_one(&mut conn, 12, ask(0, 25)).records);
+    assert_eq!((hs[0].base_offset, hs[0].partition_leader_epoch), (25, 0));
+    // Timestamps come from the records, holes skipped; appended records come after them.
+    let tp = TopicPartition::new(TOPIC, 0);
+    let at = |ts| {
+        let a = list_offset(&mut connect(&leader), 0, &tp, -1, ts)
+            .unwrap()
+            .unwrap();
+        (a.offset, a.timestamp)
+    };
+    assert_eq!(at(BATCH_TIMESTAMP + 2), (5, BATCH_TIMESTAMP + 5));
+    assert_eq!(at(BATCH_TIMESTAMP + 6), (9, BATCH_TIMESTAMP + 9));
+    // `append` goes on after the largest timestamp appended so far.
+    assert_eq!(at(BATCH_TIMESTAMP + 10), (25, BATCH_TIMESTAMP + 10));
+}
+
+#[test]
+fn raw_bytes_are_served_verbatim_after_the_log() {
+    use batches::BatchSpec;
+    let leader = TestLeader::start(TOPIC, 1);
+    leader.append(0, 5, 5);
+    let good = leader.log_bytes(0);
+    let below = BatchSpec::new(2, 0).record(0, 1, None, Some(b"x")).build();
+    let mut negative = BatchSpec::new(-7, 0).record(0, 1, None, Some(b"y")).build();
+    negative[57..61].copy_from_slice(&(-3i32).to_be_bytes());
+    let hostile = [below, negative, vec![0xde, 0xad]].concat();
+    leader.append_raw(0, hostile.clone());
+    assert_eq!(leader.log_end(0), 5, "raw bytes move nothing");
+    assert_eq!(leader.log_bytes(0), [&good[..], &hostile].concat());
+    let mut conn = connect(&leader);
+    assert_eq!(
+        fetch_one(&mut conn, 12, ask(0, 0)).records,
+        leader.log_bytes(0)
+    );
+    assert_eq!(fetch_one(&mut conn, 12, ask(0, 5)).records, hostile);
+    // A batch appended later is served after them.
+    leader.append(0, 2, 2);
+    let p = fetch_one(&mut conn, 12, ask(0, 5));
+    assert_eq!(p.records[..hostile.len()], hostile[..]);
+    let (hs, _) = batches(&p.records[hostile.len()..]);
+    assert_eq!((hs[0].base_offset, hs[0].last_offset), (5, 6));
+    let (hs, _) = batches(&fetch_one(&mut conn, 12, ask(0, 6)).records);
+    assert_eq!(hs[0].base_offset, 5);
+}
+
+#[test]
+fn log_can_start_at_1000() {
+    let leader = TestLeader::start(TOPIC, 2);
+    leader.set_log_start(0, 1000);
+    assert_eq!((leader.log_start(0), leader.log_end(0)), (1000, 1000));
+    let tp = TopicPartition::new(TOPIC, 0);
+    let mut conn = connect(&leader);
+    for ts in [list_offsets::EARLIEST, list_offsets::LATEST] {
+        let a = list_offset(&mut conn, 0, &tp, -1, ts).unwrap().unwrap();
+        assert_eq!(a.offset, 1000);
+    }
+    let p = fetch_one(&mut conn, 12, ask(0, 0));
+    assert_eq!(
+        (p.error, p.log_start),
+        (ErrorCode::OFFSET_OUT_OF_RANGE, 1000)
+    );
+    let p = fetch_one(&mut conn, 12, ask(0, 1000));
+    assert_eq!(p.error, ErrorCode::NONE);
+    assert!(p.records.is_empty());
+    assert_eq!((p.high_watermark, p.log_start), (1000, 1000));
+
+    leader.append(0, 3, 3);
+    let p = fetch_one(&mut conn, 12, ask(0, 1000));
+    let (hs, _) = batches(&p.records);
+    assert_eq!((hs[0].base_offset, hs[0].last_offset), (1000, 1002));
+    let (_, _, bytes) = BatchIter::new(&p.records, usize::MAX).next().unwrap();
+    let rs = decode_records(&hs[0], bytes).unwrap();
+    assert_eq!(rs[2].value.as_deref(), Some(&b"value-p0-o1002-e0"[..]));
+    let e = epoch_end_offset(&mut conn, &tp, 0, 0).unwrap().unwrap();
+    assert_eq!((e.leader_epoch, e.end_offset), (0, 1003));
+    // The other partition still starts at 0.
+    assert_eq!(leader.log_start(1), 0);
+}
+
+#[test]
+fn high_watermark_override_is_reported_while_data_goes_beyond_it() {
+    let leader = TestLeader::start(TOPIC, 1);
+    leader.append(0, 10, 3);
+    leader.set_high_watermark(0, Some(4));
+    assert_eq!(leader.high_watermark(0), 4);
+    let tp = TopicPartition::new(TOPIC, 0);
+    let mut conn = connect(&leader);
+    for v in [4, 11, 12] {
+        let p = fetch_one(&mut conn, v, ask(0, 0));
+        assert_eq!((p.high_watermark, p.last_stable_offset), (4, 4), "v{v}");
+        assert_eq!(p.records, leader.log_bytes(0), "v{v}");
+        let (hs, _) = batches(&p.records);
+        assert_eq!(hs.last().unwrap().last_offset, 9);
+        // Fetching above the reported high watermark is fine: the log goes to 10.
+        let p = fetch_one(&mut conn, v, ask(0, 6));
+        assert_eq!((p.error, p.high_watermark), (ErrorCode::NONE, 4));
+        assert!(!p.records.is_empty());
+    }
+    let latest = |conn: &mut BrokerConnection, iso| {
+        list_offset(conn, iso, &tp, -1, list_offsets::LATEST)
+            .unwrap()
+            .unwrap()
+            .offset
+    };
+    assert_eq!((latest(&mut conn, 0), latest(&mut conn, 1)), (4, 4));
+    leader.set_high_watermark(0, Some(12));
+    assert_eq!(fetch_one(&mut conn, 12, ask(0, 0)).high_watermark, 12);
+    leader.set_high_watermark(0, None);
+    assert_eq!(fetch_one(&mut conn, 12, ask(0, 0)).high_watermark, 10);
+    assert_eq!(latest(&mut conn, 0), 10);
+}
+
+/// 0-1 plain · 2-4 producer 7 · 5 ABORT 7 · 6-7 producer 8 (left open) · 8-9 plain.
+fn transactional_leader() -> TestLeader {
+    use batches::{control_batch, txn_batch};
+    let leader = TestLeader::start(TOPIC, 1);
+    leader.append(0, 2, 2);
+    leader.append_batch(0, txn_batch(2, 3, 7, 0, 0));
+    leader.append_batch(0, control_batch(5, 7, 0, false, 3, 0));
+    leader.append_batch(0, txn_batch(6, 2, 8, 0, 0));
+    leader.append(0, 2, 2);
+    leader
+}
+
+fn aborted(list: &[(i64, i64)]) -> Option<Vec<AbortedTransaction>> {
+    Some(
+        list.iter()
+            .map(|&(producer_id, first_offset)| AbortedTransaction {
+                producer_id,
+                first_offset,
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn read_committed_stops_at_the_lso_and_lists_aborted_transactions() {
+    use batches::control_batch;
+    let leader = transactional_leader();
+    assert_eq!(
+        (leader.last_stable_offset(0), leader.high_watermark(0)),
+        (6, 10)
+    );
+    let mut conn = connect(&leader);
+    let committed = |conn: &mut BrokerConnection, v, offset| {
+        let mut parts = fetch_isolated(conn, v, 1, 0, &[ask(0, offset)]).unwrap();
+        parts.remove(0)
+    };
+    for v in [4, 11, 12] {
+        let p = committed(&mut conn, v, 0);
+        assert_eq!((p.high_watermark, p.last_stable_offset), (10, 6), "v{v}");
+        let (hs, _) = batches(&p.records);
+        let ranges: Vec<_> = hs.iter().map(|h| (h.base_offset, h.last_offset)).collect();
+        assert_eq!(ranges, vec![(0, 1), (2, 4), (5, 5)], "v{v}");
+        assert!(leader.log_bytes(0).starts_with(&p.records));
+        assert_eq!(p.aborted, aborted(&[(7, 2)]), "v{v}");
+    }
+    // From the marker on the abort still concerns the reader; at the LSO nothing is served.
+    assert_eq!(committed(&mut conn, 12, 5).aborted, aborted(&[(7, 2)]));
+    let p = committed(&mut conn, 12, 6);
+    assert!(p.records.is_empty());
+    assert_eq!((p.error, p.aborted), (ErrorCode::NONE, aborted(&[])));
+    // A served range that ends before an aborted transaction starts does not list it.
+    let mut a = ask(0, 0);
+    a.max_bytes = 1;
+    let p = fetch_isolated(&mut conn, 12, 1, 0, &[a]).unwrap().remove(0);
+    assert_eq!(batches(&p.records).0.len(), 1);
+    assert_eq!(p.aborted, aborted(&[]));
+
+    let tp = TopicPartition::new(TOPIC, 0);
+    let latest = |conn: &mut BrokerConnection, iso| {
+        list_offset(conn, iso, &tp, -1, list_offsets::LATEST)
+            .unwrap()
+            .unwrap()
+            .offset
+    };
+    assert_eq!((latest(&mut conn, 0), latest(&mut conn, 1)), (10, 6));
+
+    // Producer 8 commits: everything is stable, and the old abort ended before offset 6.
+    leader.append_batch(0, control_batch(10, 8, 0, true, 3, 0));
+    assert_eq!(leader.last_stable_offset(0), 11);
+    let p = committed(&mut conn, 12, 6);
+    let (hs, _) = batches(&p.records);
+    assert_eq!(hs.last().unwrap().last_offset, 10);
+    assert_eq!((p.last_stable_offset, p.aborted), (11, aborted(&[])));
+    assert_eq!(latest(&mut conn, 1), 11);
+    // A truncation that drops the commit reopens the transaction.
+    leader.truncate_and_bump_epoch(0, 10);
+    assert_eq!(leader.last_stable_offset(0), 6);
+}
+
+#[test]
+fn read_uncommitted_reports_an_lso_below_the_hw_while_a_transaction_is_open() {
+    let leader = transactional_leader();
+    let mut conn = connect(&leader);
+    for v in [4, 12] {
+        let p = fetch_one(&mut conn, v, ask(0, 0));
+        assert_eq!((p.high_watermark, p.last_stable_offset), (10, 6), "v{v}");
+        assert_eq!(p.records, leader.log_bytes(0), "v{v}");
+        assert_eq!(p.aborted, None, "v{v}");
+    }
+    // The LSO is capped at an overridden high watermark.
+    leader.set_high_watermark(0, Some(3));
+    let p = fetch_one(&mut conn, 12, ask(0, 0));
+    assert_eq!((p.high_watermark, p.last_stable_offset), (3, 3));
+    assert_eq!(p.records, leader.log_bytes(0));
+}
+
+#[test]
+fn metadata_reports_cluster_id_and_topic_id_from_their_versions() {
+    let leader = TestLeader::start(TOPIC, 1);
+    let id = leader.topic_id();
+    assert_ne!(id, [0; 16]);
+    let mut conn = connect(&leader);
+    let mut ask_metadata = |v: i16, topics: &[String]| {
+        let body = conn
+            .send(ApiKey::Metadata, v, Duration::ZERO, |w| {
+                metadata::encode_request(w, v, topics)
+            })
+            .unwrap();
+        metadata::decode_response(body, v).unwrap()
+    };
+    for v in 1..=12 {
+        let resp = ask_metadata(v, &[TOPIC.to_string(), "nope".to_string()]);
+        let want_cluster = (v >= 2).then(|| test_leader::CLUSTER_ID.to_string());
+        assert_eq!(resp.cluster_id, want_cluster, "v{v}");
+        let want_id = if v >= 10 { id } else { [0; 16] };
+        assert_eq!(resp.topics[0].topic_id, want_id, "v{v}");
+        assert_eq!(resp.topics[1].topic_id, [0; 16], "v{v}");
+    }
+    leader.set_cluster_id(None);
+    let zero_id = [0u8; 16];
+    leader.set_topic_id(zero_id);
+    let resp = ask_metadata(12, &[TOPIC.to_string()]);
+    assert_eq!((resp.cluster_id, resp.topics[0].topic_id), (None, zero_id));
+    let other = [9u8; 16];
+    leader.set_topic_id(other);
+    leader.set_cluster_id(Some("c2"));
+    let md = fetch_metadata(&mut connect(&leader), &[TOPIC.to_string()]).unwrap();
+    assert_eq!(md.cluster_id.as_deref(), Some("c2"));
+    assert_eq!(md.topic_ids[TOPIC].0, other);
+}
+
+#[test]
+fn recreate_topic_changes_the_id_and_empties_the_log() {
+    let leader = TestLeader::start(TOPIC, 1);
+    leader.append(0, 6, 3);
+    leader.truncate_and_bump_epoch(0, 4);
+    leader.append(0, 2, 2);
+    let old_log = leader.log_bytes(0);
+    let old_id = leader.topic_id();
+    let mut conn = connect(&leader);
+    assert_eq!(fetch_one(&mut conn, 12, ask(0, 0)).records, old_log);
+
+    leader.recreate_topic(2);
+    let new_id = leader.topic_id();
+    assert_ne!(new_id, old_id);
+    assert_ne!(new_id, [0; 16]);
+    for p in 0..2 {
+        assert_eq!((leader.log_start(p), leader.log_end(p)), (0, 0));
+        assert_eq!(leader.leader_epoch(p), 0);
+        assert!(leader.log_bytes(p).is_empty());
+    }
+    let md = fetch_metadata(&mut conn, &[TOPIC.to_string()]).unwrap();
+    assert_eq!(md.topic_ids[TOPIC].0, new_id);
+    let parts = &md.topics[TOPIC].1;
+    assert_eq!(parts.len(), 2);
+    assert!(parts.values().all(|l| l.leader_epoch == 0));
+    let p = fetch_one(&mut conn, 12, ask(0, 5));
+    assert_eq!(p.error, ErrorCode::OFFSET_OUT_OF_RANGE);
+    let p = fetch_one(&mut conn, 12, ask(0, 0));
+    assert_eq!((p.error, p.high_watermark), (ErrorCode::NONE, 0));
+    assert!(p.records.is_empty());
+    // The same offsets and values again, but later timestamps: different bytes.
+    leader.append(0, 3, 3);
+    let new_log = leader.log_bytes(0);
+    assert_ne!(new_log[..], old_log[..new_log.len()]);
+    let h = parsed(&new_log);
+    assert_eq!((h.base_offset, h.partition_leader_epoch), (0, 0));
+    assert_eq!(leader.served_offsets(0), vec![0, 5, 0]);
+    leader.recreate_topic(1);
+    assert_ne!(leader.topic_id(), new_id);
+}
+
+#[test]
+fn appends_after_an_unclean_election_carry_the_new_epoch() {
+    let leader = TestLeader::start(TOPIC, 1);
+    leader.append(0, 4, 2);
+    let old = leader.log_bytes(0);
+    leader.truncate_and_bump_epoch(0, 2);
+    leader.append(0, 2, 2);
+    let new = leader.log_bytes(0);
+    assert_eq!(new[..old.len() / 2], old[..old.len() / 2]);
+    let (h, _, bytes) = BatchIter::new(&new, usize::MAX).nth(1).unwrap();
+    assert_eq!((h.base_offset, h.partition_leader_epoch), (2, 1));
+    let values: Vec<_> = decode_records(&h, bytes)
+        .unwrap()
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
+        .collect();
+    assert_eq!(values, vec!["value-p0-o2-e1", "value-p0-o3-e1"]);
+    // A prebuilt batch at the old epoch is still accepted; one at a higher epoch raises it.
+    leader.append_batch(0, batches::compacted_batch(4, 1, &[1], 1));
+    leader.append_batch(0, batches::compacted_batch(6, 0, &[0], 3));
+    assert_eq!((leader.leader_epoch(0), leader.log_end(0)), (3, 7));
+    let tp = TopicPartition::new(TOPIC, 0);
+    let e = epoch_end_offset(&mut connect(&leader), &tp, 3, 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!((e.leader_epoch, e.end_offset), (1, 6));
 }

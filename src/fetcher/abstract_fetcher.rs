@@ -1052,6 +1052,7 @@ mod tests {
                         high_watermark: self.hw,
                         last_stable_offset: self.hw,
                         log_start_offset: self.start,
+                        aborted_transactions: None,
                         diverging_epoch: None,
                         current_leader: None,
                         records: &self.buf,

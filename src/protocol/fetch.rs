@@ -163,6 +163,15 @@ pub struct CurrentLeader {
     pub leader_epoch: i32,
 }
 
+/// One entry of a partition's AbortedTransactions: a transaction the producer aborted, whose
+/// data starts at `first_offset` (a read_committed reader drops that producer's data from there
+/// up to its ABORT marker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTransaction {
+    pub producer_id: i64,
+    pub first_offset: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchPartitionResponse<'a> {
     pub partition: i32,
@@ -170,6 +179,8 @@ pub struct FetchPartitionResponse<'a> {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// `None` (null on the wire) unless the fetch was read_committed.
+    pub aborted_transactions: Option<Vec<AbortedTransaction>>,
     pub diverging_epoch: Option<DivergingEpoch>,
     pub current_leader: Option<CurrentLeader>,
     /// The raw record set: whole batches, possibly ending in a partial one.
@@ -235,15 +246,25 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<FetchResponse<
             } else {
                 -1
             };
-            if let Some(n) = r.array_len(flexible, 16, "Fetch aborted_transactions")? {
-                for _ in 0..n {
-                    r.i64("Fetch aborted producer_id")?;
-                    r.i64("Fetch aborted first_offset")?;
-                    if flexible {
-                        r.skip_tagged_fields("Fetch aborted transaction tags")?;
+            let aborted_transactions =
+                match r.array_len(flexible, 16, "Fetch aborted_transactions")? {
+                    None => None,
+                    Some(n) => {
+                        let mut aborted = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            let producer_id = r.i64("Fetch aborted producer_id")?;
+                            let first_offset = r.i64("Fetch aborted first_offset")?;
+                            if flexible {
+                                r.skip_tagged_fields("Fetch aborted transaction tags")?;
+                            }
+                            aborted.push(AbortedTransaction {
+                                producer_id,
+                                first_offset,
+                            });
+                        }
+                        Some(aborted)
                     }
-                }
-            }
+                };
             if version >= 11 {
                 r.i32("Fetch preferred_read_replica")?;
             }
@@ -268,6 +289,7 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<FetchResponse<
                 high_watermark,
                 last_stable_offset,
                 log_start_offset,
+                aborted_transactions,
                 diverging_epoch,
                 current_leader,
                 records,
@@ -304,11 +326,21 @@ pub fn encode_response(w: &mut Writer, version: i16, resp: &FetchResponse<'_>) {
             if version >= 5 {
                 w.i64(p.log_start_offset);
             }
-            // Aborted transactions: null.
-            if flexible {
-                w.unsigned_varint(0);
-            } else {
-                w.i32(-1);
+            match &p.aborted_transactions {
+                None if flexible => {
+                    w.unsigned_varint(0);
+                }
+                None => {
+                    w.i32(-1);
+                }
+                Some(aborted) => {
+                    w.array_len(aborted.len(), flexible);
+                    for a in aborted {
+                        w.i64(a.producer_id)
+                            .i64(a.first_offset)
+                            .empty_tags(flexible);
+                    }
+                }
             }
             if version >= 11 {
                 w.i32(-1);
@@ -457,6 +489,7 @@ mod tests {
                         high_watermark: 10,
                         last_stable_offset: 10,
                         log_start_offset: if v >= 5 { 0 } else { -1 },
+                        aborted_transactions: None,
                         diverging_epoch: None,
                         current_leader: None,
                         records: &batch,
@@ -470,6 +503,94 @@ mod tests {
                 assert!(decode_response(&w.buf[..cut], v).is_err(), "v{v} cut {cut}");
             }
         }
+    }
+
+    #[test]
+    fn aborted_transactions_roundtrip_at_every_version() {
+        let batch = unhex(BATCH_C);
+        let lists = [
+            None,
+            Some(vec![]),
+            Some(vec![
+                AbortedTransaction {
+                    producer_id: 7,
+                    first_offset: 3,
+                },
+                AbortedTransaction {
+                    producer_id: -2,
+                    first_offset: i64::MAX,
+                },
+            ]),
+        ];
+        for v in 4..=12 {
+            for aborted in &lists {
+                let resp = FetchResponse {
+                    error: ErrorCode::NONE,
+                    topics: vec![(
+                        "t".into(),
+                        vec![FetchPartitionResponse {
+                            partition: 0,
+                            error: ErrorCode::NONE,
+                            high_watermark: 10,
+                            last_stable_offset: 4,
+                            log_start_offset: if v >= 5 { 0 } else { -1 },
+                            aborted_transactions: aborted.clone(),
+                            diverging_epoch: None,
+                            current_leader: None,
+                            records: &batch,
+                        }],
+                    )],
+                };
+                let mut w = Writer::new();
+                encode_response(&mut w, v, &resp);
+                assert_eq!(
+                    decode_response(&w.buf, v).unwrap(),
+                    resp,
+                    "v{v} {aborted:?}"
+                );
+                for cut in 0..w.buf.len() {
+                    assert!(decode_response(&w.buf[..cut], v).is_err(), "v{v} cut {cut}");
+                }
+            }
+        }
+        // The wire form: v11 INT32 count + entries; v12 compact count + entries with tags.
+        let one = Some(vec![AbortedTransaction {
+            producer_id: 1,
+            first_offset: 2,
+        }]);
+        let part = |v: i16| {
+            let resp = FetchResponse {
+                error: ErrorCode::NONE,
+                topics: vec![(
+                    "t".into(),
+                    vec![FetchPartitionResponse {
+                        partition: 0,
+                        error: ErrorCode::NONE,
+                        high_watermark: 0,
+                        last_stable_offset: 0,
+                        log_start_offset: 0,
+                        aborted_transactions: one.clone(),
+                        diverging_epoch: None,
+                        current_leader: None,
+                        records: &[],
+                    }],
+                )],
+            };
+            let mut w = Writer::new();
+            encode_response(&mut w, v, &resp);
+            w.buf
+        };
+        let entry = "0000000000000001 0000000000000002";
+        assert!(
+            part(11)
+                .windows(20)
+                .any(|s| s == unhex(&format!("00000001 {entry}")))
+        );
+        assert!(
+            part(12)
+                .windows(18)
+                .any(|s| s == unhex(&format!("02 {entry} 00")))
+        );
     }
 
     #[test]

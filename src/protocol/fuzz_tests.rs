@@ -44,6 +44,7 @@ fn samples() -> Vec<(&'static str, i16, Vec<u8>)> {
                     high_watermark: 8,
                     last_stable_offset: 8,
                     log_start_offset: 0,
+                    aborted_transactions: None,
                     diverging_epoch: (v >= 12).then_some(fetch::DivergingEpoch {
                         epoch: 1,
                         end_offset: 2,

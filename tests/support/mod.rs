@@ -7,6 +7,7 @@
 //! install). `leaders.py` starts a leader and takes JSON commands on stdin.
 #![allow(dead_code)]
 
+pub mod batches;
 pub mod test_leader;
 
 use fs2::FileExt;

@@ -7,14 +7,23 @@
 //! - **ApiVersions** v0–3 (the top can be lowered with [`TestLeader::set_api_versions_max`]). A
 //!   request above the top is answered, like Kafka does, with a v0 body: error 35
 //!   (UNSUPPORTED_VERSION) and one entry `(18, 0, top)`.
-//! - **Metadata** v1–12: broker 1 at `127.0.0.1:port`; the topic with each partition led by 1 at
-//!   its current leader epoch; any other topic gets error 3. A null topic list means all topics.
-//! - **ListOffsets** v1–7: -2 → log start, -1 → log end (= high watermark), -3 → the last record,
-//!   a timestamp → the first record whose timestamp is at or after it (-1 when none).
+//! - **Metadata** v1–12: broker 1 at `127.0.0.1:port`; the cluster id (v2+, default
+//!   [`CLUSTER_ID`]); the topic with its topic id (v10+, non-zero, see *Identity*) and each
+//!   partition led by 1 at its current leader epoch; any other topic gets error 3 and a zero id.
+//!   A null topic list means all topics.
+//! - **ListOffsets** v1–7: -2 → log start, -1 → the high watermark (read_uncommitted) or the
+//!   last stable offset (read_committed, v2+), -3 → the last batch's last offset and max
+//!   timestamp, a timestamp → the first record whose timestamp is at or after it (-1 when none).
 //! - **Fetch** v4–12 (advertised range set by [`TestLeader::set_fetch_versions`], default 4–12):
 //!   whole batches from the one holding the fetch offset, up to the partition's max bytes but at
-//!   least one; high watermark = log end; error 1 outside `[log start, log end]`. An answer with
-//!   no data, no error and no divergence waits up to `min(max_wait_ms, 200)` ms for an append.
+//!   least one; error 1 outside `[log start, log end]`. Every answer reports the high watermark
+//!   and the last stable offset (see *Transactions*). read_uncommitted (isolation 0) serves up
+//!   to the log end, whatever high watermark is reported, and `aborted_transactions` is null.
+//!   read_committed (isolation 1) serves only batches that end below the last stable offset and
+//!   lists, as Kafka does, every aborted transaction whose marker is at or after the fetch offset
+//!   and whose first offset is below the end of the data served (an empty list when no batch is
+//!   served, null in error and divergence answers). An answer with no data, no error and no divergence waits up to
+//!   `min(max_wait_ms, 200)` ms for an append.
 //!   At v12, a request with `last_fetched_epoch >= 0` is checked like Kafka does: when the leader's
 //!   end offset for that epoch is below the fetch offset (or the epoch is not in its history)
 //!   the answer carries `DivergingEpoch` and no records.
@@ -28,10 +37,44 @@
 //! the leader panic.
 //!
 //! # The log
-//! [`TestLeader::append`] builds uncompressed v2 batches with `build_v2_batch`: epoch = the
-//! partition's current leader epoch, key `key-<offset>` (null for every offset ≡ 3 mod 4), value
-//! `value-p<partition>-o<offset>-e<epoch>`, timestamps from 1_700_000_000_000 rising by 1 ms a
-//! record and never reused, even after a truncation. The high watermark is always the log end.
+//! Each partition's log is a list of batches, each kept as the bytes fetches serve, and of raw
+//! regions. It starts empty at offset 0 ([`set_log_start`](TestLeader::set_log_start) starts it
+//! higher).
+//! - [`append`](TestLeader::append) builds uncompressed v2 batches with `build_v2_batch`:
+//!   epoch = the partition's current leader epoch, key `key-<offset>` (null for every offset
+//!   ≡ 3 mod 4), value `value-p<partition>-o<offset>-e<epoch>`, timestamps from
+//!   1_700_000_000_000 rising by 1 ms a record and never reused, even after a truncation.
+//! - [`append_batch`](TestLeader::append_batch) appends one prebuilt batch as it is (built with
+//!   `tests/support/batches.rs`: compacted batches with holes, emptied batches, transactional
+//!   batches and markers). Its header must parse and it must start at or above the log end (a
+//!   gap is fine); the log end becomes its last offset + 1. An epoch above the leader epoch
+//!   becomes the leader epoch, starting at the batch's base offset.
+//! - [`append_raw`](TestLeader::append_raw) appends bytes with no check at all (negative
+//!   offsets, batches below earlier ones, negative record counts, garbage). They are served
+//!   verbatim after the bytes before them, to any fetch from an offset at or below the log end
+//!   as it was when they were appended, and move nothing: not the log end, not the
+//!   transactions, not ListOffsets. A later batch is served after them.
+//!
+//! The high watermark is the log end unless
+//! [`set_high_watermark`](TestLeader::set_high_watermark) overrides it; the override changes
+//! what Fetch and ListOffsets report, never the data served.
+//!
+//! # Transactions
+//! The leader follows the batches appended: a transactional data batch opens its producer id's
+//! transaction (at its base offset) unless one is open; a COMMIT marker closes it; an ABORT
+//! marker closes it and records the aborted transaction (producer id, first offset, last
+//! offset = the marker's). A marker with no open transaction changes nothing. The last stable
+//! offset is the first offset of the oldest open transaction, capped at the high watermark; with
+//! none open it is the high watermark. A truncation recomputes all of this from the batches
+//! left; a deletion forgets aborted transactions that end below the new log start.
+//!
+//! # Identity
+//! The topic has a non-zero topic id mixed from the port and the clock
+//! ([`topic_id`](TestLeader::topic_id); [`set_topic_id`](TestLeader::set_topic_id) sets it, all
+//! zero making a leader that knows no topic ids).
+//! [`recreate_topic`](TestLeader::recreate_topic) deletes the topic and creates it again under
+//! the same name: a new non-zero id, every partition empty from offset 0 at epoch 0.
+//! [`set_cluster_id`](TestLeader::set_cluster_id) sets or clears the cluster id.
 //!
 //! # Faults it injects
 //! Each armed fault is consumed by the responses it hits; the log itself is never altered.
@@ -56,7 +99,8 @@
 //!   with only 3 bytes behind it.
 //! - [`truncate_and_bump_epoch`](TestLeader::truncate_and_bump_epoch): an unclean leader
 //!   election: the log loses its tail and the leader epoch goes up, so a follower that had the
-//!   tail must find its divergence point.
+//!   tail must find its divergence point. Batches appended afterwards carry the new epoch (in
+//!   the batch header and, through `append`, in their values), so they differ from the lost ones.
 //!
 //! Dropping the [`TestLeader`] stops accepting connections and closes the open ones.
 
@@ -66,7 +110,8 @@ use replica_follower::protocol::ApiKey;
 use replica_follower::protocol::codec::{DecodeResult, Reader, Writer};
 use replica_follower::protocol::error::ErrorCode;
 use replica_follower::protocol::fetch::{
-    self, DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
+    self, AbortedTransaction, DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest,
+    FetchResponse,
 };
 use replica_follower::protocol::list_offsets::{self, ListOffsetsPartitionResponse};
 use replica_follower::protocol::metadata::{
@@ -75,19 +120,21 @@ use replica_follower::protocol::metadata::{
 use replica_follower::protocol::offset_for_leader_epoch::{self, EpochEndOffset};
 use replica_follower::record::BatchHeader;
 use replica_follower::record::batch::V2_HEADER_SIZE;
-use replica_follower::record::records::{NewRecord, build_v2_batch};
-use std::collections::HashMap;
+use replica_follower::record::records::{NewRecord, build_v2_batch, decode_records};
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The leader's node id.
 pub const NODE_ID: i32 = 1;
 /// Timestamp of the first record appended to each partition.
 pub const FIRST_TIMESTAMP: i64 = 1_700_000_000_000;
+/// The cluster id Metadata reports until [`TestLeader::set_cluster_id`] changes it.
+pub const CLUSTER_ID: &str = "test-leader-cluster";
 /// Longest wait before answering a fetch that has nothing to return.
 const MAX_EMPTY_FETCH_WAIT_MS: i32 = 200;
 /// Larger request frames close the connection.
@@ -125,6 +172,9 @@ impl Shared {
 
 struct State {
     topic: String,
+    /// All zero: a leader that knows no topic ids.
+    topic_id: [u8; 16],
+    cluster_id: Option<String>,
     partitions: Vec<PartitionLog>,
     fetch_versions: (i16, i16),
     api_versions_max: i16,
@@ -141,18 +191,95 @@ struct State {
 /// One stored batch.
 struct Batch {
     header: BatchHeader,
-    /// Timestamp of its first record; record i has `first_timestamp + i`.
-    first_timestamp: i64,
+    /// (offset, timestamp) of each record, in batch order (empty when the records do not
+    /// decode, e.g. compressed).
+    timestamps: Vec<(i64, i64)>,
     bytes: Vec<u8>,
 }
 
+impl Batch {
+    fn new(header: BatchHeader, bytes: Vec<u8>) -> Batch {
+        let timestamps = decode_records(&header, &bytes)
+            .map(|rs| rs.iter().map(|r| (r.offset, r.timestamp)).collect())
+            .unwrap_or_default();
+        Batch {
+            header,
+            timestamps,
+            bytes,
+        }
+    }
+}
+
+/// What a partition's log holds, in order.
+enum Entry {
+    Batch(Batch),
+    /// Bytes appended unchecked by `append_raw`; `at` was the log end then.
+    Raw {
+        at: i64,
+        bytes: Vec<u8>,
+    },
+}
+
+impl Entry {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Entry::Batch(b) => &b.bytes,
+            Entry::Raw { bytes, .. } => bytes,
+        }
+    }
+
+    fn batch(&self) -> Option<&Batch> {
+        match self {
+            Entry::Batch(b) => Some(b),
+            Entry::Raw { .. } => None,
+        }
+    }
+
+    /// Whether a read from `offset` includes this entry (when it gets that far).
+    fn reaches(&self, offset: i64) -> bool {
+        match self {
+            Entry::Batch(b) => b.header.last_offset >= offset,
+            Entry::Raw { at, .. } => *at >= offset,
+        }
+    }
+
+    /// Where the log ends if this entry and everything after it are dropped.
+    fn start(&self) -> i64 {
+        match self {
+            Entry::Batch(b) => b.header.base_offset,
+            Entry::Raw { at, .. } => *at,
+        }
+    }
+}
+
+/// A transaction the producer aborted: its data from `first_offset`, its marker at
+/// `last_offset`.
+#[derive(Clone, Copy)]
+struct AbortedTxn {
+    producer_id: i64,
+    first_offset: i64,
+    last_offset: i64,
+}
+
+/// Records read for one fetch.
+struct ReadData {
+    bytes: Vec<u8>,
+    /// One past the last offset of the last batch served; `None` when no batch was.
+    end: Option<i64>,
+}
+
 struct PartitionLog {
-    batches: Vec<Batch>,
+    entries: Vec<Entry>,
     log_start: i64,
     log_end: i64,
+    /// Overrides the high watermark reported (and used by ListOffsets); `None` = log end.
+    high_watermark: Option<i64>,
     leader_epoch: i32,
     /// (epoch, start offset), ascending, like Kafka's leader-epoch cache.
     epochs: Vec<(i32, i64)>,
+    /// Producer id → first offset of its open transaction.
+    open_txns: BTreeMap<i64, i64>,
+    aborted_txns: Vec<AbortedTxn>,
     next_timestamp: i64,
     corrupt_fetches: usize,
     partial_fetches: usize,
@@ -163,17 +290,39 @@ struct PartitionLog {
 impl PartitionLog {
     fn new() -> Self {
         PartitionLog {
-            batches: Vec::new(),
+            entries: Vec::new(),
             log_start: 0,
             log_end: 0,
+            high_watermark: None,
             leader_epoch: 0,
             epochs: vec![(0, 0)],
+            open_txns: BTreeMap::new(),
+            aborted_txns: Vec::new(),
             next_timestamp: FIRST_TIMESTAMP,
             corrupt_fetches: 0,
             partial_fetches: 0,
             error_fetches: None,
             served_offsets: Vec::new(),
         }
+    }
+
+    fn batches(&self) -> impl DoubleEndedIterator<Item = &Batch> {
+        self.entries.iter().filter_map(Entry::batch)
+    }
+
+    fn high_watermark(&self) -> i64 {
+        self.high_watermark.unwrap_or(self.log_end)
+    }
+
+    /// Kafka's last stable offset: the first offset of the oldest open transaction, capped at
+    /// the high watermark.
+    fn last_stable_offset(&self) -> i64 {
+        let hw = self.high_watermark();
+        self.open_txns
+            .values()
+            .copied()
+            .min()
+            .map_or(hw, |f| f.min(hw))
     }
 
     fn append(&mut self, partition: i32, records: usize, records_per_batch: usize) {
@@ -203,19 +352,99 @@ impl PartitionLog {
             let bytes = build_v2_batch(base, epoch, &records);
             let header = BatchHeader::parse(&bytes, usize::MAX)
                 .expect("build_v2_batch made a batch that does not parse");
-            self.batches.push(Batch {
-                header,
-                first_timestamp,
-                bytes,
-            });
+            self.entries.push(Entry::Batch(Batch::new(header, bytes)));
             self.log_end = header.last_offset + 1;
             self.next_timestamp += n as i64;
             left -= n;
         }
     }
 
+    fn append_batch(&mut self, bytes: Vec<u8>) {
+        let header = BatchHeader::parse(&bytes, usize::MAX)
+            .unwrap_or_else(|e| panic!("append_batch: {e}; use append_raw for such bytes"));
+        assert!(
+            header.base_offset >= self.log_end,
+            "append_batch: the batch starts at {} below the log end {}; use append_raw",
+            header.base_offset,
+            self.log_end
+        );
+        let epoch = header.partition_leader_epoch;
+        if epoch > self.leader_epoch {
+            self.leader_epoch = epoch;
+            self.epochs.push((epoch, header.base_offset));
+        }
+        let batch = Batch::new(header, bytes);
+        self.track_txn(&batch);
+        self.next_timestamp = self.next_timestamp.max(header.max_timestamp + 1);
+        self.entries.push(Entry::Batch(batch));
+        self.log_end = header.last_offset + 1;
+    }
+
+    fn append_raw(&mut self, bytes: Vec<u8>) {
+        let at = self.log_end;
+        self.entries.push(Entry::Raw { at, bytes });
+    }
+
+    /// Follows a batch's effect on the producers' transactions.
+    fn track_txn(&mut self, b: &Batch) {
+        if !b.header.is_transactional() {
+            return;
+        }
+        let producer_id = be_i64_at(&b.bytes, 43);
+        if !b.header.is_control() {
+            self.open_txns
+                .entry(producer_id)
+                .or_insert(b.header.base_offset);
+            return;
+        }
+        // The marker's type is the INT16 after the key's version.
+        let kind = decode_records(&b.header, &b.bytes)
+            .ok()
+            .and_then(|rs| rs.into_iter().next())
+            .and_then(|r| r.key)
+            .and_then(|k| k.get(2..4).map(|t| i16::from_be_bytes([t[0], t[1]])));
+        if !matches!(kind, Some(0 | 1)) {
+            return;
+        }
+        if let Some(first_offset) = self.open_txns.remove(&producer_id)
+            && kind == Some(0)
+        {
+            self.aborted_txns.push(AbortedTxn {
+                producer_id,
+                first_offset,
+                last_offset: b.header.last_offset,
+            });
+        }
+    }
+
+    /// Recomputes the transactions from the batches the log still holds.
+    fn rebuild_txns(&mut self) {
+        self.open_txns.clear();
+        self.aborted_txns.clear();
+        let entries = std::mem::take(&mut self.entries);
+        for b in entries.iter().filter_map(Entry::batch) {
+            self.track_txn(b);
+        }
+        self.entries = entries;
+    }
+
+    fn set_log_start(&mut self, offset: i64) {
+        assert!(
+            self.entries.is_empty() && self.log_start == self.log_end,
+            "set_log_start: the partition already holds offsets {}..{}",
+            self.log_start,
+            self.log_end
+        );
+        self.log_start = offset;
+        self.log_end = offset;
+        self.epochs = vec![(self.leader_epoch, offset)];
+    }
+
     fn log_bytes(&self) -> Vec<u8> {
-        self.batches.iter().flat_map(|b| b.bytes.clone()).collect()
+        self.entries
+            .iter()
+            .flat_map(|e| e.bytes().to_vec())
+            .collect()
     }
 
     fn delete_records_before(&mut self, offset: i64) {
@@ -223,7 +452,8 @@ impl PartitionLog {
         if new_start <= self.log_start {
             return;
         }
-        self.batches.retain(|b| b.header.last_offset >= new_start);
+        self.entries.retain(|e| e.reaches(new_start));
+        self.aborted_txns.retain(|t| t.last_offset >= new_start);
         self.log_start = new_start;
         // Like Kafka's truncateFromStart: epochs that ended before the new start go; the one
         // holding it now starts there.
@@ -236,14 +466,11 @@ impl PartitionLog {
     }
 
     fn truncate_and_bump_epoch(&mut self, offset: i64) {
-        if let Some(i) = self
-            .batches
-            .iter()
-            .position(|b| b.header.last_offset >= offset)
-        {
-            let cut_at = self.batches.get(i).map_or(offset, |b| b.header.base_offset);
-            self.batches.truncate(i);
-            self.log_end = cut_at.max(self.log_start);
+        if let Some(i) = self.entries.iter().position(|e| e.reaches(offset)) {
+            let cut_at = self.entries.get(i).map_or(offset, Entry::start);
+            self.entries.truncate(i);
+            self.log_end = cut_at.clamp(self.log_start, self.log_end);
+            self.rebuild_txns();
         }
         let end = self.log_end;
         self.epochs.retain(|&(_, start)| start < end);
@@ -268,29 +495,58 @@ impl PartitionLog {
         }
     }
 
-    /// Whole batches from the one holding `offset`, up to `max_bytes` but at least one.
-    fn read(&self, offset: i64, max_bytes: i32) -> Vec<u8> {
+    /// Whole entries from the batch holding `offset`, up to `max_bytes` but at least one,
+    /// stopping at the first batch that reaches `below` (and at raw bytes appended there).
+    fn read(&self, offset: i64, max_bytes: i32, below: i64) -> ReadData {
         let limit = usize::try_from(max_bytes).unwrap_or(0);
-        let mut out = Vec::new();
-        for b in self
-            .batches
-            .iter()
-            .filter(|b| b.header.last_offset >= offset)
-        {
-            if !out.is_empty() && out.len() + b.bytes.len() > limit {
+        let mut out = ReadData {
+            bytes: Vec::new(),
+            end: None,
+        };
+        for e in self.entries.iter().skip_while(|e| !e.reaches(offset)) {
+            if e.reaches(below) {
                 break;
             }
-            out.extend_from_slice(&b.bytes);
+            let bytes = e.bytes();
+            if !out.bytes.is_empty() && out.bytes.len() + bytes.len() > limit {
+                break;
+            }
+            out.bytes.extend_from_slice(bytes);
+            if let Some(b) = e.batch() {
+                out.end = Some(b.header.last_offset + 1);
+            }
         }
         out
     }
 
+    /// Aborted transactions a read_committed fetch from `offset` ending at `end` must list.
+    fn aborted_in(&self, offset: i64, end: Option<i64>) -> Vec<AbortedTransaction> {
+        let Some(end) = end else {
+            return Vec::new();
+        };
+        self.aborted_txns
+            .iter()
+            .filter(|t| t.last_offset >= offset && t.first_offset < end)
+            .map(|t| AbortedTransaction {
+                producer_id: t.producer_id,
+                first_offset: t.first_offset,
+            })
+            .collect()
+    }
+
     /// ListOffsets for one timestamp: (timestamp, offset, leader epoch).
-    fn offset_for_timestamp(&self, timestamp: i64) -> (i64, i64, i32) {
+    fn offset_for_timestamp(&self, timestamp: i64, isolation_level: i8) -> (i64, i64, i32) {
         match timestamp {
             list_offsets::EARLIEST => (-1, self.log_start, self.epoch_of(self.log_start)),
-            list_offsets::LATEST => (-1, self.log_end, self.leader_epoch),
-            -3 => match self.batches.last() {
+            list_offsets::LATEST => {
+                let offset = if isolation_level == 1 {
+                    self.last_stable_offset()
+                } else {
+                    self.high_watermark()
+                };
+                (-1, offset, self.leader_epoch)
+            }
+            -3 => match self.batches().next_back() {
                 Some(b) => (
                     b.header.max_timestamp,
                     b.header.last_offset,
@@ -299,28 +555,19 @@ impl PartitionLog {
                 None => (-1, -1, -1),
             },
             ts => {
-                let found = self
-                    .batches
-                    .iter()
-                    .find(|b| b.header.max_timestamp >= ts)
-                    .map(|b| {
-                        let i = ts.saturating_sub(b.first_timestamp).max(0);
-                        let offset = (b.header.base_offset + i).max(self.log_start);
-                        let i = offset - b.header.base_offset;
-                        (
-                            b.first_timestamp + i,
-                            offset,
-                            b.header.partition_leader_epoch,
-                        )
-                    });
+                let found = self.batches().find_map(|b| {
+                    b.timestamps
+                        .iter()
+                        .find(|&&(o, t)| t >= ts && o >= self.log_start)
+                        .map(|&(o, t)| (t, o, b.header.partition_leader_epoch))
+                });
                 found.unwrap_or((-1, -1, -1))
             }
         }
     }
 
     fn epoch_of(&self, offset: i64) -> i32 {
-        self.batches
-            .iter()
+        self.batches()
             .find(|b| b.header.contains(offset))
             .map_or(self.leader_epoch, |b| b.header.partition_leader_epoch)
     }
@@ -344,6 +591,40 @@ impl PartitionLog {
         if self.partial_fetches > 0 {
             self.partial_fetches -= 1;
             cut_last_batch(records);
+        }
+    }
+}
+
+fn be_i64_at(b: &[u8], at: usize) -> i64 {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(-1, i64::from_be_bytes)
+}
+
+/// A fresh topic id: non-zero, different from `previous`, mixed from `seed` and the clock.
+/// Like Kafka's `Uuid.randomUuid`, its text form never starts with '-'.
+fn new_topic_id(seed: u64, previous: [u8; 16]) -> [u8; 16] {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x = seed
+        ^ nanos.rotate_left(17)
+        ^ u64::from_be_bytes(previous[..8].try_into().unwrap_or_default());
+    let mut next = || {
+        // splitmix64
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    loop {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&next().to_be_bytes());
+        id[8..].copy_from_slice(&next().to_be_bytes());
+        id[0] &= 0x7f;
+        if id != [0; 16] && id != previous {
+            return id;
         }
     }
 }
@@ -382,7 +663,9 @@ struct FetchAnswer {
     partition: i32,
     error: i16,
     high_watermark: i64,
+    last_stable_offset: i64,
     log_start: i64,
+    aborted: Option<Vec<AbortedTransaction>>,
     diverging: Option<DivergingEpoch>,
     records: Vec<u8>,
 }
@@ -422,12 +705,15 @@ impl State {
         topic: &str,
         p: &FetchPartition,
         version: i16,
+        isolation_level: i8,
     ) -> FetchAnswer {
         let mut answer = FetchAnswer {
             partition: p.partition,
             error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0,
             high_watermark: -1,
+            last_stable_offset: -1,
             log_start: -1,
+            aborted: None,
             diverging: None,
             records: Vec::new(),
         };
@@ -438,7 +724,8 @@ impl State {
             return answer;
         };
         answer.error = ErrorCode::NONE.0;
-        answer.high_watermark = log.log_end;
+        answer.high_watermark = log.high_watermark();
+        answer.last_stable_offset = log.last_stable_offset();
         answer.log_start = log.log_start;
         if let Some(code) = log.take_injected_error() {
             answer.error = code;
@@ -459,7 +746,17 @@ impl State {
             answer.error = ErrorCode::OFFSET_OUT_OF_RANGE.0;
             return answer;
         }
-        answer.records = log.read(p.fetch_offset, p.partition_max_bytes);
+        let committed = isolation_level == 1;
+        let below = if committed {
+            answer.last_stable_offset
+        } else {
+            i64::MAX
+        };
+        let data = log.read(p.fetch_offset, p.partition_max_bytes, below);
+        if committed {
+            answer.aborted = Some(log.aborted_in(p.fetch_offset, data.end));
+        }
+        answer.records = data.bytes;
         if !answer.records.is_empty() {
             log.apply_data_faults(&mut answer.records);
         }
@@ -476,7 +773,7 @@ impl State {
             .map(|(topic, parts)| {
                 let answers = parts
                     .iter()
-                    .map(|p| self.answer_fetch_partition(topic, p, version))
+                    .map(|p| self.answer_fetch_partition(topic, p, version, req.isolation_level))
                     .collect();
                 (topic.clone(), answers)
             })
@@ -494,6 +791,8 @@ impl TestLeader {
             .port();
         let state = State {
             topic: topic.to_string(),
+            topic_id: new_topic_id(u64::from(port), [0; 16]),
+            cluster_id: Some(CLUSTER_ID.to_string()),
             partitions: (0..partitions.max(0))
                 .map(|_| PartitionLog::new())
                 .collect(),
@@ -548,6 +847,83 @@ impl TestLeader {
         self.shared.appended.notify_all();
     }
 
+    /// Appends one prebuilt batch as it is (see `batches.rs`), at any epoch (a higher one
+    /// becomes the leader epoch, starting at its base offset), after a gap if its base offset
+    /// is above the log end; the log end becomes its last offset + 1. Panics unless its header
+    /// parses and it starts at or above the log end.
+    pub fn append_batch(&self, partition: i32, bytes: Vec<u8>) {
+        self.with_log(partition, |log| log.append_batch(bytes));
+        self.shared.appended.notify_all();
+    }
+
+    /// Appends `bytes` unchecked: fetches serve them verbatim after the partition's earlier
+    /// bytes, to any fetch from an offset at or below the current log end; nothing else moves.
+    pub fn append_raw(&self, partition: i32, bytes: Vec<u8>) {
+        self.with_log(partition, |log| log.append_raw(bytes));
+        self.shared.appended.notify_all();
+    }
+
+    /// Starts the (still empty) partition at `offset`: log start = log end = `offset`, the
+    /// current epoch beginning there. Panics if anything was appended.
+    pub fn set_log_start(&self, partition: i32, offset: i64) {
+        self.with_log(partition, |log| log.set_log_start(offset));
+    }
+
+    /// Overrides the high watermark that Fetch and ListOffsets report (`None`: the log end).
+    /// The data a fetch serves is not capped by it.
+    pub fn set_high_watermark(&self, partition: i32, high_watermark: Option<i64>) {
+        self.with_log(partition, |log| log.high_watermark = high_watermark);
+        self.shared.appended.notify_all();
+    }
+
+    /// The high watermark reported: the override, else the log end.
+    pub fn high_watermark(&self, partition: i32) -> i64 {
+        self.with_log(partition, |log| log.high_watermark())
+    }
+
+    /// The first offset of the oldest open transaction, capped at the high watermark.
+    pub fn last_stable_offset(&self, partition: i32) -> i64 {
+        self.with_log(partition, |log| log.last_stable_offset())
+    }
+
+    /// The cluster id Metadata v2+ reports (default [`CLUSTER_ID`]); `None` reports null.
+    pub fn set_cluster_id(&self, cluster_id: Option<&str>) {
+        self.shared.state().cluster_id = cluster_id.map(str::to_string);
+    }
+
+    /// The topic id Metadata v10+ reports.
+    pub fn topic_id(&self) -> [u8; 16] {
+        self.shared.state().topic_id
+    }
+
+    /// Sets the topic id; all zero makes a leader that knows no topic ids.
+    pub fn set_topic_id(&self, topic_id: [u8; 16]) {
+        self.shared.state().topic_id = topic_id;
+    }
+
+    /// Deletes the topic and creates it again under the same name with `partitions` partitions:
+    /// a new non-zero topic id, every partition empty from offset 0 at epoch 0 with no armed
+    /// fault. Timestamps go on rising and `served_offsets` keeps its history.
+    pub fn recreate_topic(&self, partitions: i32) {
+        let mut state = self.shared.state();
+        let old = std::mem::take(&mut state.partitions);
+        let seed = u64::from(self.shared.port) ^ (old.len() as u64).rotate_left(32);
+        state.topic_id = new_topic_id(seed, state.topic_id);
+        let mut old = old.into_iter();
+        state.partitions = (0..partitions.max(0))
+            .map(|_| {
+                let mut log = PartitionLog::new();
+                if let Some(prev) = old.next() {
+                    log.next_timestamp = prev.next_timestamp;
+                    log.served_offsets = prev.served_offsets;
+                }
+                log
+            })
+            .collect();
+        drop(state);
+        self.shared.appended.notify_all();
+    }
+
     /// Every batch of the partition, concatenated, exactly as fetches serve them.
     pub fn log_bytes(&self, partition: i32) -> Vec<u8> {
         self.with_log(partition, |log| log.log_bytes())
@@ -557,7 +933,7 @@ impl TestLeader {
         self.with_log(partition, |log| log.log_start)
     }
 
-    /// The log end offset, which is also the high watermark.
+    /// The log end offset: the last offset of the last batch + 1.
     pub fn log_end(&self, partition: i32) -> i64 {
         self.with_log(partition, |log| log.log_end)
     }
@@ -856,8 +1232,9 @@ fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<
                         partition: a.partition,
                         error: ErrorCode(a.error),
                         high_watermark: a.high_watermark,
-                        last_stable_offset: a.high_watermark,
+                        last_stable_offset: a.last_stable_offset,
                         log_start_offset: a.log_start,
+                        aborted_transactions: a.aborted.clone(),
                         diverging_epoch: a.diverging,
                         current_leader: None,
                         records: &a.records,
@@ -935,7 +1312,7 @@ fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<V
     let ours = || TopicMetadata {
         error: ErrorCode::NONE,
         name: state.topic.clone(),
-        topic_id: [0; 16],
+        topic_id: state.topic_id,
         partitions: (0..)
             .zip(&state.partitions)
             .map(|(partition, log)| PartitionMetadata {
@@ -967,7 +1344,7 @@ fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<V
             host: "127.0.0.1".into(),
             port: i32::from(shared.port),
         }],
-        cluster_id: Some("cluster".into()),
+        cluster_id: state.cluster_id.clone(),
         topics,
     };
     let mut w = Writer::new();
@@ -979,9 +1356,11 @@ fn handle_list_offsets(shared: &Shared, body: &[u8], version: i16) -> DecodeResu
     let flexible = version >= 6;
     let mut r = Reader::new(body);
     r.i32("ListOffsets replica_id")?;
-    if version >= 2 {
-        r.i8("ListOffsets isolation_level")?;
-    }
+    let isolation_level = if version >= 2 {
+        r.i8("ListOffsets isolation_level")?
+    } else {
+        0
+    };
     let state = shared.state();
     let nt = r.array_count(flexible, 3, "ListOffsets topics")?;
     let mut topics = Vec::with_capacity(nt);
@@ -1001,7 +1380,8 @@ fn handle_list_offsets(shared: &Shared, body: &[u8], version: i16) -> DecodeResu
             let log = state.log(partition).filter(|_| name == state.topic);
             parts.push(match log {
                 Some(log) => {
-                    let (timestamp, offset, leader_epoch) = log.offset_for_timestamp(timestamp);
+                    let (timestamp, offset, leader_epoch) =
+                        log.offset_for_timestamp(timestamp, isolation_level);
                     ListOffsetsPartitionResponse {
                         partition,
                         error: ErrorCode::NONE,
