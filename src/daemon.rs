@@ -7,9 +7,11 @@
 //! so a fetch in flight ends at once), stop the checkpoint task, flush every log, write the
 //! checkpoints and the clean-shutdown marker, exit 0.
 
+use crate::client::cluster;
 use crate::config::Config;
-use crate::fetcher::manager::{FetcherManager, ManagerEvent};
+use crate::fetcher::manager::{FETCH_STOPPED_FILE, FetcherManager, ManagerEvent};
 use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
+use crate::log::identity;
 use crate::log::manager::LogManager;
 use anyhow::{Context, Result, bail};
 use fs2::FileExt;
@@ -132,6 +134,39 @@ fn start_checkpoint_task(cfg: &Config, logs: Arc<LogManager>) -> Result<Shutdown
         .context("failed to start the checkpoint task")
 }
 
+/// A data dir that replicates one cluster is never fed from another: when the bootstrap
+/// brokers report a cluster id other than the recorded one, the daemon refuses to start
+/// without changing a file. Unreachable brokers leave the check to the first contact.
+fn check_cluster_at_start(cfg: &Config) -> Result<()> {
+    let Some(expected) = identity::read_cluster_id(&cfg.data_dir)? else {
+        return Ok(());
+    };
+    let topics: Vec<String> = cfg.follow.iter().map(|f| f.topic.clone()).collect();
+    match cluster::bootstrap_metadata(&cfg.bootstrap_servers, &cfg.client_id, &topics) {
+        Ok(md) => match md.cluster_id {
+            Some(seen) if seen != expected => bail!(
+                "data dir `{}` replicates cluster {expected}, but the brokers at {} report cluster id {seen}; refusing to start, nothing was fetched or changed (point bootstrap_servers at cluster {expected}, or use a new data dir for cluster {seen})",
+                cfg.data_dir.display(),
+                cfg.bootstrap_servers.join(",")
+            ),
+            _ => {
+                let stopped = cfg.data_dir.join(FETCH_STOPPED_FILE);
+                if stopped.exists() {
+                    std::fs::remove_file(&stopped)
+                        .with_context(|| format!("failed to remove `{}`", stopped.display()))?;
+                }
+                Ok(())
+            }
+        },
+        Err(e) => {
+            crate::log_warn!(
+                "cannot check the cluster id at start-up ({e:#}); it is checked at the first contact, before anything is fetched"
+            );
+            Ok(())
+        }
+    }
+}
+
 /// Runs the daemon with a validated configuration until SIGTERM/SIGINT.
 pub fn run(cfg: Config) -> Result<()> {
     let cfg = Arc::new(cfg);
@@ -147,6 +182,8 @@ pub fn run(cfg: Config) -> Result<()> {
         env!("CARGO_PKG_VERSION"),
         cfg.data_dir.display()
     );
+    // Before anything in the data dir is touched (recovery, markers, checkpoints).
+    check_cluster_at_start(&cfg)?;
     let logs = Arc::new(LogManager::open(&cfg.data_dir, cfg.log_config())?);
     // Checkpoint right away so the files describe what was just loaded and recovered.
     logs.checkpoint()?;

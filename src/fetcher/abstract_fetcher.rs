@@ -235,8 +235,41 @@ pub trait LeaderEndPoint: Send {
     ) -> Result<Option<(ErrorCode, i32, i64)>>;
     /// Whether Fetch responses report diverging epochs (Fetch v12+).
     fn supports_diverging_epoch(&mut self) -> Result<bool>;
+    /// The cluster id and the topic's id as this leader reports them (each `None` when it
+    /// reports none), asked before a truncation: a re-created topic or another cluster behind
+    /// the same address must never truncate the history of the old one.
+    fn identity(&mut self, topic: &str) -> Result<Identity>;
     /// Drops the connection; the next call reconnects.
     fn close(&mut self);
+}
+
+/// Which cluster and topic a log belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub cluster_id: Option<String>,
+    pub topic_id: Option<crate::protocol::uuid::Uuid>,
+}
+
+impl Identity {
+    /// Why `leader` cannot be the source of `local`, if it cannot (only ids both sides know
+    /// are compared).
+    pub fn mismatch(local: &Identity, leader: &Identity) -> Option<String> {
+        if let (Some(a), Some(b)) = (&local.cluster_id, &leader.cluster_id)
+            && a != b
+        {
+            return Some(format!(
+                "the leader reports cluster id {b}, the local log belongs to cluster {a}"
+            ));
+        }
+        if let (Some(a), Some(b)) = (local.topic_id, leader.topic_id)
+            && a != b
+        {
+            return Some(format!(
+                "the leader reports topic id {b}, the local log has topic id {a}"
+            ));
+        }
+        None
+    }
 }
 
 /// What the replica side's validation of one partition's records hands the loop: the loop
@@ -277,6 +310,8 @@ pub trait ReplicaOps: Send {
     /// retention passed a stopped or slow replica): keep every local batch, record the range
     /// as lost upstream, and continue at `offset`.
     fn skip_to(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
+    /// The cluster id and topic id recorded for the local log (each `None` when unknown).
+    fn identity(&self, tp: &TopicPartition) -> Identity;
     /// Called once after a round's truncations, outside the partition-map lock (the real
     /// replica rewrites its checkpoints here, once, rather than per truncated partition).
     fn after_truncations(&mut self) {}
@@ -721,6 +756,36 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         });
     }
 
+    /// Before a truncation: whether the leader still serves the topic the local log belongs
+    /// to. When it does not (re-created topic, another cluster), the partition goes back to
+    /// the manager, which archives or stops; when the leader cannot say, the partition backs
+    /// off. Either way nothing is truncated.
+    fn same_identity(&mut self, map: &mut PartitionMap, tp: &TopicPartition) -> bool {
+        let local = self.replica.identity(tp);
+        if local == Identity::default() {
+            return true;
+        }
+        match self.leader.identity(&tp.topic) {
+            Ok(leader) => match Identity::mismatch(&local, &leader) {
+                None => true,
+                Some(why) => {
+                    crate::log_error!("{tp}: not truncating: {why}");
+                    self.hand_back(map, tp, format!("identity changed: {why}"));
+                    false
+                }
+            },
+            Err(e) => {
+                crate::log_warn!(
+                    "{tp}: cannot confirm the topic's identity with {} before truncating: {e:#}",
+                    self.leader.describe()
+                );
+                self.leader.close();
+                delay(map, tp, self.params.backoff);
+                false
+            }
+        }
+    }
+
     /// After the local log changed under a partition: fetch on from its end.
     fn resume_at_log_end(&self, map: &mut PartitionMap, tp: &TopicPartition, fallback: i64) {
         let end = self.replica.log_end_offset(tp).unwrap_or(fallback);
@@ -744,6 +809,14 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             Some((_, end)) => end,
             None => self.replica.log_start_offset(tp).unwrap_or(0),
         };
+        if self
+            .replica
+            .log_end_offset(tp)
+            .is_some_and(|end| target < end)
+            && !self.same_identity(map, tp)
+        {
+            return;
+        }
         crate::log_warn!(
             "{tp}: leader reports divergence at epoch {} offset {}; truncating to {target}",
             d.epoch,
@@ -780,6 +853,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         // Set when a request to the leader itself failed (not an error code, not a local
         // failure): only then are the round's other partitions spared the wait.
         let mut unreachable = false;
+        let mut identity_changed = false;
         let result: Result<Option<(i64, &'static str)>> = (|| {
             let latest = self.leader.fetch_latest_offset(tp, epoch);
             unreachable = latest.is_err();
@@ -793,6 +867,10 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 }
             };
             if leader_end < local_end {
+                if !self.same_identity(map, tp) {
+                    identity_changed = true;
+                    return Ok(None);
+                }
                 let reason = format!(
                     "OffsetOutOfRange: the leader's log ends at {leader_end}, below the local end {local_end}"
                 );
@@ -826,6 +904,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 }
                 true
             }
+            Ok(None) if identity_changed => true,
             Ok(None) => {
                 self.hand_back(
                     map,
@@ -906,6 +985,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         }
                     };
                     if target < end {
+                        if !self.same_identity(&mut map, &tp) {
+                            continue;
+                        }
                         crate::log_warn!(
                             "{tp}: leader's epoch {leader_epoch} ends at {leader_end}; truncating {end} → {target}"
                         );
@@ -965,6 +1047,7 @@ mod tests {
         /// Every request sent, with when.
         requests: Arc<Mutex<Vec<(Instant, FetchRequest)>>>,
         sent: VecDeque<FetchRequest>,
+        identity: Identity,
     }
 
     impl MockLeader {
@@ -992,6 +1075,7 @@ mod tests {
                 corrupt_next: 0,
                 requests: Arc::default(),
                 sent: VecDeque::new(),
+                identity: Identity::default(),
             }
         }
     }
@@ -1094,6 +1178,9 @@ mod tests {
         fn supports_diverging_epoch(&mut self) -> Result<bool> {
             Ok(true)
         }
+        fn identity(&mut self, _: &str) -> Result<Identity> {
+            Ok(self.identity.clone())
+        }
         fn close(&mut self) {}
     }
 
@@ -1106,6 +1193,7 @@ mod tests {
         start: i64,
         end: i64,
         truncations: Vec<(&'static str, i64)>,
+        identity: Identity,
     }
 
     impl ReplicaOps for MemReplica {
@@ -1167,6 +1255,9 @@ mod tests {
             self.truncations.push(("truncate", offset));
             self.end = self.end.min(offset);
             Ok(())
+        }
+        fn identity(&self, _: &TopicPartition) -> Identity {
+            self.identity.clone()
         }
         fn skip_to(&mut self, _: &TopicPartition, offset: i64) -> Result<()> {
             self.truncations.push(("skip", offset));
@@ -1420,6 +1511,35 @@ mod tests {
         f.do_work();
         assert_eq!(f.replica().truncations, vec![("truncate", 10)]);
         assert_eq!(shared.lock()[&tp()].fetch_offset, 10);
+    }
+
+    #[test]
+    fn a_leader_with_another_topic_id_never_truncates_the_log() {
+        let mut leader = MockLeader::new(2); // hw 10
+        leader.identity.topic_id = Some(crate::protocol::uuid::Uuid([2; 16]));
+        let (mut f, shared, rx) = fetcher(
+            leader,
+            MemReplica {
+                start: 0,
+                end: 14,
+                identity: Identity {
+                    cluster_id: None,
+                    topic_id: Some(crate::protocol::uuid::Uuid([1; 16])),
+                },
+                ..Default::default()
+            },
+            10,
+        );
+        shared.add_partitions([(tp(), PartitionFetchState::new(14, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert!(f.replica().truncations.is_empty(), "nothing truncated");
+        assert_eq!(f.replica().end, 14);
+        assert_eq!(shared.partition_count(), 0, "handed back to the manager");
+        match rx.try_recv().unwrap() {
+            FetcherEvent::NeedsLeader { reason, .. } => {
+                assert!(reason.contains("topic id"), "{reason}")
+            }
+        }
     }
 
     #[test]

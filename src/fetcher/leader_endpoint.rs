@@ -1,6 +1,6 @@
 //! The real [`LeaderEndPoint`]: a lazily (re)connected broker connection.
 
-use super::abstract_fetcher::{FetchFrame, FetcherShared, LeaderEndPoint};
+use super::abstract_fetcher::{FetchFrame, FetcherShared, Identity, LeaderEndPoint};
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
@@ -155,6 +155,14 @@ impl LeaderEndPoint for BrokerEndPoint {
 
     fn supports_diverging_epoch(&mut self) -> Result<bool> {
         Ok(self.conn()?.version(ApiKey::Fetch).is_some_and(|v| v >= 12))
+    }
+
+    fn identity(&mut self, topic: &str) -> Result<Identity> {
+        let md = cluster::fetch_metadata(self.conn()?, &[topic.to_string()])?;
+        Ok(Identity {
+            cluster_id: md.cluster_id,
+            topic_id: md.topic_ids.get(topic).copied(),
+        })
     }
 
     fn close(&mut self) {

@@ -17,7 +17,8 @@ use super::shutdownable::ShutdownableThread;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
 use crate::client::cluster::{self, ClusterMetadata};
-use crate::config::{Config, StartPosition};
+use crate::config::{Config, OnTopicRecreated, StartPosition};
+use crate::log::identity;
 use crate::log::manager::{LogManager, lock_log};
 use crate::protocol::error::ErrorCode;
 use anyhow::{Context, Result, anyhow};
@@ -27,6 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+/// Written into the data dir while fetching is stopped for the whole data dir (the leader
+/// reports another cluster); `status` shows it.
+pub const FETCH_STOPPED_FILE: &str = "fetching-stopped";
 
 /// How often metadata is refreshed when nothing asks for it (Kafka's metadata.max.age.ms
 /// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
@@ -184,6 +189,9 @@ pub struct FetcherManager {
     meta_conn: Option<TrackedConn>,
     /// Problems already reported, so a persistent one is logged once, not every round.
     reported: BTreeSet<String>,
+    /// Set while the leader reports another cluster than the one this data dir replicates:
+    /// nothing is fetched.
+    wrong_cluster: Option<String>,
 }
 
 /// The thread name of a fetcher, which is also how its events name it.
@@ -231,6 +239,7 @@ impl FetcherManager {
             reported: BTreeSet::new(),
             stop: Arc::new(StopHandle::default()),
             meta_conn: None,
+            wrong_cluster: None,
         }
     }
 
@@ -419,7 +428,11 @@ impl FetcherManager {
     /// every wanted partition has a fetcher.
     fn reconcile(&mut self) -> Result<bool> {
         self.refresh_metadata()?;
+        if !self.check_cluster() {
+            return Ok(false);
+        }
         let (wanted, mut complete) = self.wanted();
+        let wanted = self.check_topic_ids(wanted);
         let n = self.cfg.fetch.fetchers_per_broker;
         let mut to_add: BTreeMap<(i32, usize), NewPartitions> = BTreeMap::new();
         for (tp, start) in wanted {
@@ -526,6 +539,158 @@ impl FetcherManager {
             }
         }
         Ok(complete)
+    }
+
+    /// Pins the data dir to the cluster the leader reports (Metadata v2+): recorded on first
+    /// contact; on a different id every fetcher stops until the right cluster answers again.
+    /// Returns whether fetching may go on.
+    fn check_cluster(&mut self) -> bool {
+        let data_dir = self.logs.data_dir().to_path_buf();
+        let Some(seen) = self.metadata.cluster_id.clone() else {
+            self.report_once("no-cluster-id".into(), || {
+                "the leader reports no cluster id (Metadata below v2); the cluster identity check is skipped".into()
+            });
+            return true;
+        };
+        let recorded = match identity::read_cluster_id(&data_dir) {
+            Ok(r) => r,
+            Err(e) => {
+                self.report_once(format!("meta-{e}"), || {
+                    format!("{e:#}; nothing is fetched until the file is readable")
+                });
+                return false;
+            }
+        };
+        match recorded {
+            None => {
+                if let Err(e) = identity::write_cluster_id(&data_dir, &seen) {
+                    crate::log_error!("cannot record the cluster id: {e:#}");
+                    return false;
+                }
+                crate::log_info!(
+                    "data dir `{}` now replicates cluster {seen}",
+                    data_dir.display()
+                );
+                true
+            }
+            Some(expected) if expected == seen => {
+                if self.wrong_cluster.take().is_some() {
+                    crate::log_info!("the leader reports cluster {seen} again; fetching resumes");
+                    let _ = std::fs::remove_file(data_dir.join(FETCH_STOPPED_FILE));
+                }
+                true
+            }
+            Some(expected) => {
+                let msg = format!(
+                    "the leader reports cluster id {seen}, but data dir `{}` replicates cluster {expected}; every fetcher is stopped and nothing is fetched into it",
+                    data_dir.display()
+                );
+                if self.wrong_cluster.as_deref() != Some(msg.as_str()) {
+                    crate::log_error!("{msg}");
+                    if let Err(e) = crate::checkpoint::rewrite_atomic(
+                        &data_dir.join(FETCH_STOPPED_FILE),
+                        format!("{msg}\n").as_bytes(),
+                    ) {
+                        crate::log_error!("cannot record the stop: {e:#}");
+                    }
+                }
+                self.stop_every_fetcher();
+                self.wrong_cluster = Some(msg);
+                false
+            }
+        }
+    }
+
+    /// Shuts every fetcher down; their partitions are assigned again once fetching may go on.
+    fn stop_every_fetcher(&mut self) {
+        for f in self.fetchers.values() {
+            f.thread.initiate_shutdown();
+        }
+        for (_, mut f) in std::mem::take(&mut self.fetchers) {
+            f.thread.await_shutdown();
+        }
+        let assigned = std::mem::take(&mut self.assigned);
+        self.handed_back.extend(assigned);
+    }
+
+    /// Stops fetching `tp` wherever it is fetched.
+    fn unassign(&mut self, tp: &TopicPartition) {
+        if let Some(old) = self.assigned.remove(tp)
+            && let Some(f) = self.fetchers.get(&(old.broker, old.fetcher_id))
+        {
+            f.shared.remove_partition(tp);
+        }
+        self.handed_back.remove(tp);
+    }
+
+    /// Compares each wanted partition's recorded topic id with the leader's (Metadata v10+).
+    /// First contact records it; a different id means the topic was deleted and re-created:
+    /// the old history is archived (then the partition is followed anew, per `start`) or the
+    /// topic stops, per `on_topic_recreated`. Returns the partitions to follow.
+    fn check_topic_ids(
+        &mut self,
+        wanted: Vec<(TopicPartition, StartPosition)>,
+    ) -> Vec<(TopicPartition, StartPosition)> {
+        let mut out = Vec::with_capacity(wanted.len());
+        for (tp, start) in wanted {
+            let Some(&leader_id) = self.metadata.topic_ids.get(&tp.topic) else {
+                self.report_once(format!("no-topic-id-{}", tp.topic), || {
+                    format!(
+                        "the leader reports no topic id for `{}` (Metadata below v10); its topic identity check is skipped",
+                        tp.topic
+                    )
+                });
+                out.push((tp, start));
+                continue;
+            };
+            let Some(log) = self.logs.get(&tp) else {
+                out.push((tp, start));
+                continue;
+            };
+            let recorded = lock_log(&log).topic_id();
+            match recorded {
+                Some(id) if id == leader_id => out.push((tp, start)),
+                None => {
+                    if let Err(e) = lock_log(&log).record_topic_id(leader_id) {
+                        self.report_once(format!("topic-id-{tp}"), || {
+                            format!("{tp}: cannot record topic id {leader_id}: {e:#}")
+                        });
+                    }
+                    out.push((tp, start));
+                }
+                Some(old) => {
+                    drop(log);
+                    let policy = self
+                        .cfg
+                        .follow
+                        .iter()
+                        .find(|f| f.topic == tp.topic)
+                        .map_or(OnTopicRecreated::Archive, |f| f.on_topic_recreated);
+                    self.unassign(&tp);
+                    if policy == OnTopicRecreated::Stop {
+                        self.report_once(format!("recreated-{tp}-{leader_id}"), || {
+                            format!(
+                                "{tp}: the topic was re-created (topic id {old} locally, {leader_id} on the leader); on_topic_recreated = \"stop\": not following it, local data kept"
+                            )
+                        });
+                        continue;
+                    }
+                    match self.logs.archive(&tp) {
+                        Ok(to) => {
+                            crate::log_error!(
+                                "{tp}: the topic was re-created (topic id {old} locally, {leader_id} on the leader); its history is kept intact in `{}` and the new topic is followed from its start",
+                                to.display()
+                            );
+                            out.push((tp, start));
+                        }
+                        Err(e) => self.report_once(format!("archive-{tp}"), || {
+                            format!("{tp}: the topic was re-created but its history could not be archived, so it is not followed: {e:#}")
+                        }),
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The fetcher thread for (broker, fetcher id), started if needed.
@@ -702,7 +867,8 @@ impl FetcherManager {
             Some(Err(e)) => return Err(anyhow!("{e}")),
             None => return Err(anyhow!("no initial offset was asked for")),
         };
-        self.logs.get_or_create(tp, offset)?;
+        let topic_id = self.metadata.topic_ids.get(&tp.topic).copied();
+        self.logs.get_or_create(tp, offset, topic_id)?;
         Ok(PartitionFetchState::new(
             offset,
             epoch,

@@ -21,7 +21,7 @@
 //! fetch offset, the last epoch) goes to the fetch loop as a [`ValidatedRecords`], which the
 //! loop reads only through [`ValidatedFetch`]: it never walks record bytes itself.
 
-use super::abstract_fetcher::{ReplicaOps, ValidatedFetch};
+use super::abstract_fetcher::{Identity, ReplicaOps, ValidatedFetch};
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
 use crate::log::manager::{LogManager, lock_log};
@@ -233,6 +233,15 @@ impl ReplicaOps for ReplicaLogOps {
         // Only a truncation that removed something can leave checkpoints past the log end.
         self.checkpoint_due |= log.log_end_offset() != end;
         Ok(())
+    }
+
+    fn identity(&self, tp: &TopicPartition) -> Identity {
+        Identity {
+            cluster_id: crate::log::identity::read_cluster_id(self.logs.data_dir())
+                .ok()
+                .flatten(),
+            topic_id: self.logs.get(tp).and_then(|l| lock_log(&l).topic_id()),
+        }
     }
 
     fn skip_to(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {

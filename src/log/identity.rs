@@ -51,7 +51,11 @@ pub fn read_cluster_id(data_dir: &Path) -> Result<Option<String>> {
             continue;
         }
         let Some((k, v)) = line.split_once('=') else {
-            bail!("`{}` line {}: expected key=value, got `{line}`", path.display(), n + 1);
+            bail!(
+                "`{}` line {}: expected key=value, got `{line}`",
+                path.display(),
+                n + 1
+            );
         };
         if k.trim() == "cluster.id" && !v.trim().is_empty() {
             return Ok(Some(v.trim().to_string()));
@@ -80,20 +84,32 @@ pub fn read_topic_id(dir: &Path) -> Result<Option<Uuid>> {
             continue;
         }
         let Some((k, v)) = line.split_once(':') else {
-            bail!("`{}` line {}: expected `key: value`, got `{line}`", path.display(), n + 1);
+            bail!(
+                "`{}` line {}: expected `key: value`, got `{line}`",
+                path.display(),
+                n + 1
+            );
         };
         match k.trim() {
             "version" => version = Some(v.trim().to_string()),
             "topic_id" => {
                 id = Some(Uuid::parse(v.trim()).with_context(|| {
-                    format!("`{}` line {}: bad topic id `{}`", path.display(), n + 1, v.trim())
+                    format!(
+                        "`{}` line {}: bad topic id `{}`",
+                        path.display(),
+                        n + 1,
+                        v.trim()
+                    )
                 })?)
             }
             _ => {}
         }
     }
     if version.as_deref() != Some("0") {
-        bail!("`{}`: missing or unsupported version (expected `version: 0`)", path.display());
+        bail!(
+            "`{}`: missing or unsupported version (expected `version: 0`)",
+            path.display()
+        );
     }
     match id {
         Some(id) => Ok(Some(id)),
@@ -135,7 +151,9 @@ pub fn list_archived(data_dir: &Path) -> Result<Vec<(PathBuf, String, i32, Strin
         };
         let stem = &name[..at];
         // `<topic>-<partition>.<id>`: the id is the last 22 characters after a dot.
-        let Some((tp, id)) = stem.rsplit_once('.').filter(|(_, id)| id.len() == 22 || *id == "unknown-id")
+        let Some((tp, id)) = stem
+            .rsplit_once('.')
+            .filter(|(_, id)| id.len() == 22 || *id == "unknown-id")
         else {
             continue;
         };
@@ -158,9 +176,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(read_cluster_id(d.path()).unwrap(), None);
         write_cluster_id(d.path(), "abc-123").unwrap();
-        assert_eq!(read_cluster_id(d.path()).unwrap().as_deref(), Some("abc-123"));
+        assert_eq!(
+            read_cluster_id(d.path()).unwrap().as_deref(),
+            Some("abc-123")
+        );
         std::fs::write(d.path().join(META_PROPERTIES), "garbage\n").unwrap();
-        assert!(read_cluster_id(d.path()).unwrap_err().to_string().contains(META_PROPERTIES));
+        assert!(
+            read_cluster_id(d.path())
+                .unwrap_err()
+                .to_string()
+                .contains(META_PROPERTIES)
+        );
     }
 
     #[test]
@@ -173,7 +199,11 @@ mod tests {
             format!("version: 0\ntopic_id: {id}\n")
         );
         assert_eq!(read_topic_id(d.path()).unwrap(), Some(id));
-        std::fs::write(d.path().join(PARTITION_METADATA), "version: 1\ntopic_id: x\n").unwrap();
+        std::fs::write(
+            d.path().join(PARTITION_METADATA),
+            "version: 1\ntopic_id: x\n",
+        )
+        .unwrap();
         assert!(read_topic_id(d.path()).is_err());
     }
 

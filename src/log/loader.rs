@@ -158,6 +158,13 @@ pub fn load(
         .filter(|_| clean_shutdown)
         .map_or(leo, |h| h.min(leo))
         .max(log_start);
+    let topic_id = match super::identity::read_topic_id(&dir) {
+        Ok(id) => id,
+        Err(e) => {
+            crate::log_warn!("{e:#}; {tp} will record the topic id the leader reports");
+            None
+        }
+    };
     let lost = match checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM)) {
         Ok(l) => l,
         Err(e) => {
@@ -199,6 +206,7 @@ pub fn load(
         epochs,
         generation: 0,
         lost,
+        topic_id,
     };
     if report.recovered_segments > 0 || report.set_aside_segments > 0 {
         for seg in log.segments.values_mut() {
@@ -258,7 +266,7 @@ mod tests {
     }
 
     fn new_log(dir: &Path, segment_bytes: u64) -> PartitionLog {
-        PartitionLog::create(dir, &tp(), cfg(segment_bytes), 0).unwrap()
+        PartitionLog::create(dir, &tp(), cfg(segment_bytes), 0, None).unwrap()
     }
 
     fn hints(rp: Option<i64>) -> CheckpointHints {
@@ -526,7 +534,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cfg(2048);
         c.retention_bytes = 4096;
-        let mut log = PartitionLog::create(dir.path(), &tp(), c, 0).unwrap();
+        let mut log = PartitionLog::create(dir.path(), &tp(), c, 0, None).unwrap();
         let (bytes, headers) = batches(0, 30, 0);
         log.append(&bytes, &headers).unwrap();
         log.update_high_watermark(120);
@@ -617,6 +625,7 @@ mod flush_tests {
             &TopicPartition::new("t", 0),
             LogConfig::default(),
             0,
+            None,
         )
         .unwrap();
         append(&mut log, 0, 10);
@@ -657,7 +666,8 @@ mod interrupted_truncation_tests {
             segment_bytes: 1024,
             ..LogConfig::default()
         };
-        let mut log = PartitionLog::create(dir, &TopicPartition::new("t", 0), cfg, 0).unwrap();
+        let mut log =
+            PartitionLog::create(dir, &TopicPartition::new("t", 0), cfg, 0, None).unwrap();
         let v = [b'x'; 100];
         for i in 0..40 {
             let b = build_v2_batch(
@@ -775,7 +785,7 @@ mod eviction_tests {
             ..LogConfig::default()
         };
         let tp = TopicPartition::new("t", 0);
-        let mut log = PartitionLog::create(dir.path(), &tp, cfg.clone(), 0).unwrap();
+        let mut log = PartitionLog::create(dir.path(), &tp, cfg.clone(), 0, None).unwrap();
         let mut all = Vec::new();
         let mut headers = Vec::new();
         for i in 0..60 {

@@ -8,9 +8,11 @@
 //! log end) and write its leader-epoch checkpoint; only then rewrite the three data-dir files,
 //! each atomically. So a checkpoint never names an offset whose bytes are not on disk.
 
+use super::identity;
 use super::loader::{self, CheckpointHints};
 use super::partition::{LogConfig, LogSummary, PartitionLog, now_ms};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use crate::protocol::uuid::Uuid;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
@@ -124,7 +126,12 @@ impl LogManager {
     }
 
     /// Creates an empty log for `tp` starting at `start_offset` (or returns the existing one).
-    pub fn get_or_create(&self, tp: &TopicPartition, start_offset: i64) -> Result<SharedLog> {
+    pub fn get_or_create(
+        &self,
+        tp: &TopicPartition,
+        start_offset: i64,
+        topic_id: Option<Uuid>,
+    ) -> Result<SharedLog> {
         let mut logs = self
             .logs
             .write()
@@ -132,7 +139,13 @@ impl LogManager {
         if let Some(l) = logs.get(tp) {
             return Ok(l.clone());
         }
-        let log = PartitionLog::create(&self.data_dir, tp, self.config.clone(), start_offset)?;
+        let log = PartitionLog::create(
+            &self.data_dir,
+            tp,
+            self.config.clone(),
+            start_offset,
+            topic_id,
+        )?;
         crate::log_info!("{tp}: created an empty local log starting at offset {start_offset}");
         let shared = Arc::new(Mutex::new(log));
         logs.insert(tp.clone(), shared.clone());
@@ -201,6 +214,39 @@ impl LogManager {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Moves the whole partition directory of `tp` aside to
+    /// `<topic>-<partition>.<old topic id>.archived/` (files untouched) and forgets the log, so
+    /// that the topic can be followed anew. The caller has stopped fetching it. Returns where
+    /// the history went.
+    pub fn archive(&self, tp: &TopicPartition) -> Result<PathBuf> {
+        let mut logs = self
+            .logs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let shared = logs
+            .remove(tp)
+            .with_context(|| format!("{tp}: no local log to archive"))?;
+        let mut log = lock_log(&shared);
+        // Whatever was appended is made durable before the directory moves.
+        if let Err(e) = log.flush() {
+            logs.insert(tp.clone(), shared.clone());
+            return Err(e);
+        }
+        let to = identity::archive_path(&self.data_dir, &tp.dir_name(), log.topic_id());
+        if let Err(e) = fs::rename(&log.dir, &to) {
+            logs.insert(tp.clone(), shared.clone());
+            return Err(e).with_context(|| {
+                format!(
+                    "failed to move `{}` to `{}`",
+                    log.dir.display(),
+                    to.display()
+                )
+            });
+        }
+        fsync_dir(&self.data_dir)?;
+        Ok(to)
     }
 
     pub fn apply_retention(&self) {

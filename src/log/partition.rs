@@ -12,8 +12,10 @@
 
 use super::AppendError;
 use super::epoch_cache::EpochCache;
+use super::identity;
 use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use crate::protocol::uuid::Uuid;
 use crate::record::{BatchHeader, check_follows};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -65,6 +67,8 @@ pub struct PartitionLog {
     /// Offset ranges (first, last) the leader had deleted before this replica fetched them;
     /// persisted in `lost-upstream-checkpoint`.
     pub(super) lost: Vec<(i64, i64)>,
+    /// The topic id recorded in `partition.metadata`, once a leader reported one.
+    pub(super) topic_id: Option<Uuid>,
 }
 
 /// A flush begun under the partition lock and finished outside it: the fsyncs run on
@@ -101,16 +105,21 @@ pub struct LogSummary {
 }
 
 impl PartitionLog {
-    /// Creates the partition directory and an empty log starting at `start_offset`.
+    /// Creates the partition directory and an empty log starting at `start_offset`, with its
+    /// `partition.metadata` when the topic id is known.
     pub fn create(
         data_dir: &Path,
         tp: &TopicPartition,
         config: LogConfig,
         start_offset: i64,
+        topic_id: Option<Uuid>,
     ) -> Result<Self> {
         let dir = data_dir.join(tp.dir_name());
         fs::create_dir_all(&dir)
             .with_context(|| format!("failed to create `{}`", dir.display()))?;
+        if let Some(id) = topic_id {
+            identity::write_topic_id(&dir, id)?;
+        }
         let seg = Segment::create(&dir, start_offset, config.index_interval_bytes, now_ms())?;
         fsync_dir(&dir)?;
         fsync_dir(data_dir)?;
@@ -127,6 +136,7 @@ impl PartitionLog {
             epochs: EpochCache::default(),
             generation: 0,
             lost: Vec::new(),
+            topic_id,
         })
     }
 
@@ -463,6 +473,17 @@ impl PartitionLog {
             self.epochs.clear();
             self.checkpoint_epochs()?;
         }
+        Ok(())
+    }
+
+    pub fn topic_id(&self) -> Option<Uuid> {
+        self.topic_id
+    }
+
+    /// Records the topic id on first contact with a leader that reports one.
+    pub fn record_topic_id(&mut self, id: Uuid) -> Result<()> {
+        identity::write_topic_id(&self.dir, id)?;
+        self.topic_id = Some(id);
         Ok(())
     }
 
