@@ -28,7 +28,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. Log level from RF_LOG (error|warn|info|debug).\n"
         }
         "status" => {
-            "replica-follower status --data-dir DIR [--json]\n\nPer partition: log start, log end, high watermark, recovery point, leader epoch,\nsegments and bytes. Read-only; works while the daemon runs.\n"
+            "replica-follower status --data-dir DIR [--json]\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
         }
         "dump" => {
             "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]\n\nPrints the batches (and the records of uncompressed batches) from OFFSET (default 0).\n"
@@ -193,14 +193,15 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             let dir = PathBuf::from(args.req("data-dir")?);
             let json = args.flags.iter().any(|f| f == "json");
             Ok(runtime(inspect::status::collect(&dir).map(
-                |(parts, notes)| {
+                |(parts, mut notes)| {
+                    let dd = inspect::status::collect_data_dir(&dir, &mut notes);
                     for n in notes {
                         eprintln!("warning: {n}");
                     }
                     if json {
-                        println!("{}", inspect::status::render_json(&parts));
+                        println!("{}", inspect::status::render_json(&dd, &parts));
                     } else {
-                        print!("{}", inspect::status::render_text(&parts));
+                        print!("{}", inspect::status::render_text(&dd, &parts));
                     }
                 },
             )))

@@ -4,7 +4,7 @@
 use crate::checkpoint::TopicPartition;
 use crate::log::partition::list_segment_bases;
 use crate::log::segment::{self, MAX_BATCH_SIZE};
-use crate::record::records::decode_records;
+use crate::record::records::{ControlType, control_marker, decode_records};
 use crate::record::{BatchIter, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -71,9 +71,21 @@ pub fn dump(
             if crc == "BAD" {
                 summary.damaged += 1;
             }
+            let marker = match control_marker(&h, b) {
+                Some((ControlType::Abort, e)) => format!(
+                    " marker=ABORT (coordinator epoch {})",
+                    e.map_or_else(|| "?".into(), |e| e.to_string())
+                ),
+                Some((ControlType::Commit, e)) => format!(
+                    " marker=COMMIT (coordinator epoch {})",
+                    e.map_or_else(|| "?".into(), |e| e.to_string())
+                ),
+                Some((ControlType::Other(t), _)) => format!(" marker=type-{t}"),
+                None => String::new(),
+            };
             writeln!(
                 out,
-                "batch offsets={}..{} position={pos} size={} magic={} epoch={} codec={} records={} max_timestamp={} transactional={} control={} crc={crc}",
+                "batch offsets={}..{} position={pos} size={} magic={} epoch={} codec={} records={} max_timestamp={} transactional={} control={} producer_id={} producer_epoch={} base_sequence={}{marker} crc={crc}",
                 h.base_offset,
                 h.last_offset,
                 h.size_in_bytes,
@@ -83,7 +95,10 @@ pub fn dump(
                 h.records_count,
                 h.max_timestamp,
                 h.is_transactional(),
-                h.is_control()
+                h.is_control(),
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence
             )?;
             if h.magic == 2 && h.attributes & 0x07 == 0 && crc == "ok" {
                 match decode_records(&h, b) {

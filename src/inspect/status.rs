@@ -3,8 +3,11 @@
 
 use super::{json_string, partition_dirs};
 use crate::checkpoint::{self, TopicPartition};
+use crate::fetcher::manager::FETCH_STOPPED_FILE;
 use crate::log::partition::list_segment_bases;
+use crate::log::producer_state::{self, ProducerState};
 use crate::log::segment::{self, MAX_BATCH_SIZE};
+use crate::log::{diverged, identity};
 use crate::record::BatchIter;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -22,6 +25,91 @@ pub struct PartitionStatus {
     pub leader_epoch: Option<i32>,
     pub segments: usize,
     pub size_bytes: u64,
+    /// First offset of the oldest open transaction, else the log end.
+    pub last_stable_offset: i64,
+    pub topic_id: Option<String>,
+    /// Entries in the `.txnindex` files.
+    pub aborted_transactions: usize,
+    /// (first offset, last offset, path, bytes) of each `diverged/` copy.
+    pub diverged: Vec<(i64, i64, String, u64)>,
+    /// Ranges the leader had deleted before this replica fetched them.
+    pub lost_upstream: Vec<(i64, i64)>,
+}
+
+/// What `status` says about the data dir as a whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataDirStatus {
+    pub cluster_id: Option<String>,
+    /// (topic, partition, old topic id, path) of each archived history.
+    pub archived: Vec<(String, i32, String, String)>,
+    /// Why fetching is stopped for the whole data dir, when it is.
+    pub fetching_stopped: Option<String>,
+}
+
+/// The data-dir level facts: cluster id, archived histories, a stop.
+pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStatus {
+    let cluster_id = identity::read_cluster_id(data_dir).unwrap_or_else(|e| {
+        notes.push(format!("{e:#}"));
+        None
+    });
+    let archived = identity::list_archived(data_dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(p, t, part, id)| (t, part, id, p.display().to_string()))
+        .collect();
+    let fetching_stopped = std::fs::read_to_string(data_dir.join(FETCH_STOPPED_FILE))
+        .ok()
+        .map(|s| s.trim().to_string());
+    DataDirStatus {
+        cluster_id,
+        archived,
+        fetching_stopped,
+    }
+}
+
+/// The last stable offset from the files: the newest producer snapshot at or below the log
+/// end, then the batches after it (headers only, and control batches).
+fn last_stable_offset(dir: &Path, bases: &[i64], leo: i64) -> Result<i64> {
+    let newest = producer_state::list_snapshots(dir)?
+        .into_iter()
+        .rfind(|o| *o <= leo);
+    let (from, mut state) = match newest {
+        Some(o) => {
+            let p = producer_state::snapshot_path(dir, o);
+            let bytes =
+                std::fs::read(&p).with_context(|| format!("failed to read `{}`", p.display()))?;
+            match ProducerState::decode(&p, &bytes) {
+                Ok(st) => (o, st),
+                Err(_) => (i64::MIN, ProducerState::default()),
+            }
+        }
+        None => (i64::MIN, ProducerState::default()),
+    };
+    for (i, base) in bases.iter().enumerate() {
+        if bases.get(i + 1).is_some_and(|next| *next <= from) {
+            continue;
+        }
+        let path = dir.join(segment::file_name(*base, "log"));
+        let file =
+            File::open(&path).with_context(|| format!("failed to open `{}`", path.display()))?;
+        let mut batches = Vec::new();
+        segment::walk_batches(&file, &path, 0, |h, pos| {
+            if h.last_offset >= from && h.producer_id >= 0 {
+                batches.push((*h, pos));
+            }
+            Ok(())
+        })?;
+        for (h, pos) in batches {
+            let mut bytes = Vec::new();
+            if h.is_control() {
+                bytes = vec![0u8; h.size_in_bytes];
+                std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, pos)
+                    .with_context(|| format!("failed to read `{}`", path.display()))?;
+            }
+            state.update(&h, &bytes);
+        }
+    }
+    Ok(state.last_stable_offset(leo))
 }
 
 /// The offset after the last whole batch of a segment: scans from the last sane entry of its
@@ -98,15 +186,38 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
             size +=
                 std::fs::metadata(dir.join(segment::file_name(*b, "log"))).map_or(0, |m| m.len());
         }
-        // The log end is in the last segment that holds a batch.
-        let mut leo = first;
-        for b in bases.iter().rev() {
-            let end = segment_end_offset(&dir, *b)?;
-            if end > *b || *b == first {
-                leo = end.max(*b);
-                break;
-            }
+        // The log end is the last segment's: its base when it is empty (a skip past offsets
+        // lost upstream leaves an empty segment).
+        let last = bases.last().copied().unwrap_or(first);
+        let leo = segment_end_offset(&dir, last)?.max(last);
+        let lso = last_stable_offset(&dir, &bases, leo).unwrap_or_else(|e| {
+            notes.push(format!("{tp}: last stable offset unknown: {e:#}"));
+            leo
+        });
+        let mut aborted = 0;
+        for b in &bases {
+            aborted += std::fs::metadata(dir.join(segment::file_name(*b, "txnindex")))
+                .map_or(0, |m| m.len() as usize / crate::log::txn_index::ENTRY_SIZE);
         }
+        let diverged = diverged::list(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(p, a, b)| {
+                let size = std::fs::metadata(&p).map_or(0, |m| m.len());
+                (a, b, p.display().to_string(), size)
+            })
+            .collect();
+        let lost_upstream = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM))
+            .unwrap_or_else(|e| {
+                notes.push(format!("{e:#}"));
+                Vec::new()
+            });
+        let topic_id = identity::read_topic_id(&dir)
+            .unwrap_or_else(|e| {
+                notes.push(format!("{e:#}"));
+                None
+            })
+            .map(|u| u.to_string());
         let epochs =
             checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH)).unwrap_or_else(|e| {
                 notes.push(format!("{e:#}"));
@@ -120,6 +231,11 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
             leader_epoch: epochs.last().map(|&(e, _)| e),
             segments: bases.len(),
             size_bytes: size,
+            last_stable_offset: lso,
+            topic_id,
+            aborted_transactions: aborted,
+            diverged,
+            lost_upstream,
             tp,
         });
     }
@@ -130,12 +246,27 @@ fn opt<T: std::fmt::Display>(v: Option<T>, null: &str) -> String {
     v.map_or_else(|| null.to_string(), |x| x.to_string())
 }
 
-pub fn render_json(parts: &[PartitionStatus]) -> String {
+pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let items: Vec<String> = parts
         .iter()
         .map(|p| {
+            let diverged: Vec<String> = p
+                .diverged
+                .iter()
+                .map(|(a, b, path, size)| {
+                    format!(
+                        "{{\"first_offset\": {a}, \"last_offset\": {b}, \"path\": {}, \"size_bytes\": {size}}}",
+                        json_string(path)
+                    )
+                })
+                .collect();
+            let lost: Vec<String> = p
+                .lost_upstream
+                .iter()
+                .map(|(a, b)| format!("{{\"first_offset\": {a}, \"last_offset\": {b}}}"))
+                .collect();
             format!(
-                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}}}",
+                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged\": [{}], \"lost_upstream\": [{}]}}",
                 json_string(&p.tp.topic),
                 p.tp.partition,
                 p.log_start_offset,
@@ -144,29 +275,81 @@ pub fn render_json(parts: &[PartitionStatus]) -> String {
                 opt(p.recovery_point, "null"),
                 opt(p.leader_epoch, "null"),
                 p.segments,
-                p.size_bytes
+                p.size_bytes,
+                p.last_stable_offset,
+                p.topic_id.as_deref().map_or_else(|| "null".to_string(), json_string),
+                p.aborted_transactions,
+                diverged.join(", "),
+                lost.join(", ")
             )
         })
         .collect();
-    format!("{{\"partitions\": [{}]}}", items.join(", "))
+    let archived: Vec<String> = dd
+        .archived
+        .iter()
+        .map(|(t, p, id, path)| {
+            format!(
+                "{{\"topic\": {}, \"partition\": {p}, \"topic_id\": {}, \"path\": {}}}",
+                json_string(t),
+                json_string(id),
+                json_string(path)
+            )
+        })
+        .collect();
+    let str_or_null =
+        |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
+    format!(
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"partitions\": [{}], \"archived\": [{}]}}",
+        str_or_null(&dd.cluster_id),
+        str_or_null(&dd.fetching_stopped),
+        items.join(", "),
+        archived.join(", ")
+    )
 }
 
-pub fn render_text(parts: &[PartitionStatus]) -> String {
-    let mut s = format!(
-        "{:<30} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",
-        "PARTITION", "LOG_START", "LOG_END", "HW", "RECOVERY", "EPOCH", "SEGMENTS", "BYTES"
-    );
+pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
+    let mut s = String::new();
+    if let Some(c) = &dd.cluster_id {
+        s.push_str(&format!("cluster {c}\n"));
+    }
+    if let Some(why) = &dd.fetching_stopped {
+        s.push_str(&format!("FETCHING STOPPED: {why}\n"));
+    }
+    s.push_str(&format!(
+        "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",
+        "PARTITION", "LOG_START", "LOG_END", "HW", "LSO", "RECOVERY", "EPOCH", "SEGMENTS", "BYTES"
+    ));
     for p in parts {
         s.push_str(&format!(
-            "{:<30} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",
+            "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",
             p.tp.to_string(),
             p.log_start_offset,
             p.log_end_offset,
             opt(p.high_watermark, "-"),
+            p.last_stable_offset,
             opt(p.recovery_point, "-"),
             opt(p.leader_epoch, "-"),
             p.segments,
             p.size_bytes
+        ));
+    }
+    for p in parts {
+        for (a, b) in &p.lost_upstream {
+            s.push_str(&format!(
+                "{}: offsets {a}..{b} lost upstream (the leader deleted them before they were fetched)\n",
+                p.tp
+            ));
+        }
+        for (a, b, path, size) in &p.diverged {
+            s.push_str(&format!(
+                "{}: offsets {a}..{b} removed by a truncation, kept in {path} ({size} bytes)\n",
+                p.tp
+            ));
+        }
+    }
+    for (t, p, id, path) in &dd.archived {
+        s.push_str(&format!(
+            "{t}-{p}: history of topic id {id} archived in {path}\n"
         ));
     }
     s

@@ -1,14 +1,19 @@
 //! `replica-follower verify`: checks a data dir end to end and lists every problem, one line
-//! each: batch CRCs and offsets, continuity within and across segments, every offset- and
-//! time-index entry, and the checkpoint files against the logs.
+//! each: batch CRCs and offsets, the ordering rule within and across segments (gaps are fine,
+//! as compaction and lost upstream offsets leave them; overlaps and offsets going backwards
+//! are not), every offset- and time-index entry, `.txnindex` entries against the ABORT
+//! markers, `partition.metadata`, the `diverged/` copies and the archived histories, and the
+//! checkpoint files against the logs.
 
 use super::partition_dirs;
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::partition::list_segment_bases;
 use crate::log::segment::{self, MAX_BATCH_SIZE};
-use crate::record::{BatchIter, SetEnd};
+use crate::log::{diverged, identity, txn_index};
+use crate::record::records::{ControlType, control_marker};
+use crate::record::{BatchIter, SetEnd, check_follows};
 use anyhow::Result;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -19,6 +24,8 @@ pub struct VerifyReport {
     pub problems: Vec<String>,
     /// Log start (first segment base) and end per partition.
     pub extents: BTreeMap<TopicPartition, (i64, i64)>,
+    /// Archived histories checked.
+    pub archived: usize,
 }
 
 fn be_u32(b: &[u8]) -> u32 {
@@ -50,9 +57,78 @@ fn report_capped(problems: &mut Vec<String>, file: &Path, bad: Vec<String>) {
     }
 }
 
+/// Checks a record-set file that is not a segment (a `diverged/` copy): every batch whole,
+/// its CRC valid, the ordering rule kept, and the range its name gives.
+fn verify_record_file(path: &Path, first: i64, last: i64, r: &mut VerifyReport) {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            r.problems
+                .push(format!("{}: unreadable: {e}", path.display()));
+            return;
+        }
+    };
+    let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
+    let mut prev = None;
+    let mut seen = None;
+    for (h, pos, b) in it.by_ref() {
+        if let Err(e) = h.verify_crc(b) {
+            r.problems
+                .push(format!("{}: byte {pos}: {e}", path.display()));
+        }
+        if let Err(e) = check_follows(prev, &h) {
+            r.problems
+                .push(format!("{}: byte {pos}: {e}", path.display()));
+        }
+        prev = Some(h.last_offset);
+        seen = Some((seen.map_or(h.base_offset, |(f, _)| f), h.last_offset));
+    }
+    if !matches!(it.end(), Some(SetEnd::Complete)) {
+        r.problems.push(format!(
+            "{}: does not end with a whole batch",
+            path.display()
+        ));
+    }
+    if seen != Some((first, last)) {
+        r.problems.push(format!(
+            "{}: holds offsets {}, its name says {first}..{last}",
+            path.display(),
+            seen.map_or_else(|| "none".to_string(), |(a, b)| format!("{a}..{b}"))
+        ));
+    }
+}
+
 fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) -> Result<()> {
     let dir = data_dir.join(tp.dir_name());
-    let bases = list_segment_bases(&dir)?;
+    let end = verify_log_dir(&dir, r)?;
+    r.extents.insert(tp.clone(), end);
+    let end = end.1;
+    if let Err(e) = identity::read_topic_id(&dir) {
+        r.problems.push(format!("{e:#}"));
+    }
+    if let Err(e) = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM)) {
+        r.problems.push(format!("{e:#}"));
+    }
+    for (path, first, last) in diverged::list(&dir)? {
+        verify_record_file(&path, first, last, r);
+    }
+    match checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH)) {
+        Ok(epochs) => {
+            for (e, o) in epochs {
+                if o > end {
+                    r.problems.push(format!("{tp}: leader-epoch-checkpoint: epoch {e} starts at {o}, past the log end {end}"));
+                }
+            }
+        }
+        Err(e) => r.problems.push(format!("{e:#}")),
+    }
+    Ok(())
+}
+
+/// Checks the segments of one log directory (a partition's, or an archived one); returns its
+/// first segment base and log end.
+fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
+    let bases = list_segment_bases(dir)?;
     let mut prev_last: Option<i64> = None;
     let mut first_base = None;
     for &base in &bases {
@@ -69,6 +145,8 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
         };
         // batch start position → (last offset, max timestamp)
         let mut starts: HashMap<u32, (i64, i64)> = HashMap::new();
+        // (producer id, offset) of every ABORT marker in the segment
+        let mut aborts: BTreeSet<(i64, i64)> = BTreeSet::new();
         let mut by_last: HashMap<i64, i64> = HashMap::new();
         let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
         let mut max_ts = -1;
@@ -86,11 +164,12 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
                     h.last_offset
                 ));
             }
-            if let Some(p) = prev_last
-                && h.base_offset != p + 1
-                && !(h.is_legacy_wrapper() && h.last_offset > p)
-            {
-                r.problems.push(format!("{}: byte {pos}: batch starts at offset {} but the previous one ended at {p} ({})", log_path.display(), h.base_offset, if h.base_offset <= p { "overlap" } else { "gap" }));
+            if let Err(e) = check_follows(prev_last, &h) {
+                r.problems
+                    .push(format!("{}: byte {pos}: {e} (overlap)", log_path.display()));
+            }
+            if let Some((ControlType::Abort, _)) = control_marker(&h, b) {
+                aborts.insert((h.producer_id, h.base_offset));
             }
             prev_last = Some(h.last_offset);
             max_ts = max_ts.max(h.max_timestamp);
@@ -137,6 +216,34 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
                 .problems
                 .push(format!("{}: unreadable: {e}", idx_path.display())),
         }
+        let txn_path = dir.join(segment::file_name(base, "txnindex"));
+        match txn_index::read(&txn_path) {
+            Ok(entries) => {
+                let mut bad = Vec::new();
+                let mut listed = BTreeSet::new();
+                for (i, e) in entries.iter().enumerate() {
+                    listed.insert((e.producer_id, e.last_offset));
+                    if !aborts.contains(&(e.producer_id, e.last_offset)) {
+                        bad.push(format!(
+                            "entry {i}: producer {} aborted at offset {}, but the segment has no ABORT marker of that producer there",
+                            e.producer_id, e.last_offset
+                        ));
+                    } else if e.first_offset > e.last_offset {
+                        bad.push(format!(
+                            "entry {i}: first offset {} is after the marker at {}",
+                            e.first_offset, e.last_offset
+                        ));
+                    }
+                }
+                for (pid, off) in aborts.difference(&listed) {
+                    bad.push(format!(
+                        "no entry for the ABORT marker of producer {pid} at offset {off}"
+                    ));
+                }
+                report_capped(&mut r.problems, &txn_path, bad);
+            }
+            Err(e) => r.problems.push(format!("{e:#}")),
+        }
         let tix_path = dir.join(segment::file_name(base, "timeindex"));
         match std::fs::read(&tix_path) {
             Ok(tix) => {
@@ -173,18 +280,7 @@ fn verify_partition(data_dir: &Path, tp: &TopicPartition, r: &mut VerifyReport) 
     let end = prev_last
         .map_or(start, |l| l + 1)
         .max(bases.last().copied().unwrap_or(start));
-    r.extents.insert(tp.clone(), (start, end));
-    match checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH)) {
-        Ok(epochs) => {
-            for (e, o) in epochs {
-                if o > end {
-                    r.problems.push(format!("{tp}: leader-epoch-checkpoint: epoch {e} starts at {o}, past the log end {end}"));
-                }
-            }
-        }
-        Err(e) => r.problems.push(format!("{e:#}")),
-    }
-    Ok(())
+    Ok((start, end))
 }
 
 pub fn verify(data_dir: &Path) -> Result<VerifyReport> {
@@ -199,6 +295,17 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport> {
         }
         r.partitions += 1;
         verify_partition(data_dir, &tp, &mut r)?;
+    }
+    if let Err(e) = identity::read_cluster_id(data_dir) {
+        r.problems.push(format!("{e:#}"));
+    }
+    // Archived histories are checked like live logs; they are not in the checkpoints.
+    for (path, _, _, _) in identity::list_archived(data_dir)? {
+        r.archived += 1;
+        verify_log_dir(&path, &mut r)?;
+        for (file, first, last) in diverged::list(&path)? {
+            verify_record_file(&file, first, last, &mut r);
+        }
     }
     let has_checkpoints = [
         checkpoint::REPLICATION_OFFSET,

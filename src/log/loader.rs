@@ -86,6 +86,7 @@ pub fn load(
     let mut report = LoadReport::default();
     let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
     let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
+    let mut first_recovered: Option<i64> = None;
     for (i, &base) in bases.iter().enumerate() {
         // A segment may start after the previous one ends: a gap, as compaction, a leader's
         // retention or a lost file leave them. Nothing is cut or deleted for a gap. A segment
@@ -114,6 +115,7 @@ pub fn load(
             last,
         )?;
         if let Some(r) = rec {
+            first_recovered.get_or_insert(base);
             report.recovered_segments += 1;
             report.truncated_bytes += r.truncated_bytes;
             recovered_epochs.extend(r.epochs.iter().copied());
@@ -139,6 +141,8 @@ pub fn load(
     if let Some(active) = segments.values_mut().next_back()
         && active.make_indexes_resident()?
     {
+        first_recovered =
+            Some(first_recovered.map_or(active.base_offset, |f| f.min(active.base_offset)));
         report.recovered_segments += 1;
     }
     let leo = segments
@@ -207,7 +211,17 @@ pub fn load(
         generation: 0,
         lost,
         topic_id,
+        producers: Default::default(),
+        last_snapshot: None,
     };
+    // Open transactions: from the newest producer snapshot below the first segment recovery
+    // scanned, walking the batches after it; the `.txnindex` of every scanned segment is
+    // rebuilt on the way.
+    log.rebuild_producer_state(
+        first_recovered.unwrap_or(leo),
+        first_recovered.unwrap_or(i64::MAX),
+    )?;
+    log.last_snapshot = producer_snapshot_at(&dir, leo);
     if report.recovered_segments > 0 || report.set_aside_segments > 0 {
         for seg in log.segments.values_mut() {
             seg.flush()?;
@@ -226,6 +240,14 @@ pub fn load(
     }
     log.checkpoint_epochs()?;
     Ok(Some((log, report)))
+}
+
+/// `Some(leo)` when a producer snapshot exists exactly at the log end.
+fn producer_snapshot_at(dir: &Path, leo: i64) -> Option<i64> {
+    super::producer_state::list_snapshots(dir)
+        .ok()?
+        .contains(&leo)
+        .then_some(leo)
 }
 
 #[cfg(test)]

@@ -180,6 +180,12 @@ impl LogManager {
     /// Flushes every log, then rewrites the three checkpoint files atomically (those whose
     /// content changed).
     pub fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_with(false)
+    }
+
+    /// [`Self::checkpoint`]; `final_snapshots` also writes a producer snapshot at every log
+    /// end that lacks one, so the next start walks nothing to rebuild open transactions.
+    fn checkpoint_with(&self, final_snapshots: bool) -> Result<()> {
         let mut written = self
             .checkpoint_lock
             .lock()
@@ -191,7 +197,9 @@ impl LogManager {
         for (tp, shared) in self.all() {
             let flushed = Self::flush_one(&shared);
             let mut log = lock_log(&shared);
-            let flushed = flushed.and_then(|_| log.checkpoint_epochs());
+            let flushed = flushed
+                .and_then(|_| log.checkpoint_epochs())
+                .and_then(|_| log.snapshot_producer_state(final_snapshots));
             if let Err(e) = flushed {
                 crate::log_error!("{tp}: flush before checkpoint failed: {e:#}");
                 first_err.get_or_insert(e);
@@ -260,7 +268,7 @@ impl LogManager {
 
     /// Final checkpoint and the clean-shutdown marker. After this, a restart trusts the logs.
     pub fn shutdown(&self) -> Result<()> {
-        self.checkpoint()?;
+        self.checkpoint_with(true)?;
         let marker = self.data_dir.join(CLEAN_SHUTDOWN_FILE);
         checkpoint::rewrite_atomic(&marker, b"")?;
         Ok(())

@@ -19,8 +19,10 @@ pub mod loader;
 pub mod manager;
 pub mod offset_index;
 pub mod partition;
+pub mod producer_state;
 pub mod segment;
 pub mod time_index;
+pub mod txn_index;
 
 pub use partition::{LogConfig, PartitionLog};
 

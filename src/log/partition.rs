@@ -13,6 +13,7 @@
 use super::AppendError;
 use super::epoch_cache::EpochCache;
 use super::identity;
+use super::producer_state::{self, ProducerState};
 use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::protocol::uuid::Uuid;
@@ -69,6 +70,10 @@ pub struct PartitionLog {
     pub(super) lost: Vec<(i64, i64)>,
     /// The topic id recorded in `partition.metadata`, once a leader reported one.
     pub(super) topic_id: Option<Uuid>,
+    /// Open transactions, for `.txnindex` entries and the last stable offset.
+    pub(super) producers: ProducerState,
+    /// Offset of the newest producer snapshot this process wrote or loaded.
+    pub(super) last_snapshot: Option<i64>,
 }
 
 /// A flush begun under the partition lock and finished outside it: the fsyncs run on
@@ -137,6 +142,8 @@ impl PartitionLog {
             generation: 0,
             lost: Vec::new(),
             topic_id,
+            producers: ProducerState::default(),
+            last_snapshot: None,
         })
     }
 
@@ -292,10 +299,92 @@ impl PartitionLog {
             return Ok(());
         }
         self.active_mut().append(bytes, headers)?;
+        let mut pos = 0;
         for h in headers {
             if h.partition_leader_epoch >= 0 {
                 self.epochs.assign(h.partition_leader_epoch, h.base_offset);
             }
+            let batch = bytes.get(pos..pos + h.size_in_bytes).unwrap_or_default();
+            pos += h.size_in_bytes;
+            if let Some(aborted) = self.producers.update(h, batch) {
+                self.active_mut().txn_index.append(&aborted)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The first offset of the oldest open transaction, else the log end.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.producers.last_stable_offset(self.log_end_offset())
+    }
+
+    pub fn producer_state(&self) -> &ProducerState {
+        &self.producers
+    }
+
+    /// Rebuilds the open transactions from the newest snapshot at or below `limit` by walking
+    /// the batches after it; rewrites the `.txnindex` of every segment whose base is at or
+    /// above `rebuild_from` (those recovery scanned). Snapshots past the log end are deleted.
+    pub(super) fn rebuild_producer_state(&mut self, limit: i64, rebuild_from: i64) -> Result<()> {
+        let leo = self.log_end_offset();
+        let (from, mut state) = match producer_state::load_newest(&self.dir, limit.min(leo), leo)? {
+            Some((o, st)) => (o, st),
+            None => (i64::MIN, ProducerState::default()),
+        };
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for (i, base) in bases.iter().enumerate() {
+            let next = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+            let rebuild = *base >= rebuild_from;
+            let Some(seg) = self.segments.get_mut(base) else {
+                continue;
+            };
+            if (next <= from || seg.next_offset() <= from) && !rebuild {
+                continue; // wholly before the snapshot, and its index is trusted
+            }
+            let mut entries = Vec::new();
+            let mut control = Vec::new();
+            seg.for_each_batch(0, |h, pos| {
+                if h.last_offset >= from && h.producer_id >= 0 {
+                    control.push((*h, pos));
+                }
+                Ok(())
+            })?;
+            for (h, pos) in control {
+                let bytes = if h.is_control() {
+                    seg.read_at(pos, h.size_in_bytes)?
+                } else {
+                    Vec::new()
+                };
+                if let Some(a) = state.update(&h, &bytes) {
+                    entries.push(a);
+                }
+            }
+            if rebuild {
+                seg.txn_index.rewrite(&entries)?;
+            }
+        }
+        state.dirty = true;
+        self.producers = state;
+        self.last_snapshot = None;
+        Ok(())
+    }
+
+    /// Writes a producer snapshot at the log end when the open transactions changed, when
+    /// the newest one is older than the active segment (so a restart walks at most about
+    /// one segment to rebuild them), or with `force` when there is none at the log end. Only
+    /// below the recovery point: a snapshot never describes bytes that are not on disk.
+    pub fn snapshot_producer_state(&mut self, force: bool) -> Result<()> {
+        let leo = self.log_end_offset();
+        if leo > self.recovery_point || self.last_snapshot == Some(leo) {
+            return Ok(());
+        }
+        let stale = self
+            .last_snapshot
+            .is_none_or(|o| o < self.active().base_offset);
+        if self.producers.dirty || stale || force {
+            producer_state::write_snapshot(&self.dir, leo, &self.producers)?;
+            self.producers.dirty = false;
+            self.last_snapshot = Some(leo);
         }
         Ok(())
     }
@@ -398,6 +487,9 @@ impl PartitionLog {
         self.checkpoint_epochs()?;
         self.recovery_point = self.recovery_point.min(self.log_end_offset());
         self.high_watermark = self.high_watermark.min(self.log_end_offset());
+        // Transactions opened or closed by the removed batches are undone.
+        let leo = self.log_end_offset();
+        self.rebuild_producer_state(leo, i64::MAX)?;
         Ok(())
     }
 
@@ -446,6 +538,14 @@ impl PartitionLog {
             );
             self.lost.push((leo, offset - 1));
             checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+            let open = self.producers.open_transactions().len();
+            if open > 0 {
+                crate::log_warn!(
+                    "{}: {open} open transaction(s) may have ended in the lost offsets; they no longer hold back the last stable offset",
+                    self.tp
+                );
+                self.producers.clear();
+            }
         }
         if self.active().is_empty() {
             // An empty active segment holds nothing: the new one takes its place. Created

@@ -11,6 +11,7 @@
 
 use super::offset_index::OffsetIndex;
 use super::time_index::TimeIndex;
+use super::txn_index::TxnIndex;
 use crate::record::{BatchHeader, BatchIter, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
@@ -38,6 +39,58 @@ pub fn delete_files(dir: &Path, base: i64) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).with_context(|| format!("failed to delete `{}`", p.display())),
         }
+    }
+    Ok(())
+}
+
+/// Calls `f` with the header and byte position of every whole batch of a log file from byte
+/// `from` on, reading only headers (a buffered sequential read: memory does not grow with the
+/// file). Stops at the first batch that is not whole or whose header does not parse.
+pub fn walk_batches(
+    file: &File,
+    path: &Path,
+    from: u64,
+    f: impl FnMut(&BatchHeader, u64) -> Result<()>,
+) -> Result<()> {
+    let size = file
+        .metadata()
+        .with_context(|| format!("failed to stat `{}`", path.display()))?
+        .len();
+    walk_batches_to(file, path, from, size, f)
+}
+
+fn walk_batches_to(
+    file: &File,
+    path: &Path,
+    from: u64,
+    size: u64,
+    mut f: impl FnMut(&BatchHeader, u64) -> Result<()>,
+) -> Result<()> {
+    let file = file
+        .try_clone()
+        .with_context(|| format!("failed to open `{}`", path.display()))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    reader
+        .seek(SeekFrom::Start(from))
+        .with_context(|| format!("failed to seek `{}`", path.display()))?;
+    let mut pos = from;
+    let mut prefix = [0u8; crate::record::batch::V2_HEADER_SIZE];
+    while pos < size {
+        let want = prefix.len().min((size - pos) as usize);
+        reader
+            .read_exact(&mut prefix[..want])
+            .with_context(|| format!("failed to read `{}`", path.display()))?;
+        let Ok(h) = BatchHeader::parse_prefix(&prefix[..want], MAX_BATCH_SIZE) else {
+            break;
+        };
+        if pos + h.size_in_bytes as u64 > size {
+            break;
+        }
+        f(&h, pos)?;
+        reader
+            .seek_relative(h.size_in_bytes as i64 - want as i64)
+            .with_context(|| format!("failed to seek `{}`", path.display()))?;
+        pos += h.size_in_bytes as u64;
     }
     Ok(())
 }
@@ -90,6 +143,7 @@ pub struct Segment {
     size: u64,
     pub offset_index: OffsetIndex,
     pub time_index: TimeIndex,
+    pub txn_index: TxnIndex,
     bytes_since_last_index_entry: u64,
     /// Largest batch max-timestamp in the segment and the last offset of that batch.
     max_timestamp: i64,
@@ -144,6 +198,12 @@ impl Segment {
             size: 0,
             offset_index: OffsetIndex::create(&ip, base_offset)?,
             time_index: TimeIndex::create(&tp, base_offset)?,
+            txn_index: {
+                // A new segment has no aborted transactions, whatever a stale file says.
+                let mut t = TxnIndex::new(dir.join(file_name(base_offset, "txnindex")));
+                t.rewrite(&[])?;
+                t
+            },
             bytes_since_last_index_entry: 0,
             max_timestamp: -1,
             offset_of_max_timestamp: base_offset,
@@ -214,6 +274,7 @@ impl Segment {
             size,
             offset_index,
             time_index,
+            txn_index: TxnIndex::new(dir.join(file_name(base_offset, "txnindex"))),
             bytes_since_last_index_entry: 0,
             max_timestamp: -1,
             offset_of_max_timestamp: base_offset,
@@ -426,6 +487,7 @@ impl Segment {
         {
             super::halt_on_fsync_error(&self.log_path, &e);
         }
+        self.txn_index.flush()?;
         self.offset_index.flush(true)?;
         self.time_index.flush(true)
     }
@@ -440,6 +502,9 @@ impl Segment {
             .try_clone()
             .with_context(|| format!("failed to duplicate `{}`", self.log_path.display()))?;
         let mut files = vec![(log, self.log_path.clone())];
+        if let Some(t) = self.txn_index.take_dirty()? {
+            files.push((t, self.txn_index.path().to_path_buf()));
+        }
         for p in [self.offset_index.path(), self.time_index.path()] {
             let f = File::open(p).with_context(|| format!("failed to open `{}`", p.display()))?;
             files.push((f, p.to_path_buf()));
@@ -471,9 +536,25 @@ impl Segment {
             .with_context(|| format!("failed to truncate `{}`", self.log_path.display()))?;
         self.size = cut;
         self.offset_index.truncate(offset, cut)?;
+        self.txn_index.truncate_to(offset)?;
         self.time_index.truncate(offset)?;
         self.rescan_tail()?;
         Ok(removed)
+    }
+
+    /// Calls `f` with the header and byte position of every whole batch from byte `from`
+    /// on (see [`walk_batches`]).
+    pub fn for_each_batch(
+        &self,
+        from: u64,
+        f: impl FnMut(&BatchHeader, u64) -> Result<()>,
+    ) -> Result<()> {
+        let file = match &self.log {
+            Some(f) => f.try_clone(),
+            None => File::open(&self.log_path),
+        }
+        .with_context(|| format!("failed to open `{}`", self.log_path.display()))?;
+        walk_batches_to(&file, &self.log_path, from, self.size, f)
     }
 
     /// Reads `len` bytes at `pos`.

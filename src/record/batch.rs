@@ -84,6 +84,10 @@ pub struct BatchHeader {
     pub attributes: i16,
     pub records_count: i32,
     pub crc: u32,
+    /// -1 for legacy messages and for batches without a producer id.
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
 }
 
 impl BatchHeader {
@@ -103,6 +107,10 @@ impl BatchHeader {
     pub fn is_transactional(&self) -> bool {
         self.magic >= 2 && self.attributes & 0x10 != 0
     }
+    /// Timestamp type bit: LogAppendTime (set by the broker) rather than CreateTime.
+    pub fn is_log_append_time(&self) -> bool {
+        self.magic >= 1 && self.attributes & 0x08 != 0
+    }
     /// A compressed magic 0/1 wrapper carries only its last inner offset: where it starts is
     /// unknown without decompressing it, so only its end can be checked.
     pub fn is_legacy_wrapper(&self) -> bool {
@@ -117,6 +125,17 @@ impl BatchHeader {
     /// Parses the header at the start of `bytes` and checks that the whole batch is present,
     /// without verifying its checksum. `max_size` bounds the announced size.
     pub fn parse(bytes: &[u8], max_size: usize) -> Result<BatchHeader, BatchError> {
+        Self::parse_inner(bytes, max_size, true)
+    }
+
+    /// Parses a header from the first bytes of a batch (at least [`V2_HEADER_SIZE`] of them,
+    /// or the whole batch when it is shorter), for walking a file without reading whole
+    /// batches. The checksum cannot be verified from this.
+    pub fn parse_prefix(prefix: &[u8], max_size: usize) -> Result<BatchHeader, BatchError> {
+        Self::parse_inner(prefix, max_size, false)
+    }
+
+    fn parse_inner(bytes: &[u8], max_size: usize, whole: bool) -> Result<BatchHeader, BatchError> {
         if bytes.len() < LOG_OVERHEAD {
             return Err(BatchError::Truncated {
                 needed: LOG_OVERHEAD,
@@ -153,9 +172,14 @@ impl BatchHeader {
                 "magic {magic} at offset {offset}"
             )));
         }
-        if bytes.len() < total {
+        let needed = if whole {
+            total
+        } else {
+            total.min(V2_HEADER_SIZE.max(V1_MIN_SIZE + LOG_OVERHEAD))
+        };
+        if bytes.len() < needed {
             return Err(BatchError::Truncated {
-                needed: total,
+                needed,
                 available: bytes.len(),
             });
         }
@@ -189,6 +213,9 @@ impl BatchHeader {
                 attributes: be_i16(bytes, V2_ATTRIBUTES_OFFSET),
                 records_count,
                 crc: be_u32(bytes, V2_CRC_OFFSET),
+                producer_id: be_i64(bytes, 43),
+                producer_epoch: be_i16(bytes, 51),
+                base_sequence: be_i32(bytes, 53),
             })
         } else {
             let min = if magic == 0 { V0_MIN_SIZE } else { V1_MIN_SIZE };
@@ -209,6 +236,9 @@ impl BatchHeader {
                 attributes,
                 records_count: 1,
                 crc: be_u32(bytes, 12),
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
             })
         }
     }
@@ -309,6 +339,17 @@ pub(crate) mod tests {
         }
         let h = BatchHeader::parse(&unhex(LEGACY_E), usize::MAX).unwrap();
         assert_eq!(h.max_timestamp, 1_700_000_000_000);
+    }
+
+    #[test]
+    fn a_prefix_is_enough_for_the_header() {
+        let b = unhex(BATCH_C);
+        let whole = BatchHeader::parse(&b, usize::MAX).unwrap();
+        assert_eq!(BatchHeader::parse_prefix(&b[..61], usize::MAX), Ok(whole));
+        assert!(matches!(
+            BatchHeader::parse_prefix(&b[..60], usize::MAX),
+            Err(BatchError::Truncated { .. })
+        ));
     }
 
     #[test]

@@ -79,6 +79,42 @@ pub fn decode_records(h: &BatchHeader, batch: &[u8]) -> DecodeResult<Vec<Record>
     Ok(out)
 }
 
+/// What a control batch marks (Kafka's `ControlRecordType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlType {
+    Abort,
+    Commit,
+    /// LEADER_CHANGE, KRaft snapshot and voter records, and types unknown here.
+    Other(i16),
+}
+
+/// The marker of a control batch: its type and, for ABORT and COMMIT, the coordinator epoch
+/// from the record value. `None` when the batch is not a control batch or its first record
+/// cannot be read (control batches are never compressed; a compressed one is not read).
+pub fn control_marker(h: &BatchHeader, batch: &[u8]) -> Option<(ControlType, Option<i32>)> {
+    if !h.is_control() || h.attributes & 0x07 != 0 {
+        return None;
+    }
+    let record = decode_records(h, batch).ok()?.into_iter().next()?;
+    let key = record.key?;
+    let mut r = Reader::new(&key);
+    r.i16("control key version").ok()?;
+    let kind = match r.i16("control key type").ok()? {
+        0 => ControlType::Abort,
+        1 => ControlType::Commit,
+        other => ControlType::Other(other),
+    };
+    let coordinator_epoch = match kind {
+        ControlType::Abort | ControlType::Commit => record.value.and_then(|v| {
+            let mut r = Reader::new(&v);
+            r.i16("control value version").ok()?;
+            r.i32("coordinator epoch").ok()
+        }),
+        ControlType::Other(_) => None,
+    };
+    Some((kind, coordinator_epoch))
+}
+
 /// One record to put in a built batch.
 pub struct NewRecord<'a> {
     pub key: Option<&'a [u8]>,
@@ -138,6 +174,31 @@ mod tests {
             timestamp: 1_700_000_000_000,
         };
         assert_eq!(build_v2_batch(0, 0, &[rec]), unhex(BATCH_C));
+    }
+
+    #[test]
+    fn control_markers_are_read_from_the_first_record() {
+        // An ABORT marker: key {0, 0}, value {0, coordinator epoch 7}; attributes
+        // transactional | control.
+        let key = [0u8, 0, 0, 0];
+        let value = [0u8, 0, 0, 0, 0, 7];
+        let mut b = build_v2_batch(
+            9,
+            0,
+            &[NewRecord {
+                key: Some(&key),
+                value: Some(&value),
+                timestamp: 5,
+            }],
+        );
+        b[21..23].copy_from_slice(&0x30i16.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        let h = BatchHeader::parse(&b, usize::MAX).unwrap();
+        assert_eq!(control_marker(&h, &b), Some((ControlType::Abort, Some(7))));
+        let plain = build_v2_batch(0, 0, &[]);
+        let hp = BatchHeader::parse(&plain, usize::MAX).unwrap();
+        assert_eq!(control_marker(&hp, &plain), None);
     }
 
     #[test]

@@ -1,0 +1,322 @@
+//! Open transactions of one partition (the part of Kafka's `ProducerStateManager` a follower
+//! needs), and its `<offset>.snapshot` files.
+//!
+//! For every producer with a transaction in progress the state holds the transaction's first
+//! offset. Appending a batch updates it: a transactional data batch opens a transaction (if
+//! none is open for its producer); a COMMIT or ABORT marker closes it, and an ABORT yields the
+//! `.txnindex` entry (first offset, marker offset, last stable offset after it). The last
+//! stable offset of the log is the first offset of the oldest open transaction, else the log
+//! end.
+//!
+//! Snapshot file, Kafka's producer snapshot format, version 1:
+//! ```text
+//! 0: version INT16 = 1 | 2: crc UINT32 (CRC-32C of every byte after it)
+//! 6: entries INT32 count, then per entry (46 bytes): producerId INT64, epoch INT16,
+//!    lastSequence INT32, lastOffset INT64, offsetDelta INT32, timestamp INT64,
+//!    coordinatorEpoch INT32, currentTxnFirstOffset INT64
+//! ```
+//! `<offset>.snapshot` (20 digits) holds the state after every batch below `offset`. Only
+//! producers with an open transaction are written, so the files stay small. Crash policy:
+//! written by rename, not fsynced (a lost or torn one fails its CRC and an older one, or a
+//! walk from the log start, is used); a snapshot past the log end (a crash cut the log) is deleted at load,
+//! and the state is rebuilt from the newest one below by scanning the batches after it.
+
+use crate::record::BatchHeader;
+use crate::record::records::{ControlType, control_marker};
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::txn_index::AbortedTxn;
+
+const VERSION: i16 = 1;
+const ENTRY_SIZE: usize = 46;
+/// Far more open transactions than any partition has; a larger file is not a snapshot.
+const MAX_ENTRIES: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenTxn {
+    pub first_offset: i64,
+    pub producer_epoch: i16,
+    /// Last offset, sequence and timestamp of the producer's latest batch (for the snapshot).
+    pub last_offset: i64,
+    pub last_sequence: i32,
+    pub offset_delta: i32,
+    pub timestamp: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerState {
+    open: BTreeMap<i64, OpenTxn>,
+    /// Changed since the last snapshot.
+    pub dirty: bool,
+}
+
+impl ProducerState {
+    /// Applies one appended batch; returns the `.txnindex` entry when it is an ABORT marker.
+    /// `batch` is the whole batch (read only for control batches).
+    pub fn update(&mut self, h: &BatchHeader, batch: &[u8]) -> Option<AbortedTxn> {
+        if h.magic < 2 || h.producer_id < 0 {
+            return None;
+        }
+        if h.is_control() {
+            let kind = control_marker(h, batch).map(|(k, _)| k)?;
+            if !matches!(kind, ControlType::Abort | ControlType::Commit) {
+                return None;
+            }
+            // Kafka's rule for a marker without a known transaction: it starts at the marker.
+            let first = self
+                .open
+                .remove(&h.producer_id)
+                .map_or(h.base_offset, |t| t.first_offset);
+            self.dirty = true;
+            if kind != ControlType::Abort {
+                return None;
+            }
+            let lso = self
+                .open
+                .values()
+                .map(|t| t.first_offset)
+                .min()
+                .unwrap_or(h.last_offset + 1);
+            return Some(AbortedTxn {
+                producer_id: h.producer_id,
+                first_offset: first,
+                last_offset: h.base_offset,
+                last_stable_offset: lso,
+            });
+        }
+        if h.is_transactional() {
+            let delta = (h.last_offset - h.base_offset) as i32;
+            let t = self.open.entry(h.producer_id).or_insert(OpenTxn {
+                first_offset: h.base_offset,
+                producer_epoch: h.producer_epoch,
+                last_offset: h.last_offset,
+                last_sequence: -1,
+                offset_delta: delta,
+                timestamp: h.max_timestamp,
+            });
+            t.producer_epoch = h.producer_epoch;
+            t.last_offset = h.last_offset;
+            t.offset_delta = delta;
+            t.timestamp = h.max_timestamp;
+            t.last_sequence = if h.base_sequence >= 0 {
+                h.base_sequence.wrapping_add(delta)
+            } else {
+                -1
+            };
+            self.dirty = true;
+        }
+        None
+    }
+
+    /// The first offset of the oldest open transaction, else `log_end`.
+    pub fn last_stable_offset(&self, log_end: i64) -> i64 {
+        self.open
+            .values()
+            .map(|t| t.first_offset)
+            .min()
+            .map_or(log_end, |f| f.min(log_end))
+    }
+
+    pub fn open_transactions(&self) -> &BTreeMap<i64, OpenTxn> {
+        &self.open
+    }
+
+    /// Forgets transactions whose outcome this log can no longer learn (their markers were
+    /// lost upstream).
+    pub fn clear(&mut self) {
+        self.dirty |= !self.open.is_empty();
+        self.open.clear();
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(4 + self.open.len() * ENTRY_SIZE);
+        body.extend_from_slice(&(self.open.len() as i32).to_be_bytes());
+        for (pid, t) in &self.open {
+            body.extend_from_slice(&pid.to_be_bytes());
+            body.extend_from_slice(&t.producer_epoch.to_be_bytes());
+            body.extend_from_slice(&t.last_sequence.to_be_bytes());
+            body.extend_from_slice(&t.last_offset.to_be_bytes());
+            body.extend_from_slice(&t.offset_delta.to_be_bytes());
+            body.extend_from_slice(&t.timestamp.to_be_bytes());
+            body.extend_from_slice(&(-1i32).to_be_bytes());
+            body.extend_from_slice(&t.first_offset.to_be_bytes());
+        }
+        let mut out = Vec::with_capacity(6 + body.len());
+        out.extend_from_slice(&VERSION.to_be_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    pub fn decode(path: &Path, bytes: &[u8]) -> Result<ProducerState> {
+        let bad = |what: &str| anyhow::anyhow!("`{}`: {what}", path.display());
+        let head = bytes
+            .get(..10)
+            .ok_or_else(|| bad("shorter than its header"))?;
+        let version = i16::from_be_bytes([head[0], head[1]]);
+        if version != VERSION {
+            bail!(
+                "`{}`: unsupported snapshot version {version}",
+                path.display()
+            );
+        }
+        let crc = u32::from_be_bytes([head[2], head[3], head[4], head[5]]);
+        let body = bytes.get(6..).unwrap_or_default();
+        if crc32c::crc32c(body) != crc {
+            bail!("`{}`: CRC mismatch", path.display());
+        }
+        let count = i32::from_be_bytes([head[6], head[7], head[8], head[9]]);
+        let count = usize::try_from(count).map_err(|_| bad("negative entry count"))?;
+        if count > MAX_ENTRIES || body.len() != 4 + count * ENTRY_SIZE {
+            return Err(bad("entry count does not match the file length"));
+        }
+        let mut open = BTreeMap::new();
+        for e in body.get(4..).unwrap_or_default().chunks_exact(ENTRY_SIZE) {
+            let i64_at = |at: usize| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&e[at..at + 8]);
+                i64::from_be_bytes(a)
+            };
+            let i32_at = |at: usize| i32::from_be_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]]);
+            let first = i64_at(38);
+            if first < 0 {
+                continue; // a producer without an open transaction
+            }
+            open.insert(
+                i64_at(0),
+                OpenTxn {
+                    producer_epoch: i16::from_be_bytes([e[8], e[9]]),
+                    last_sequence: i32_at(10),
+                    last_offset: i64_at(14),
+                    offset_delta: i32_at(22),
+                    timestamp: i64_at(26),
+                    first_offset: first,
+                },
+            );
+        }
+        Ok(ProducerState { open, dirty: false })
+    }
+}
+
+pub fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+    dir.join(super::segment::file_name(offset, "snapshot"))
+}
+
+/// Offsets of the snapshot files in `dir`, ascending.
+pub fn list_snapshots(dir: &Path) -> Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for entry in
+        std::fs::read_dir(dir).with_context(|| format!("failed to list `{}`", dir.display()))?
+    {
+        let entry = entry.with_context(|| format!("failed to list `{}`", dir.display()))?;
+        if let Some(o) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| super::segment::parse_base_offset(n, "snapshot"))
+        {
+            out.push(o);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Writes the state after every batch below `offset` and keeps only the two newest files.
+/// Not fsynced: a snapshot only saves walking batches at the next start, and a torn or lost
+/// one fails its CRC (or is missing) and an older one is used.
+pub fn write_snapshot(dir: &Path, offset: i64, state: &ProducerState) -> Result<()> {
+    let path = snapshot_path(dir, offset);
+    let tmp = path.with_extension("snapshot.tmp");
+    std::fs::write(&tmp, state.encode())
+        .with_context(|| format!("failed to write `{}`", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| {
+        format!(
+            "failed to rename `{}` to `{}`",
+            tmp.display(),
+            path.display()
+        )
+    })?;
+    let all = list_snapshots(dir)?;
+    for old in all.iter().rev().skip(2) {
+        delete_snapshot(dir, *old)?;
+    }
+    Ok(())
+}
+
+pub fn delete_snapshot(dir: &Path, offset: i64) -> Result<()> {
+    let p = snapshot_path(dir, offset);
+    match std::fs::remove_file(&p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("failed to delete `{}`", p.display())),
+    }
+}
+
+/// The newest readable snapshot at or below `limit`, deleting those above `above` (they
+/// describe offsets the log no longer holds). Unreadable ones are skipped with a warning.
+pub fn load_newest(dir: &Path, limit: i64, above: i64) -> Result<Option<(i64, ProducerState)>> {
+    let all = list_snapshots(dir)?;
+    for o in all.iter().filter(|o| **o > above) {
+        delete_snapshot(dir, *o)?;
+    }
+    for o in all.iter().rev().filter(|o| **o <= limit && **o <= above) {
+        let p = snapshot_path(dir, *o);
+        let bytes =
+            std::fs::read(&p).with_context(|| format!("failed to read `{}`", p.display()))?;
+        match ProducerState::decode(&p, &bytes) {
+            Ok(s) => return Ok(Some((*o, s))),
+            Err(e) => crate::log_warn!("{e:#}; using an older snapshot"),
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txn_header(base: i64, last: i64, pid: i64, control: bool) -> BatchHeader {
+        BatchHeader {
+            magic: 2,
+            base_offset: base,
+            last_offset: last,
+            size_in_bytes: 61,
+            partition_leader_epoch: 0,
+            max_timestamp: 5,
+            attributes: if control { 0x30 } else { 0x10 },
+            records_count: 1,
+            crc: 0,
+            producer_id: pid,
+            producer_epoch: 0,
+            base_sequence: 0,
+        }
+    }
+
+    #[test]
+    fn open_transactions_set_the_last_stable_offset_and_snapshots_roundtrip() {
+        let mut s = ProducerState::default();
+        s.update(&txn_header(10, 14, 7, false), &[]);
+        s.update(&txn_header(15, 16, 8, false), &[]);
+        s.update(&txn_header(17, 18, 7, false), &[]);
+        assert_eq!(s.last_stable_offset(30), 10);
+        let d = tempfile::tempdir().unwrap();
+        write_snapshot(d.path(), 19, &s).unwrap();
+        let (o, back) = load_newest(d.path(), 100, 100).unwrap().unwrap();
+        assert_eq!(o, 19);
+        assert_eq!(back.open_transactions(), s.open_transactions());
+        // A corrupt snapshot is skipped; one above the log end is deleted.
+        write_snapshot(d.path(), 50, &s).unwrap();
+        assert!(
+            load_newest(d.path(), 100, 40)
+                .unwrap()
+                .is_some_and(|(o, _)| o == 19)
+        );
+        assert_eq!(list_snapshots(d.path()).unwrap(), vec![19]);
+        let mut bytes = std::fs::read(snapshot_path(d.path(), 19)).unwrap();
+        let n = bytes.len() - 1;
+        bytes[n] ^= 1;
+        assert!(ProducerState::decode(Path::new("x"), &bytes).is_err());
+    }
+}
