@@ -252,6 +252,12 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path) -> Daemon {
+        Daemon::start_with_env(config, &[])
+    }
+
+    /// Starts the daemon with extra environment variables (test hooks such as
+    /// `RF_TEST_PAUSE_AT`).
+    pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Daemon {
         let log_path = config.with_extension(format!("log.{}", std::process::id()));
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -262,6 +268,7 @@ impl Daemon {
             .args(["run", "--config"])
             .arg(config)
             .env("RF_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
