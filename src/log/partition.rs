@@ -536,8 +536,10 @@ impl PartitionLog {
                 self.tp,
                 offset - 1
             );
-            self.lost.push((leo, offset - 1));
-            checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+            if self.lost.last() != Some(&(leo, offset - 1)) {
+                self.lost.push((leo, offset - 1));
+                checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+            }
             let open = self.producers.open_transactions().len();
             if open > 0 {
                 crate::log_warn!(

@@ -408,10 +408,14 @@ impl Segment {
                 reason = Some(format!("{e} at byte {valid}"));
                 break;
             }
-            if last_offset.is_some_and(|l| h.base_offset <= l) || h.last_offset < self.base_offset {
+            if let Err(e) = crate::record::check_follows(last_offset, &h) {
+                reason = Some(format!("batch at byte {valid}: {e}"));
+                break;
+            }
+            if h.last_offset < self.base_offset {
                 reason = Some(format!(
-                    "batch at byte {valid} has offsets {}..{} out of order",
-                    h.base_offset, h.last_offset
+                    "batch at byte {valid} ends at offset {}, below the segment base {}",
+                    h.last_offset, self.base_offset
                 ));
                 break;
             }
