@@ -363,6 +363,10 @@ enum Outcome {
     Diverged(DivergingEpoch),
     OutOfRange,
     NeedsLeader(String),
+    /// The leader reports a high watermark below the local log end: its log went backwards
+    /// (an election with a lagging HW, or a topic re-created under the same name) — ask it
+    /// who it is before anything else happens.
+    CheckIdentity,
     Unchanged,
 }
 
@@ -581,6 +585,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 let Some(&fetch_offset) = requested.get(&tp) else {
                     continue;
                 };
+                if data.high_watermark < fetch_offset {
+                    healthy = false;
+                }
                 let current = map.get(&tp).is_some_and(|s| {
                     s.fetch_offset == fetch_offset && s.status == FetchStatus::Fetching
                 });
@@ -624,6 +631,18 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 let leader_epoch = state.current_leader_epoch;
                 let outcome = if let Some(d) = data.diverging_epoch {
                     Outcome::Diverged(d)
+                } else if data.error.is_ok() && data.high_watermark < fetch_offset {
+                    match validated.remove(&tp) {
+                        Some(Err(e)) => crate::log_warn!(
+                            "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
+                            self.params.backoff
+                        ),
+                        _ => crate::log_debug!(
+                            "{tp}: the leader's high watermark {} is below the fetch offset {fetch_offset}",
+                            data.high_watermark
+                        ),
+                    }
+                    Outcome::CheckIdentity
                 } else {
                     match data.error.action() {
                         ErrorAction::None => {
@@ -736,6 +755,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     leader_unreachable = !self.handle_offset_out_of_range(&mut map, &tp)
                 }
                 Outcome::NeedsLeader(reason) => self.hand_back(&mut map, &tp, reason),
+                Outcome::CheckIdentity if self.same_identity(&mut map, &tp) => {
+                    delay(&mut map, &tp, self.params.backoff)
+                }
                 _ => {}
             }
         }
@@ -1048,6 +1070,9 @@ mod tests {
         requests: Arc<Mutex<Vec<(Instant, FetchRequest)>>>,
         sent: VecDeque<FetchRequest>,
         identity: Identity,
+        /// Reported instead of `hw`, without OFFSET_OUT_OF_RANGE (as Tansu answers a fetch
+        /// past its end).
+        reported_hw: Option<i64>,
     }
 
     impl MockLeader {
@@ -1076,6 +1101,7 @@ mod tests {
                 requests: Arc::default(),
                 sent: VecDeque::new(),
                 identity: Identity::default(),
+                reported_hw: None,
             }
         }
     }
@@ -1103,7 +1129,8 @@ mod tests {
             self.buf.clear();
             let (topic, parts) = &req.topics[0];
             let p = &parts[0];
-            let oor = p.fetch_offset < self.start || p.fetch_offset > self.hw;
+            let oor = self.reported_hw.is_none()
+                && (p.fetch_offset < self.start || p.fetch_offset > self.hw);
             if error.is_ok() && !oor {
                 // two batches at most per response
                 for (_, last, b) in self
@@ -1133,8 +1160,8 @@ mod tests {
                     vec![FetchPartitionResponse {
                         partition: p.partition,
                         error,
-                        high_watermark: self.hw,
-                        last_stable_offset: self.hw,
+                        high_watermark: self.reported_hw.unwrap_or(self.hw),
+                        last_stable_offset: self.reported_hw.unwrap_or(self.hw),
                         log_start_offset: self.start,
                         aborted_transactions: None,
                         diverging_epoch: None,
@@ -1540,6 +1567,42 @@ mod tests {
                 assert!(reason.contains("topic id"), "{reason}")
             }
         }
+    }
+
+    #[test]
+    fn a_high_watermark_below_the_log_end_makes_the_fetcher_ask_who_the_leader_is() {
+        // A re-created topic whose leader answers a fetch past its end with no error.
+        let mut leader = MockLeader::new(2);
+        leader.log.clear();
+        leader.reported_hw = Some(3);
+        leader.identity.topic_id = Some(crate::protocol::uuid::Uuid([2; 16]));
+        let local = Identity {
+            cluster_id: None,
+            topic_id: Some(crate::protocol::uuid::Uuid([1; 16])),
+        };
+        let (mut f, shared, rx) = fetcher(
+            leader,
+            MemReplica {
+                end: 14,
+                identity: local.clone(),
+                ..Default::default()
+            },
+            10,
+        );
+        shared.add_partitions([(tp(), PartitionFetchState::new(14, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert_eq!(shared.partition_count(), 0, "handed back for the archive");
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(FetcherEvent::NeedsLeader { .. })
+        ));
+        // The same topic with a lagging HW only backs off.
+        f.leader.identity.topic_id = local.topic_id;
+        shared.add_partitions([(tp(), PartitionFetchState::new(14, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        let map = shared.lock();
+        assert!(map[&tp()].delayed_until.is_some());
+        assert_eq!(map[&tp()].fetch_offset, 14);
     }
 
     #[test]

@@ -259,6 +259,13 @@ impl FetcherManager {
         }
     }
 
+    /// [`Self::report_once`] for what needs an operator: logged as an ERROR.
+    fn report_error_once(&mut self, key: String, msg: impl FnOnce() -> String) {
+        if self.reported.insert(key) {
+            crate::log_error!("{}", msg());
+        }
+    }
+
     /// Runs until a `Shutdown` event; then shuts every fetcher down and returns.
     pub fn run(mut self) {
         let backoff = Duration::from_millis(self.cfg.fetch.backoff_ms as u64);
@@ -668,7 +675,7 @@ impl FetcherManager {
                         .map_or(OnTopicRecreated::Archive, |f| f.on_topic_recreated);
                     self.unassign(&tp);
                     if policy == OnTopicRecreated::Stop {
-                        self.report_once(format!("recreated-{tp}-{leader_id}"), || {
+                        self.report_error_once(format!("recreated-{tp}-{leader_id}"), || {
                             format!(
                                 "{tp}: the topic was re-created (topic id {old} locally, {leader_id} on the leader); on_topic_recreated = \"stop\": not following it, local data kept"
                             )
@@ -683,7 +690,7 @@ impl FetcherManager {
                             );
                             out.push((tp, start));
                         }
-                        Err(e) => self.report_once(format!("archive-{tp}"), || {
+                        Err(e) => self.report_error_once(format!("archive-{tp}"), || {
                             format!("{tp}: the topic was re-created but its history could not be archived, so it is not followed: {e:#}")
                         }),
                     }
