@@ -451,6 +451,15 @@ interval_ms = 20
         assert_eq!(c.fetch.isolation, Isolation::ReadCommitted);
         assert_eq!(c.fetch.fetchers_per_broker, 2);
         assert_eq!(c.log.retention_bytes, 100_000);
+        assert_eq!(c.follow[0].on_topic_recreated, OnTopicRecreated::Archive);
+        let stop = parse(&format!(
+            "{MINIMAL}[[follow]]\ntopic = \"u\"\non_topic_recreated = \"stop\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            stop.follow.last().map(|f| f.on_topic_recreated),
+            Some(OnTopicRecreated::Stop)
+        );
     }
 
     #[test]
@@ -471,6 +480,10 @@ interval_ms = 20
             (
                 "[[follow]]\ntopic = \"t\"\npartitions = [0, 0]\n",
                 "partitions",
+            ),
+            (
+                "[[follow]]\ntopic = \"t\"\non_topic_recreated = \"delete\"\n",
+                "on_topic_recreated",
             ),
             ("surprise = 1\n", "surprise"),
         ];
