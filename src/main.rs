@@ -25,7 +25,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
 fn help(cmd: &str) -> &'static str {
     match cmd {
         "run" => {
-            "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. Log level from RF_LOG (error|warn|info|debug).\n"
+            "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. Exit 1 at start-up when the brokers report another cluster id\nthan the data dir recorded (nothing is changed), exit 2 on a bad config. Log level from\nRF_LOG (error|warn|info|debug).\n"
         }
         "status" => {
             "replica-follower status --data-dir DIR [--json]\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
@@ -37,7 +37,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\n\nOffsets before time MS (-1 latest, -2 earliest) from the local log, one a line,\nnewest first, at most N (default 1).\n"
         }
         "verify" => {
-            "replica-follower verify --data-dir DIR\n\nChecks every batch CRC, offset continuity, every index entry and the checkpoint files.\nExit 1 and one line per problem when anything is wrong.\n"
+            "replica-follower verify --data-dir DIR\n\nChecks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong.\n"
         }
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"

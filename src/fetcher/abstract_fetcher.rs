@@ -826,6 +826,16 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         tp: &TopicPartition,
         d: DivergingEpoch,
     ) {
+        if d.epoch < 0 || d.end_offset < 0 {
+            // Kafka's UNDEFINED epoch or offset, or a hostile answer: nothing to truncate to.
+            crate::log_warn!(
+                "{tp}: leader reports divergence at epoch {} offset {}, which names no point in the log; not truncating",
+                d.epoch,
+                d.end_offset
+            );
+            delay(map, tp, self.params.backoff);
+            return;
+        }
         let target = match self.replica.end_offset_for_epoch(tp, d.epoch) {
             Some((e, end)) if e == d.epoch => end.min(d.end_offset),
             Some((_, end)) => end,
@@ -880,6 +890,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             let latest = self.leader.fetch_latest_offset(tp, epoch);
             unreachable = latest.is_err();
             let leader_end = match latest? {
+                Ok(o) if o < 0 => anyhow::bail!("ListOffsets latest answered offset {o}"),
                 Ok(o) => o,
                 Err(code) => {
                     if code.action() == ErrorAction::RefreshMetadata {
@@ -902,10 +913,15 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             let earliest = self.leader.fetch_earliest_offset(tp, epoch);
             unreachable = earliest.is_err();
             let leader_start = match earliest? {
+                Ok(o) if o < 0 => anyhow::bail!("ListOffsets earliest answered offset {o}"),
                 Ok(o) => o,
                 Err(code) => anyhow::bail!("ListOffsets earliest answered {code}"),
             };
             if leader_start > local_end {
+                if !self.same_identity(map, tp) {
+                    identity_changed = true;
+                    return Ok(None);
+                }
                 self.replica.skip_to(tp, leader_start)?;
                 return Ok(Some((
                     leader_start,

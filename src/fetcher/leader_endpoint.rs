@@ -5,11 +5,13 @@ use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
 use crate::client::cluster;
+use crate::log::identity;
 use crate::protocol::ApiKey;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::{self, FetchRequest};
 use crate::protocol::list_offsets::{EARLIEST, LATEST};
 use anyhow::{Context, Result};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +28,8 @@ pub struct BrokerEndPoint {
     spare: Vec<Vec<u8>>,
     /// Where the socket is registered so shutdown can interrupt a fetch in flight.
     shared: Option<Arc<FetcherShared>>,
+    /// The data dir whose recorded cluster id every new connection is checked against.
+    data_dir: Option<PathBuf>,
 }
 
 impl BrokerEndPoint {
@@ -36,6 +40,7 @@ impl BrokerEndPoint {
         max_response_bytes: usize,
         isolation_level: i8,
         shared: Option<Arc<FetcherShared>>,
+        data_dir: Option<PathBuf>,
     ) -> Self {
         BrokerEndPoint {
             addr: addr.to_string(),
@@ -47,6 +52,7 @@ impl BrokerEndPoint {
             pending: std::collections::VecDeque::new(),
             spare: Vec::new(),
             shared,
+            data_dir,
         }
     }
 
@@ -72,10 +78,36 @@ impl BrokerEndPoint {
                 },
             )
             .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
+            let mut c = c;
+            self.check_cluster(&mut c)?;
             crate::log_info!("connected to broker {} at {}", self.broker_id, self.addr);
             self.conn = Some(c);
         }
         self.conn.as_mut().context("connection vanished")
+    }
+
+    /// A new connection must lead to the cluster this data dir replicates: another cluster
+    /// behind the same address gets nothing fetched from it. One Metadata request (no topics)
+    /// per connection; skipped before the first contact recorded an id, and for brokers that
+    /// report none.
+    fn check_cluster(&self, c: &mut BrokerConnection) -> Result<()> {
+        let Some(dir) = &self.data_dir else {
+            return Ok(());
+        };
+        let Some(expected) = identity::read_cluster_id(dir)? else {
+            return Ok(());
+        };
+        let md = cluster::fetch_metadata(c, &[])
+            .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
+        match md.cluster_id {
+            Some(seen) if seen != expected => anyhow::bail!(
+                "broker {} ({}) reports cluster id {seen}, but data dir `{}` replicates cluster {expected}; not fetching from it",
+                self.broker_id,
+                self.addr,
+                dir.display()
+            ),
+            _ => Ok(()),
+        }
     }
 
     fn list(

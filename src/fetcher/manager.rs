@@ -733,6 +733,7 @@ impl FetcherManager {
             max_response,
             fc.isolation.level(),
             Some(shared.clone()),
+            Some(self.logs.data_dir().to_path_buf()),
         );
         let name = fetcher_name(broker, fid);
         let mut fetcher = AbstractFetcher::new(

@@ -9,8 +9,9 @@
 //!   by timestamp or `latest` can land inside a batch); a negative base offset never passes;
 //! - each later batch starts after the last offset of the one before ([`check_follows`]):
 //!   gaps are legitimate (compaction), overlaps are not;
-//! - a batch that starts at or beyond the high watermark the same response reports is refused:
-//!   a consumer fetch never sees one from a sane leader;
+//! - a batch that does not end below the high watermark the same response reports is
+//!   refused: a consumer fetch never sees one from a sane leader, so every batch the replica
+//!   holds was committed when it was fetched;
 //! - every kept batch's CRC verifies, and its header is sane (record count ≥ 0 and at most
 //!   lastOffsetDelta + 1; see [`BatchHeader::parse`]);
 //! - a partial batch at the end is dropped (it is fetched again whole next time); a corrupt
@@ -90,10 +91,10 @@ pub fn validate_fetched(
         }
         check_follows(prev, &h)
             .map_err(|e| AppendError::OffsetMismatch(format!("{tp}: {e}; nothing written")))?;
-        if h.base_offset >= high_watermark {
+        if h.last_offset >= high_watermark {
             return Err(AppendError::InvalidData(format!(
-                "{tp}: leader sent a batch at offset {} at or beyond the high watermark {high_watermark} it reported; nothing written",
-                h.base_offset
+                "{tp}: leader sent a batch at offset {} (offsets {}..{}) reaching the high watermark {high_watermark} it reported; nothing written",
+                h.base_offset, h.base_offset, h.last_offset
             )));
         }
         h.verify_crc(bytes)
@@ -363,6 +364,12 @@ mod tests {
             "{e}"
         );
         assert_eq!(check(0, at(0), 10, &set).unwrap().headers.len(), 2);
+        // A batch straddling the HW does not end below it either.
+        let e = check(0, at(0), 7, &set).unwrap_err().to_string();
+        assert!(
+            e.contains("offsets 5..9") && e.contains("high watermark 7"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `diverged/`: batches a truncation removed from below the high watermark, kept.
+//! `diverged/` and `damaged/`: what a truncation or recovery removed from a log, kept.
 //!
 //! ```text
 //! <partition dir>/diverged/<first offset>-<last offset>.log     the removed batches, byte for byte
@@ -9,11 +9,15 @@
 //! fsynced, renamed, the folder fsynced. Crash order: the copy is durable before the cut
 //! begins, so after a crash in between the batches are in both places (the truncation runs
 //! again at the next start and finds its copy already made), never in neither.
-//! A file here is a valid record set (batches back to back, every CRC intact) that `dump`
-//! and `verify` read like a segment.
+//! The bytes are copied raw, from the cut to the end of each file: normally a valid record
+//! set (batches back to back, every CRC intact), which `verify` checks; damage inside the
+//! removed range is kept as it was.
+//!
+//! `damaged/<segment file>.<byte position>`: the bytes recovery cut from a segment at damage
+//! (a bad CRC or header, offsets out of order) — intact batches may lie behind the damage, so
+//! they are kept, not dropped. A torn tail (the one batch a crash interrupted) is only cut.
 
 use crate::checkpoint::fsync_dir;
-use crate::record::BatchHeader;
 use anyhow::{Context, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -21,15 +25,10 @@ use std::path::{Path, PathBuf};
 
 pub const DIVERGED_DIR: &str = "diverged";
 
-/// Copies the `removed` batches (segment file, header, byte position; oldest first) into
+/// Copies the `runs` (segment file, byte position, length; oldest first) into
 /// `dir/diverged/<first>-<last>.log` durably and returns its path. A file of that name with
 /// the same bytes (a crash came between an earlier copy and its cut) is reused.
-pub fn keep(
-    dir: &Path,
-    removed: &[(PathBuf, BatchHeader, u64)],
-    first: i64,
-    last: i64,
-) -> Result<PathBuf> {
+pub fn keep(dir: &Path, runs: &[(PathBuf, u64, u64)], first: i64, last: i64) -> Result<PathBuf> {
     let ddir = dir.join(DIVERGED_DIR);
     if !ddir.is_dir() {
         fs::create_dir_all(&ddir)
@@ -43,29 +42,19 @@ pub fn keep(
         .truncate(true)
         .open(&tmp)
         .with_context(|| format!("failed to create `{}`", tmp.display()))?;
-    // Consecutive batches of one file are one contiguous range: copy each range in one go.
-    let mut runs: Vec<(&Path, u64, u64)> = Vec::new();
-    for (path, h, pos) in removed {
-        match runs.last_mut() {
-            Some((p, start, len)) if *p == path.as_path() && *start + *len == *pos => {
-                *len += h.size_in_bytes as u64;
-            }
-            _ => runs.push((path, *pos, h.size_in_bytes as u64)),
-        }
-    }
     for (path, start, len) in runs {
         let mut f =
             File::open(path).with_context(|| format!("failed to open `{}`", path.display()))?;
-        f.seek(SeekFrom::Start(start))
+        f.seek(SeekFrom::Start(*start))
             .with_context(|| format!("failed to seek `{}`", path.display()))?;
-        let copied = std::io::copy(&mut f.take(len), &mut out).with_context(|| {
+        let copied = std::io::copy(&mut f.take(*len), &mut out).with_context(|| {
             format!(
                 "failed to copy `{}` into `{}`",
                 path.display(),
                 tmp.display()
             )
         })?;
-        if copied != len {
+        if copied != *len {
             anyhow::bail!(
                 "`{}` ended after {copied} of {len} bytes at position {start}",
                 path.display()
@@ -96,6 +85,64 @@ pub fn keep(
     })?;
     fsync_dir(&ddir)?;
     Ok(target)
+}
+
+/// Where recovery keeps the bytes it cut from a segment at damage (see
+/// [`super::segment::Segment::recover`]).
+pub const DAMAGED_DIR: &str = "damaged";
+
+/// Copies `len` bytes at `start` of the segment file `log` durably to
+/// `dir/damaged/<segment file name>.<start>` and returns that path.
+pub fn keep_damaged_tail(dir: &Path, log: &Path, start: u64, len: u64) -> Result<PathBuf> {
+    let ddir = dir.join(DAMAGED_DIR);
+    if !ddir.is_dir() {
+        fs::create_dir_all(&ddir)
+            .with_context(|| format!("failed to create `{}`", ddir.display()))?;
+        fsync_dir(dir)?;
+    }
+    let name = log
+        .file_name()
+        .map_or_else(|| "segment".into(), |n| n.to_string_lossy().into_owned());
+    let target = free_name(&ddir.join(format!("{name}.{start}")));
+    let tmp = ddir.join(format!("{name}.{start}.tmp"));
+    let mut out =
+        File::create(&tmp).with_context(|| format!("failed to create `{}`", tmp.display()))?;
+    let mut f = File::open(log).with_context(|| format!("failed to open `{}`", log.display()))?;
+    f.seek(SeekFrom::Start(start))
+        .with_context(|| format!("failed to seek `{}`", log.display()))?;
+    std::io::copy(&mut f.take(len), &mut out).with_context(|| {
+        format!(
+            "failed to copy `{}` into `{}`",
+            log.display(),
+            tmp.display()
+        )
+    })?;
+    out.sync_all()
+        .with_context(|| format!("failed to fsync `{}`", tmp.display()))?;
+    drop(out);
+    fs::rename(&tmp, &target).with_context(|| {
+        format!(
+            "failed to rename `{}` to `{}`",
+            tmp.display(),
+            target.display()
+        )
+    })?;
+    fsync_dir(&ddir)?;
+    Ok(target)
+}
+
+/// `path`, or `path.2`, `path.3`, … — the first that does not exist, so nothing kept aside is
+/// ever replaced.
+pub fn free_name(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    let mut n = 2;
+    while p.exists() {
+        let mut name = path.as_os_str().to_os_string();
+        name.push(format!(".{n}"));
+        p = PathBuf::from(name);
+        n += 1;
+    }
+    p
 }
 
 fn same_bytes(a: &Path, b: &Path) -> Result<bool> {

@@ -213,6 +213,7 @@ pub fn load(
         topic_id,
         producers: Default::default(),
         last_snapshot: None,
+        retired: false,
     };
     // Open transactions: from the newest producer snapshot below the first segment recovery
     // scanned, walking the batches after it; the `.txnindex` of every scanned segment is
@@ -504,6 +505,33 @@ mod tests {
         assert_eq!(files.len(), 2, "{files:?}");
         assert_eq!(std::fs::read(&files[1].0).unwrap(), more);
         assert_eq!((files[1].1, files[1].2), (48, 59));
+    }
+
+    #[test]
+    fn truncation_refuses_negative_offsets_and_below_the_first_segment_empties_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::create(dir.path(), &tp(), cfg(2048), 100, None).unwrap();
+        let (bytes, headers) = batches(100, 10, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.update_high_watermark(140);
+        assert!(log.truncate_to(-1, "test").is_err());
+        assert!(log.truncate_to(i64::MIN, "test").is_err());
+        assert_eq!(log.read_all().unwrap(), bytes, "nothing touched");
+        // Below the first segment: the log restarts empty there, everything kept aside.
+        log.truncate_to(90, "test").unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (90, 90));
+        assert!(log.is_empty());
+        let kept = std::fs::read(dir.path().join("t-0/diverged/100-139.log")).unwrap();
+        assert_eq!(kept, bytes);
+        // An empty log above the leader's end moves down to it.
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::create(dir.path(), &tp(), cfg(2048), 1000, None).unwrap();
+        log.truncate_to(900, "test").unwrap();
+        assert_eq!(log.log_end_offset(), 900);
+        assert_eq!(
+            list_segment_bases(&dir.path().join("t-0")).unwrap(),
+            vec![900]
+        );
     }
 
     #[test]

@@ -156,7 +156,13 @@ impl LogManager {
     /// fsyncs run outside it (the fetcher keeps appending meanwhile), then the recovery point
     /// moves to what was synced.
     fn flush_one(log: &SharedLog) -> Result<()> {
-        let ticket = lock_log(log).begin_flush()?;
+        let ticket = {
+            let mut l = lock_log(log);
+            if l.retired {
+                return Ok(());
+            }
+            l.begin_flush()?
+        };
         if let Some(t) = ticket {
             t.sync()?;
             lock_log(log).finish_flush(t);
@@ -197,6 +203,9 @@ impl LogManager {
         for (tp, shared) in self.all() {
             let flushed = Self::flush_one(&shared);
             let mut log = lock_log(&shared);
+            if log.retired {
+                continue; // archived meanwhile: its directory and figures are no longer the log's
+            }
             let flushed = flushed
                 .and_then(|_| log.checkpoint_epochs())
                 .and_then(|_| log.snapshot_producer_state(final_snapshots));
@@ -253,7 +262,14 @@ impl LogManager {
                 )
             });
         }
+        // Anyone still holding this log (a checkpoint in progress) leaves it alone from now on.
+        log.retired = true;
+        drop(log);
+        drop(logs);
         fsync_dir(&self.data_dir)?;
+        // The checkpoint files must stop naming the old history at once: a crash before the
+        // next interval would otherwise give the new log the old one's figures.
+        self.checkpoint()?;
         Ok(to)
     }
 

@@ -32,7 +32,7 @@ pub use partition::{LogConfig, PartitionLog};
 #[derive(Debug)]
 pub enum AppendError {
     /// The leader's bytes are unusable: a bad checksum or framing, a header that makes no
-    /// sense, a batch beyond the high watermark the same response reports.
+    /// sense, a batch that does not end below the high watermark the same response reports.
     InvalidData(String),
     /// The offsets do not follow the local log (overlap, going backwards, or the log moved
     /// since the fetch was sent).

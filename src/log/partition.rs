@@ -74,6 +74,8 @@ pub struct PartitionLog {
     pub(super) producers: ProducerState,
     /// Offset of the newest producer snapshot this process wrote or loaded.
     pub(super) last_snapshot: Option<i64>,
+    /// Set when the directory was archived: nothing may flush or checkpoint this log again.
+    pub(super) retired: bool,
 }
 
 /// A flush begun under the partition lock and finished outside it: the fsyncs run on
@@ -95,6 +97,14 @@ impl FlushTicket {
         }
         Ok(())
     }
+}
+
+/// What a truncation removes: (segment file, byte position, length) of each run, and the
+/// first and last offset in them.
+struct Removed {
+    runs: Vec<(PathBuf, u64, u64)>,
+    first_offset: i64,
+    last_offset: i64,
 }
 
 /// The figures `status` and checkpoints need, taken under the lock in one go.
@@ -144,6 +154,7 @@ impl PartitionLog {
             topic_id,
             producers: ProducerState::default(),
             last_snapshot: None,
+            retired: false,
         })
     }
 
@@ -435,68 +446,93 @@ impl PartitionLog {
         }
     }
 
-    /// Removes every offset ≥ `offset` (no-op when the log ends below it). When the removed
-    /// batches begin below the high watermark — committed data, perhaps the last copy after an
-    /// unclean election — they are first copied byte for byte into `diverged/` and fsynced
-    /// ([`super::diverged`]); only then is the log cut. `reason` goes into the record of it.
+    /// Removes every offset ≥ `offset` (no-op when the log ends at or below it). When the
+    /// removed batches begin below the high watermark — committed data, perhaps the last copy
+    /// after an unclean election — their bytes are first copied into `diverged/` and fsynced
+    /// ([`super::diverged`]): every byte from the cut to the end of each file, whether it
+    /// parses or not. Only then is the log cut. A cut below the first segment leaves an empty
+    /// log starting at `offset` (Kafka's `truncateFullyAndStartAt`). `reason` goes into the
+    /// record of it. A negative offset is refused.
     pub fn truncate_to(&mut self, offset: i64, reason: &str) -> Result<()> {
+        if offset < 0 {
+            anyhow::bail!(
+                "{}: refusing to truncate to the negative offset {offset} ({reason})",
+                self.tp
+            );
+        }
         self.generation += 1;
         if offset >= self.log_end_offset() {
             return Ok(());
         }
         let removed = self.removed_from(offset)?;
-        let (Some(first), Some(last)) = (removed.first(), removed.last()) else {
-            return Ok(());
-        };
-        let (first, last) = (first.1.base_offset, last.1.last_offset);
-        if first < self.high_watermark {
-            let kept = super::diverged::keep(&self.dir, &removed, first, last)?;
-            crate::log_error!(
-                "{}: truncating offsets {first}..{last}, below the high watermark {} ({reason}); the removed batches are kept in `{}`",
-                self.tp,
-                self.high_watermark,
-                kept.display()
-            );
-            super::diverged::test_pause_point("diverged-copied");
-        } else {
-            crate::log_warn!(
-                "{}: truncating uncommitted offsets {first}..{last} ({reason})",
-                self.tp
-            );
-        }
-        // Newest first: a crash part-way leaves a shorter log, never one with a hole. The
-        // oldest segment always survives (it may become empty).
-        let oldest = self.segments.keys().next().copied();
-        let doomed: Vec<i64> = self
-            .segments
-            .range(offset..)
-            .map(|(b, _)| *b)
-            .filter(|b| Some(*b) != oldest)
-            .collect();
-        for b in doomed.iter().rev() {
-            if let Some(seg) = self.segments.remove(b) {
-                seg.delete()?;
+        if let Some(r) = &removed {
+            let (first, last) = (r.first_offset, r.last_offset);
+            if first < self.high_watermark {
+                let kept = super::diverged::keep(&self.dir, &r.runs, first, last)?;
+                crate::log_error!(
+                    "{}: truncating offsets {first}..{last}, below the high watermark {} ({reason}); the removed batches are kept in `{}`",
+                    self.tp,
+                    self.high_watermark,
+                    kept.display()
+                );
+                super::diverged::test_pause_point("diverged-copied");
+            } else {
+                crate::log_warn!(
+                    "{}: truncating uncommitted offsets {first}..{last} ({reason})",
+                    self.tp
+                );
             }
         }
-        self.active_mut().truncate_to(offset)?;
+        // The segment that survives holds the cut: the last one based at or below `offset`.
+        // Without one, a new empty segment at `offset` is made first, so that a crash leaves
+        // it, the old segments, or both — never no segment. Then newest first: a crash part-way
+        // leaves a shorter log, never one with a hole.
+        let survivor = self.segments.range(..=offset).next_back().map(|(b, _)| *b);
+        if survivor.is_none() {
+            let seg = Segment::create(
+                &self.dir,
+                offset,
+                self.config.index_interval_bytes,
+                now_ms(),
+            )?;
+            fsync_dir(&self.dir)?;
+            let old: Vec<i64> = self.segments.keys().copied().collect();
+            for b in old.iter().rev() {
+                if let Some(s) = self.segments.remove(b) {
+                    s.delete()?;
+                }
+            }
+            self.segments.insert(offset, seg);
+        } else {
+            let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+            for b in doomed.iter().rev() {
+                if let Some(seg) = self.segments.remove(b) {
+                    seg.delete()?;
+                }
+            }
+            self.active_mut().truncate_to(offset)?;
+        }
         self.active_mut().flush()?;
         fsync_dir(&self.dir)?;
+        let leo = self.log_end_offset();
+        self.log_start_offset = self.log_start_offset.min(leo);
         self.epochs.truncate_from_end(offset);
         // The epochs are written now, not at the next checkpoint: after a crash, a stale
         // epoch file would describe offsets this log no longer holds.
         self.checkpoint_epochs()?;
-        self.recovery_point = self.recovery_point.min(self.log_end_offset());
-        self.high_watermark = self.high_watermark.min(self.log_end_offset());
+        self.recovery_point = self.recovery_point.min(leo);
+        self.high_watermark = self.high_watermark.min(leo).max(self.log_start_offset);
         // Transactions opened or closed by the removed batches are undone.
-        let leo = self.log_end_offset();
         self.rebuild_producer_state(leo, i64::MAX)?;
         Ok(())
     }
 
-    /// The batches a truncation to `offset` removes, oldest first: (segment file, header,
-    /// byte position).
-    fn removed_from(&mut self, offset: i64) -> Result<Vec<(PathBuf, BatchHeader, u64)>> {
-        let mut out = Vec::new();
+    /// What a truncation to `offset` removes: the byte ranges (from the cut to the end of each
+    /// affected file) and the offsets they hold. `None` when nothing is removed.
+    fn removed_from(&mut self, offset: i64) -> Result<Option<Removed>> {
+        let mut runs = Vec::new();
+        let mut first = None;
+        let mut last = None;
         let bases: Vec<i64> = self.segments.keys().copied().collect();
         for (i, base) in bases.iter().enumerate() {
             let next = bases.get(i + 1).copied().unwrap_or(i64::MAX);
@@ -506,12 +542,31 @@ impl PartitionLog {
             let Some(seg) = self.segments.get_mut(base) else {
                 continue;
             };
-            let path = seg.log_path().to_path_buf();
-            for (h, pos) in seg.batches_from(offset)? {
-                out.push((path.clone(), h, pos));
+            if seg.is_empty() {
+                continue;
             }
+            let start = if *base > offset {
+                if first.is_none() {
+                    first = seg.first_batch()?.map(|h| h.base_offset);
+                }
+                0
+            } else {
+                match seg.cut_point(offset)? {
+                    Some((pos, h)) => {
+                        first = Some(h.base_offset);
+                        pos
+                    }
+                    None => continue,
+                }
+            };
+            runs.push((seg.log_path().to_path_buf(), start, seg.size() - start));
+            last = Some(seg.next_offset() - 1);
         }
-        Ok(out)
+        Ok(last.map(|last| Removed {
+            runs,
+            first_offset: first.unwrap_or(offset).min(last),
+            last_offset: last,
+        }))
     }
 
     /// The leader no longer holds the offsets from the log end up to `offset` (its retention or

@@ -258,8 +258,14 @@ pub fn delete_snapshot(dir: &Path, offset: i64) -> Result<()> {
 /// describe offsets the log no longer holds). Unreadable ones are skipped with a warning.
 pub fn load_newest(dir: &Path, limit: i64, above: i64) -> Result<Option<(i64, ProducerState)>> {
     let all = list_snapshots(dir)?;
-    for o in all.iter().filter(|o| **o > above) {
+    let past_end: Vec<i64> = all.iter().copied().filter(|o| *o > above).collect();
+    for o in &past_end {
         delete_snapshot(dir, *o)?;
+    }
+    if !past_end.is_empty() {
+        // Durably gone: after a power loss, a snapshot of a history that was truncated away
+        // must not come back and be taken for the current one.
+        crate::checkpoint::fsync_dir(dir)?;
     }
     for o in all.iter().rev().filter(|o| **o <= limit && **o <= above) {
         let p = snapshot_path(dir, *o);

@@ -19,6 +19,10 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+/// The largest tail recovery cuts as a torn write without keeping it aside: a crash tears at
+/// most the batch being appended (Kafka's default `max.message.bytes` is 1 MiB).
+const TORN_TAIL_MAX: u64 = 1 << 20;
+
 /// Largest batch accepted from disk or network (Kafka's int32 size field).
 pub const MAX_BATCH_SIZE: usize = i32::MAX as usize;
 
@@ -101,7 +105,8 @@ pub fn set_aside(dir: &Path, base: i64, suffix: &str) -> Result<PathBuf> {
     let mut log_target = dir.join(format!("{}.{suffix}", file_name(base, "log")));
     for kind in SEGMENT_FILES {
         let from = dir.join(file_name(base, kind));
-        let to = dir.join(format!("{}.{suffix}", file_name(base, kind)));
+        let to =
+            super::diverged::free_name(&dir.join(format!("{}.{suffix}", file_name(base, kind))));
         match fs::rename(&from, &to) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -361,6 +366,8 @@ impl Segment {
         let mut header = [0u8; 17];
         let mut buf = Vec::new();
         let mut last_offset: Option<i64> = None;
+        // A partial batch at the end, as a crash mid-append leaves one.
+        let mut torn = false;
         loop {
             if valid == self.size {
                 break;
@@ -368,6 +375,7 @@ impl Segment {
             let want = header.len().min((self.size - valid) as usize);
             if reader.read_exact(&mut header[..want]).is_err() || want < header.len() {
                 reason = Some(format!("partial batch header at byte {valid}"));
+                torn = true;
                 break;
             }
             let h = match BatchHeader::parse(&header, MAX_BATCH_SIZE) {
@@ -378,6 +386,7 @@ impl Segment {
                             "partial batch at byte {valid}: {needed} bytes announced, {} present",
                             self.size - valid
                         ));
+                        torn = true;
                         break;
                     }
                     buf.clear();
@@ -429,6 +438,21 @@ impl Segment {
             batches += 1;
         }
         let truncated = self.size - valid;
+        // A crash tears at most the batch being written. Anything else cut here — a bad CRC or
+        // header, offsets out of order, or more than one batch's worth after a "partial" one
+        // (a damaged size field) — may be intact data behind the damage: its bytes are kept
+        // aside in `damaged/` before the segment is cut, never just dropped.
+        if truncated > 0 && !(torn && truncated <= TORN_TAIL_MAX) {
+            let dir = self.log_path.parent().unwrap_or(Path::new("."));
+            let kept = super::diverged::keep_damaged_tail(dir, &self.log_path, valid, truncated)?;
+            crate::log_error!(
+                "`{}`: {} bytes after byte {valid} cannot be read as batches ({}); kept in `{}` before the segment is cut there",
+                self.log_path.display(),
+                truncated,
+                reason.as_deref().unwrap_or("damage"),
+                kept.display()
+            );
+        }
         if truncated > 0 {
             self.file()?
                 .set_len(valid)
@@ -516,22 +540,37 @@ impl Segment {
         Ok(files)
     }
 
-    /// The headers and byte positions of every batch whose last offset is ≥ `offset`.
-    pub fn batches_from(&mut self, offset: i64) -> Result<Vec<(BatchHeader, u64)>> {
+    /// Where a cut at `offset` falls: the byte position and header of the first batch whose
+    /// last offset is ≥ `offset` (`None` when every batch ends before it). Walks headers from
+    /// the offset index's entry below it, so memory stays flat.
+    pub fn cut_point(&mut self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
         self.make_indexes_resident()?;
-        let (_, start) = self.offset_index.lookup(offset - 1);
+        let (_, start) = self.offset_index.lookup(offset.saturating_sub(1));
         let start = u64::from(start).min(self.size);
-        let tail = self.read_at(start, (self.size - start) as usize)?;
-        Ok(BatchIter::new(&tail, MAX_BATCH_SIZE)
-            .filter(|(h, _, _)| h.last_offset >= offset)
-            .map(|(h, pos, _)| (h, start + pos as u64))
-            .collect())
+        let mut found = None;
+        self.for_each_batch(start, |h, pos| {
+            if found.is_none() && h.last_offset >= offset {
+                found = Some((pos, *h));
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// The header of the first batch, if the segment holds one.
+    pub fn first_batch(&self) -> Result<Option<BatchHeader>> {
+        let mut first = None;
+        self.for_each_batch(0, |h, _| {
+            first.get_or_insert(*h);
+            Ok(())
+        })?;
+        Ok(first)
     }
 
     /// Removes every batch whose last offset is ≥ `offset`: cuts at the first such batch.
     /// Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
-        let Some(&(_, cut)) = self.batches_from(offset)?.first() else {
+        let Some((cut, _)) = self.cut_point(offset)? else {
             return Ok(0);
         };
         let removed = self.size - cut;
@@ -734,6 +773,10 @@ mod tests {
         let r = r.unwrap();
         assert_eq!(r.valid_bytes, all.len() as u64);
         assert_eq!(r.truncated_bytes, (b.len() / 2) as u64);
+        assert!(
+            !dir.path().join("damaged").exists(),
+            "a torn tail is only cut"
+        );
         assert_eq!(r.batches, 20);
         assert_eq!(seg.next_offset(), 200);
         assert_eq!(seg.offset_index.all_entries().collect::<Vec<_>>(), entries);
@@ -756,6 +799,12 @@ mod tests {
         assert!(r.reason.unwrap().contains("CRC"));
         assert_eq!(seg.size(), (batch_len * 4) as u64);
         assert_eq!(seg.next_offset(), 40);
+        // The cut bytes — the damaged batch and the intact ones after it — are kept aside.
+        let kept =
+            dir.path()
+                .join("damaged")
+                .join(format!("{}.{}", file_name(0, "log"), batch_len * 4));
+        assert_eq!(fs::read(kept).unwrap(), bytes[batch_len * 4..]);
     }
 
     #[test]

@@ -195,6 +195,15 @@ impl BatchHeader {
                     "negative lastOffsetDelta {last_offset_delta} at offset {offset}"
                 )));
             }
+            // The offset after the batch must exist: a log end past i64::MAX is no offset.
+            let Some(last_offset) = offset
+                .checked_add(i64::from(last_offset_delta))
+                .filter(|l| *l < i64::MAX)
+            else {
+                return Err(BatchError::Corrupt(format!(
+                    "batch at offset {offset} with lastOffsetDelta {last_offset_delta} ends past the largest offset"
+                )));
+            };
             // Compaction may leave fewer records than offsets, or none, never more.
             let records_count = be_i32(bytes, 57);
             if records_count < 0 || i64::from(records_count) > i64::from(last_offset_delta) + 1 {
@@ -206,7 +215,7 @@ impl BatchHeader {
             Ok(BatchHeader {
                 magic,
                 base_offset: offset,
-                last_offset: offset.saturating_add(i64::from(last_offset_delta)),
+                last_offset,
                 size_in_bytes: total,
                 partition_leader_epoch: be_i32(bytes, 12),
                 max_timestamp: be_i64(bytes, 35),
@@ -218,6 +227,11 @@ impl BatchHeader {
                 base_sequence: be_i32(bytes, 53),
             })
         } else {
+            if offset == i64::MAX {
+                return Err(BatchError::Corrupt(format!(
+                    "message at offset {offset} leaves no offset after it"
+                )));
+            }
             let min = if magic == 0 { V0_MIN_SIZE } else { V1_MIN_SIZE };
             if (size as usize) < min {
                 return Err(BatchError::Corrupt(format!(
@@ -382,6 +396,13 @@ pub(crate) mod tests {
         assert!(matches!(
             BatchHeader::parse(&neg_base, usize::MAX),
             Err(BatchError::Corrupt(e)) if e.contains("-5")
+        ));
+        let mut huge = b.clone();
+        huge[..8].copy_from_slice(&(i64::MAX - 1).to_be_bytes());
+        huge[23..27].copy_from_slice(&5i32.to_be_bytes());
+        assert!(matches!(
+            BatchHeader::parse(&huge, usize::MAX),
+            Err(BatchError::Corrupt(e)) if e.contains("largest offset")
         ));
         for count in [-1i32, 2] {
             // Batch C has one offset: a negative count, or more records than offsets, is corrupt.
