@@ -165,7 +165,9 @@ pub fn load(
     let topic_id = match super::identity::read_topic_id(&dir) {
         Ok(id) => id,
         Err(e) => {
-            crate::log_warn!("{e:#}; {tp} will record the topic id the leader reports");
+            crate::log_warn!(
+                "{e:#}; the topic identity of {tp} cannot be checked until it is fixed"
+            );
             None
         }
     };

@@ -639,6 +639,16 @@ impl PartitionLog {
 
     /// Records the topic id on first contact with a leader that reports one.
     pub fn record_topic_id(&mut self, id: Uuid) -> Result<()> {
+        // An unreadable file may hold the id of this history: it is never overwritten (the
+        // leader's topic could be a re-created one), and the topic check waits for an operator.
+        let path = self.dir.join(identity::PARTITION_METADATA);
+        if path.exists() {
+            anyhow::bail!(
+                "`{}` is unreadable, so {} cannot be checked against topic id {id}; fix or remove the file (the topic is followed meanwhile)",
+                path.display(),
+                self.tp
+            );
+        }
         identity::write_topic_id(&self.dir, id)?;
         self.topic_id = Some(id);
         Ok(())
