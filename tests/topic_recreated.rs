@@ -302,6 +302,14 @@ fn on_topic_recreated_stop_keeps_the_old_data_in_place() {
             .is_some_and(Vec::is_empty),
         "status lists no archive"
     );
+    for p in 0..PARTITIONS {
+        let st = support::partition_status(&data, TOPIC, i64::from(p)).unwrap();
+        let why = st["fetching_stopped"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("re-created") && why.contains(&new_id),
+            "status shows why {TOPIC}-{p} is not followed: {st}"
+        );
+    }
     let (ok, out) = support::verify(&data);
     assert!(ok, "{out}");
     assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());

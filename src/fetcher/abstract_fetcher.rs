@@ -673,7 +673,13 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                     {
                                         s.fetch_offset = end;
                                     }
-                                    Outcome::Delay
+                                    // Offsets that do not follow the local log are what a
+                                    // re-created topic looks like: ask the leader who it is.
+                                    if matches!(e, AppendError::OffsetMismatch(_)) {
+                                        Outcome::CheckIdentity
+                                    } else {
+                                        Outcome::Delay
+                                    }
                                 }
                             }
                         }
@@ -791,7 +797,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             Ok(leader) => match Identity::mismatch(&local, &leader) {
                 None => true,
                 Some(why) => {
-                    crate::log_error!("{tp}: not truncating: {why}");
+                    crate::log_error!(
+                        "{tp}: {why}: nothing is truncated or appended; the manager archives or stops it"
+                    );
                     self.hand_back(map, tp, format!("identity changed: {why}"));
                     false
                 }

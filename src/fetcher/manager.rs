@@ -33,6 +33,10 @@ use std::time::{Duration, Instant};
 /// reports another cluster); `status` shows it.
 pub const FETCH_STOPPED_FILE: &str = "fetching-stopped";
 
+/// Written into the data dir while partitions are not followed because their topic was
+/// re-created and `on_topic_recreated = "stop"`: one `topic partition reason` line each.
+pub const STOPPED_PARTITIONS_FILE: &str = "fetching-stopped-partitions";
+
 /// How often metadata is refreshed when nothing asks for it (Kafka's metadata.max.age.ms
 /// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
 pub const METADATA_REFRESH: Duration = Duration::from_secs(30);
@@ -192,6 +196,8 @@ pub struct FetcherManager {
     /// Set while the leader reports another cluster than the one this data dir replicates:
     /// nothing is fetched.
     wrong_cluster: Option<String>,
+    /// What `fetching-stopped-partitions` last got written with.
+    stopped_written: Option<String>,
 }
 
 /// The thread name of a fetcher, which is also how its events name it.
@@ -240,6 +246,7 @@ impl FetcherManager {
             stop: Arc::new(StopHandle::default()),
             meta_conn: None,
             wrong_cluster: None,
+            stopped_written: None,
         }
     }
 
@@ -323,8 +330,9 @@ impl FetcherManager {
                     if loud {
                         let since = failing_since.get_or_insert(now);
                         crate::log_warn!(
-                            "metadata refresh failed (for {:?} now): {e:#}; retrying every {backoff:?}",
-                            now - *since
+                            "metadata refresh failed (for {}s now): {e:#}; retrying every {}ms",
+                            (now - *since).as_secs(),
+                            backoff.as_millis()
                         );
                         last_warned = Some(now);
                     } else {
@@ -639,6 +647,7 @@ impl FetcherManager {
         wanted: Vec<(TopicPartition, StartPosition)>,
     ) -> Vec<(TopicPartition, StartPosition)> {
         let mut out = Vec::with_capacity(wanted.len());
+        let mut stopped = BTreeMap::new();
         for (tp, start) in wanted {
             let Some(&leader_id) = self.metadata.topic_ids.get(&tp.topic) else {
                 self.report_once(format!("no-topic-id-{}", tp.topic), || {
@@ -675,6 +684,12 @@ impl FetcherManager {
                         .map_or(OnTopicRecreated::Archive, |f| f.on_topic_recreated);
                     self.unassign(&tp);
                     if policy == OnTopicRecreated::Stop {
+                        stopped.insert(
+                            tp.clone(),
+                            format!(
+                                "the topic was re-created (topic id {old} locally, {leader_id} on the leader) and on_topic_recreated = \"stop\""
+                            ),
+                        );
                         self.report_error_once(format!("recreated-{tp}-{leader_id}"), || {
                             format!(
                                 "{tp}: the topic was re-created (topic id {old} locally, {leader_id} on the leader); on_topic_recreated = \"stop\": not following it, local data kept"
@@ -697,7 +712,38 @@ impl FetcherManager {
                 }
             }
         }
+        self.record_stopped(stopped);
         out
+    }
+
+    /// Keeps `fetching-stopped-partitions` (one `topic partition reason` line each) equal to
+    /// the partitions not followed by `on_topic_recreated = "stop"`, for `status`.
+    fn record_stopped(&mut self, stopped: BTreeMap<TopicPartition, String>) {
+        let path = self.logs.data_dir().join(STOPPED_PARTITIONS_FILE);
+        let text: String = stopped
+            .iter()
+            .map(|(tp, why)| format!("{} {} {why}\n", tp.topic, tp.partition))
+            .collect();
+        let unchanged = self.stopped_written.as_deref() == Some(text.as_str())
+            || (text.is_empty() && self.stopped_written.is_none() && !path.exists());
+        if unchanged {
+            return;
+        }
+        let written = if text.is_empty() {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+                _ => Ok(()),
+            }
+        } else {
+            crate::checkpoint::rewrite_atomic(&path, text.as_bytes())
+        };
+        match written {
+            Ok(()) => self.stopped_written = Some(text),
+            Err(e) => crate::log_error!(
+                "cannot record the stopped partitions in `{}`: {e:#}",
+                path.display()
+            ),
+        }
     }
 
     /// The fetcher thread for (broker, fetcher id), started if needed.

@@ -3,7 +3,7 @@
 
 use super::{json_string, partition_dirs};
 use crate::checkpoint::{self, TopicPartition};
-use crate::fetcher::manager::FETCH_STOPPED_FILE;
+use crate::fetcher::manager::{FETCH_STOPPED_FILE, STOPPED_PARTITIONS_FILE};
 use crate::log::partition::list_segment_bases;
 use crate::log::producer_state::{self, ProducerState};
 use crate::log::segment::{self, MAX_BATCH_SIZE};
@@ -34,6 +34,10 @@ pub struct PartitionStatus {
     pub diverged: Vec<(i64, i64, String, u64)>,
     /// Ranges the leader had deleted before this replica fetched them.
     pub lost_upstream: Vec<(i64, i64)>,
+    /// (path, bytes) of what recovery cut at damage and kept in `damaged/`.
+    pub damaged: Vec<(String, u64)>,
+    /// Why this partition is not followed (`on_topic_recreated = "stop"`), when it is not.
+    pub fetching_stopped: Option<String>,
 }
 
 /// What `status` says about the data dir as a whole.
@@ -67,6 +71,23 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
     }
 }
 
+/// (path, bytes) of the regular files in `dir` (none when it does not exist), by name.
+fn list_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().is_file())
+                .map(|e| {
+                    let size = e.metadata().map_or(0, |m| m.len());
+                    (e.path().display().to_string(), size)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 /// The last stable offset from the files: the newest producer snapshot at or below the log
 /// end, then the batches after it (headers only, and control batches).
 fn last_stable_offset(dir: &Path, bases: &[i64], leo: i64) -> Result<i64> {
@@ -97,7 +118,7 @@ fn last_stable_offset(dir: &Path, bases: &[i64], leo: i64) -> Result<i64> {
             if h.last_offset >= from && h.producer_id >= 0 {
                 batches.push((*h, pos));
             }
-            Ok(())
+            Ok(true)
         })?;
         for (h, pos) in batches {
             let mut bytes = Vec::new();
@@ -174,6 +195,20 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
     let hw = read_checkpoint(&data_dir.join(checkpoint::REPLICATION_OFFSET), &mut notes);
     let rp = read_checkpoint(&data_dir.join(checkpoint::RECOVERY_POINT), &mut notes);
     let ls = read_checkpoint(&data_dir.join(checkpoint::LOG_START_OFFSET), &mut notes);
+    let stopped: BTreeMap<TopicPartition, String> =
+        std::fs::read_to_string(data_dir.join(STOPPED_PARTITIONS_FILE))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.splitn(3, ' ');
+                let topic = it.next()?;
+                let partition = it.next()?.parse().ok()?;
+                Some((
+                    TopicPartition::new(topic, partition),
+                    it.next()?.to_string(),
+                ))
+            })
+            .collect();
     let mut out = Vec::new();
     for tp in partition_dirs(data_dir)? {
         let dir = data_dir.join(tp.dir_name());
@@ -212,6 +247,8 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
                 notes.push(format!("{e:#}"));
                 Vec::new()
             });
+        let damaged = list_files(&dir.join(diverged::DAMAGED_DIR));
+        let fetching_stopped = stopped.get(&tp).cloned();
         let topic_id = identity::read_topic_id(&dir)
             .unwrap_or_else(|e| {
                 notes.push(format!("{e:#}"));
@@ -236,6 +273,8 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
             aborted_transactions: aborted,
             diverged,
             lost_upstream,
+            damaged,
+            fetching_stopped,
             tp,
         });
     }
@@ -260,13 +299,20 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                     )
                 })
                 .collect();
+            let damaged: Vec<String> = p
+                .damaged
+                .iter()
+                .map(|(path, size)| {
+                    format!("{{\"path\": {}, \"size_bytes\": {size}}}", json_string(path))
+                })
+                .collect();
             let lost: Vec<String> = p
                 .lost_upstream
                 .iter()
                 .map(|(a, b)| format!("{{\"first_offset\": {a}, \"last_offset\": {b}}}"))
                 .collect();
             format!(
-                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged\": [{}], \"lost_upstream\": [{}]}}",
+                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}}}",
                 json_string(&p.tp.topic),
                 p.tp.partition,
                 p.log_start_offset,
@@ -280,7 +326,11 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 p.topic_id.as_deref().map_or_else(|| "null".to_string(), json_string),
                 p.aborted_transactions,
                 diverged.join(", "),
-                lost.join(", ")
+                lost.join(", "),
+                damaged.join(", "),
+                p.fetching_stopped
+                    .as_deref()
+                    .map_or_else(|| "null".to_string(), json_string)
             )
         })
         .collect();
@@ -337,6 +387,15 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         for (a, b) in &p.lost_upstream {
             s.push_str(&format!(
                 "{}: offsets {a}..{b} lost upstream (the leader deleted them before they were fetched)\n",
+                p.tp
+            ));
+        }
+        if let Some(why) = &p.fetching_stopped {
+            s.push_str(&format!("{}: NOT FOLLOWED: {why}\n", p.tp));
+        }
+        for (path, size) in &p.damaged {
+            s.push_str(&format!(
+                "{}: {size} bytes cut from a damaged segment, kept in {path}\n",
                 p.tp
             ));
         }

@@ -44,6 +44,19 @@ pub struct LoadReport {
 }
 
 fn remove_leftovers(dir: &Path) -> Result<()> {
+    // A copy into diverged/ or damaged/ that a crash interrupted is made again from the log.
+    for sub in [super::diverged::DIVERGED_DIR, super::diverged::DAMAGED_DIR] {
+        let Ok(entries) = fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".tmp") {
+                crate::log_info!("removing left-over file `{}`", entry.path().display());
+                fs::remove_file(entry.path())
+                    .with_context(|| format!("failed to remove `{}`", entry.path().display()))?;
+            }
+        }
+    }
     let bases: Vec<i64> = list_segment_bases(dir)?;
     for entry in fs::read_dir(dir).with_context(|| format!("failed to list `{}`", dir.display()))? {
         let entry = entry.with_context(|| format!("failed to list `{}`", dir.display()))?;

@@ -266,17 +266,26 @@ impl LogManager {
         log.retired = true;
         drop(log);
         drop(logs);
-        fsync_dir(&self.data_dir)?;
+        // The move has happened: what follows can only be reported, not undone.
+        if let Err(e) = fsync_dir(&self.data_dir) {
+            crate::log_error!("{tp}: archived to `{}`, but {e:#}", to.display());
+        }
         // The checkpoint files must stop naming the old history at once: a crash before the
         // next interval would otherwise give the new log the old one's figures.
-        self.checkpoint()?;
+        if let Err(e) = self.checkpoint() {
+            crate::log_error!("{tp}: checkpoint after archiving failed: {e:#}");
+        }
         Ok(to)
     }
 
     pub fn apply_retention(&self) {
         let now = now_ms();
         for (tp, log) in self.all() {
-            if let Err(e) = lock_log(&log).apply_retention(now) {
+            let mut log = lock_log(&log);
+            if log.retired {
+                continue; // archived meanwhile: its paths now belong to the new log
+            }
+            if let Err(e) = log.apply_retention(now) {
                 crate::log_error!("{tp}: retention failed: {e:#}");
             }
         }

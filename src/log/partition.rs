@@ -358,7 +358,7 @@ impl PartitionLog {
                 if h.last_offset >= from && h.producer_id >= 0 {
                     control.push((*h, pos));
                 }
-                Ok(())
+                Ok(true)
             })?;
             for (h, pos) in control {
                 let bytes = if h.is_control() {
@@ -497,12 +497,15 @@ impl PartitionLog {
             )?;
             fsync_dir(&self.dir)?;
             let old: Vec<i64> = self.segments.keys().copied().collect();
+            // The new segment is in the map before any old one leaves it: the map is never
+            // empty, even when a delete fails part-way.
+            self.segments.insert(offset, seg);
             for b in old.iter().rev() {
                 if let Some(s) = self.segments.remove(b) {
                     s.delete()?;
                 }
             }
-            self.segments.insert(offset, seg);
+            fsync_dir(&self.dir)?;
         } else {
             let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
             for b in doomed.iter().rev() {
@@ -510,13 +513,28 @@ impl PartitionLog {
                     seg.delete()?;
                 }
             }
+            // The deletions are durable before the survivor is cut: after a power loss the
+            // later segments cannot come back above a cut.
+            fsync_dir(&self.dir)?;
             self.active_mut().truncate_to(offset)?;
         }
         self.active_mut().flush()?;
         fsync_dir(&self.dir)?;
         let leo = self.log_end_offset();
         self.log_start_offset = self.log_start_offset.min(leo);
-        self.epochs.truncate_from_end(offset);
+        // By the new log end, not the target: a cut inside a gap ends the log below it.
+        self.epochs.truncate_from_end(leo);
+        // Offsets the leader lost that lie past the cut may be fetched from it again.
+        let lost: Vec<(i64, i64)> = self
+            .lost
+            .iter()
+            .filter(|(a, _)| *a < leo)
+            .map(|&(a, b)| (a, b.min(leo - 1)))
+            .collect();
+        if lost != self.lost {
+            self.lost = lost;
+            checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+        }
         // The epochs are written now, not at the next checkpoint: after a crash, a stale
         // epoch file would describe offsets this log no longer holds.
         self.checkpoint_epochs()?;

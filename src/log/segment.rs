@@ -48,13 +48,13 @@ pub fn delete_files(dir: &Path, base: i64) -> Result<()> {
 }
 
 /// Calls `f` with the header and byte position of every whole batch of a log file from byte
-/// `from` on, reading only headers (a buffered sequential read: memory does not grow with the
+/// `from` on, until it returns `false`, reading only headers (a buffered sequential read: memory does not grow with the
 /// file). Stops at the first batch that is not whole or whose header does not parse.
 pub fn walk_batches(
     file: &File,
     path: &Path,
     from: u64,
-    f: impl FnMut(&BatchHeader, u64) -> Result<()>,
+    f: impl FnMut(&BatchHeader, u64) -> Result<bool>,
 ) -> Result<()> {
     let size = file
         .metadata()
@@ -68,7 +68,7 @@ fn walk_batches_to(
     path: &Path,
     from: u64,
     size: u64,
-    mut f: impl FnMut(&BatchHeader, u64) -> Result<()>,
+    mut f: impl FnMut(&BatchHeader, u64) -> Result<bool>,
 ) -> Result<()> {
     let file = file
         .try_clone()
@@ -90,7 +90,9 @@ fn walk_batches_to(
         if pos + h.size_in_bytes as u64 > size {
             break;
         }
-        f(&h, pos)?;
+        if !f(&h, pos)? {
+            break;
+        }
         reader
             .seek_relative(h.size_in_bytes as i64 - want as i64)
             .with_context(|| format!("failed to seek `{}`", path.display()))?;
@@ -102,11 +104,20 @@ fn walk_batches_to(
 /// Renames the files of the segment at `base` to `<name>.<suffix>`, out of the log but kept;
 /// returns the new path of its `.log`.
 pub fn set_aside(dir: &Path, base: i64, suffix: &str) -> Result<PathBuf> {
+    // One suffix for all the segment's files, free for every one of them.
+    let mut suffix = suffix.to_string();
+    let mut n = 2;
+    while SEGMENT_FILES.iter().any(|k| {
+        dir.join(format!("{}.{suffix}", file_name(base, k)))
+            .exists()
+    }) {
+        suffix = format!("{}.{n}", suffix.split('.').next().unwrap_or("aside"));
+        n += 1;
+    }
     let mut log_target = dir.join(format!("{}.{suffix}", file_name(base, "log")));
     for kind in SEGMENT_FILES {
         let from = dir.join(file_name(base, kind));
-        let to =
-            super::diverged::free_name(&dir.join(format!("{}.{suffix}", file_name(base, kind))));
+        let to = dir.join(format!("{}.{suffix}", file_name(base, kind)));
         match fs::rename(&from, &to) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -158,6 +169,9 @@ pub struct Segment {
     /// When this process created or opened the segment (ms since epoch), for `segment_ms`.
     pub created_ms: i64,
     index_interval_bytes: u64,
+    /// Whether a crash can have torn this segment's tail: only the segment that was active
+    /// (rolled segments were fsynced whole before the next one began).
+    may_be_torn: bool,
 }
 
 /// What recovery found in one segment.
@@ -215,6 +229,7 @@ impl Segment {
             next_offset: base_offset,
             created_ms: now_ms,
             index_interval_bytes,
+            may_be_torn: true,
         })
     }
 
@@ -286,6 +301,7 @@ impl Segment {
             next_offset: base_offset,
             created_ms: now_ms,
             index_interval_bytes,
+            may_be_torn: resident,
         };
         if recover {
             let r = seg.recover()?;
@@ -373,10 +389,22 @@ impl Segment {
                 break;
             }
             let want = header.len().min((self.size - valid) as usize);
-            if reader.read_exact(&mut header[..want]).is_err() || want < header.len() {
-                reason = Some(format!("partial batch header at byte {valid}"));
-                torn = true;
-                break;
+            match reader.read_exact(&mut header[..want]) {
+                Ok(()) if want == header.len() => {}
+                Ok(()) => {
+                    reason = Some(format!("partial batch header at byte {valid}"));
+                    torn = true;
+                    break;
+                }
+                // A read that fails is the disk's fault, not a torn write: nothing is cut.
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "failed to read `{}` at byte {valid}",
+                            self.log_path.display()
+                        )
+                    });
+                }
             }
             let h = match BatchHeader::parse(&header, MAX_BATCH_SIZE) {
                 Ok(h) => h,
@@ -438,11 +466,12 @@ impl Segment {
             batches += 1;
         }
         let truncated = self.size - valid;
-        // A crash tears at most the batch being written. Anything else cut here — a bad CRC or
-        // header, offsets out of order, or more than one batch's worth after a "partial" one
-        // (a damaged size field) — may be intact data behind the damage: its bytes are kept
-        // aside in `damaged/` before the segment is cut, never just dropped.
-        if truncated > 0 && !(torn && truncated <= TORN_TAIL_MAX) {
+        // A crash tears at most the batch being written, and only in the segment that was
+        // active. Anything else cut here — a bad CRC or header, offsets out of order, more than
+        // one batch's worth after a "partial" one (a damaged size field), a short rolled
+        // segment — may be intact data behind the damage: its bytes are kept aside in
+        // `damaged/` before the segment is cut, never just dropped.
+        if truncated > 0 && !(torn && self.may_be_torn && truncated <= TORN_TAIL_MAX) {
             let dir = self.log_path.parent().unwrap_or(Path::new("."));
             let kept = super::diverged::keep_damaged_tail(dir, &self.log_path, valid, truncated)?;
             crate::log_error!(
@@ -549,10 +578,11 @@ impl Segment {
         let start = u64::from(start).min(self.size);
         let mut found = None;
         self.for_each_batch(start, |h, pos| {
-            if found.is_none() && h.last_offset >= offset {
+            if h.last_offset >= offset {
                 found = Some((pos, *h));
+                return Ok(false);
             }
-            Ok(())
+            Ok(true)
         })?;
         Ok(found)
     }
@@ -561,8 +591,8 @@ impl Segment {
     pub fn first_batch(&self) -> Result<Option<BatchHeader>> {
         let mut first = None;
         self.for_each_batch(0, |h, _| {
-            first.get_or_insert(*h);
-            Ok(())
+            first = Some(*h);
+            Ok(false)
         })?;
         Ok(first)
     }
@@ -590,7 +620,7 @@ impl Segment {
     pub fn for_each_batch(
         &self,
         from: u64,
-        f: impl FnMut(&BatchHeader, u64) -> Result<()>,
+        f: impl FnMut(&BatchHeader, u64) -> Result<bool>,
     ) -> Result<()> {
         let file = match &self.log {
             Some(f) => f.try_clone(),
@@ -660,6 +690,7 @@ impl Segment {
     /// For a segment that is no longer active, after [`Self::flush`]: closes its log file and
     /// evicts its indexes from memory (their entries are all on disk).
     pub fn close_file(&mut self) {
+        self.may_be_torn = false;
         self.log = None;
         self.offset_index.evict();
         self.time_index.evict();
