@@ -150,7 +150,10 @@ fn raw_mode(args: &[String]) {
         .expect("leader address")
         .to_string();
     let mut conn = BrokerConnection::connect(&addr, "bench-raw", 64 << 20).expect("connect");
-    let v = conn.require_version(ApiKey::Fetch).expect("fetch version");
+    let v = conn
+        .require_version(ApiKey::Fetch)
+        .expect("fetch version")
+        .min(12); // named topics
     let (mut offset, mut bytes, mut batches) = (0i64, 0u64, 0u64);
     loop {
         let req = support::one_partition_fetch(&tp, offset, 8 << 20);

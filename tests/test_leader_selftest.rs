@@ -96,6 +96,7 @@ fn fetch_isolated(
                 })
                 .collect(),
         )],
+        topic_ids: Default::default(),
     };
     let wait = Duration::from_millis(max_wait_ms.max(0) as u64);
     let body = conn.send(ApiKey::Fetch, version, wait, |w| {
@@ -195,7 +196,7 @@ fn negotiation_falls_back_after_unsupported_version() {
     // The advertised Fetch range drives the negotiated version.
     leader.set_fetch_versions(4, 9);
     assert_eq!(connect(&leader).version(ApiKey::Fetch), Some(9));
-    leader.set_fetch_versions(13, 17);
+    leader.set_fetch_versions(14, 17);
     let conn = connect(&leader);
     assert_eq!(conn.version(ApiKey::Fetch), None);
     assert!(conn.require_version(ApiKey::Fetch).is_err());

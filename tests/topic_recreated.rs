@@ -326,3 +326,57 @@ fn on_topic_recreated_stop_keeps_the_old_data_in_place() {
         );
     }
 }
+
+/// The race a Tansu leader makes easy: the topic is re-created and grows past the replica's
+/// end before any metadata refresh. With Fetch v13 the fetch names the old topic id, so the
+/// leader refuses it (UNKNOWN_TOPIC_ID) instead of serving the new topic's batches at the old
+/// offsets: the archived history holds exactly the old bytes, never a new-topic batch.
+#[test]
+fn a_topic_recreated_past_the_replica_end_never_mixes_into_the_old_history() {
+    let mut leader = Leader::start("tansu", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut d = follow_fresh_topic(&mut leader, dir.path(), &data, 5, "");
+    let before: Vec<Vec<u8>> = (0..PARTITIONS)
+        .map(|p| support::local_log_bytes(&data, &TopicPartition::new(TOPIC, p)))
+        .collect();
+    leader.delete_topic(TOPIC);
+    leader.create_topic(TOPIC, PARTITIONS);
+    for p in 0..PARTITIONS {
+        leader.produce(TOPIC, p, 300, "none", 90 + p as u64);
+    }
+    support::wait_until(Duration::from_secs(60), "the archived folders", || {
+        archived_dirs(&data).len() == PARTITIONS as usize
+    });
+    for p in 0..PARTITIONS {
+        let tp = TopicPartition::new(TOPIC, p);
+        support::wait_until(
+            Duration::from_secs(30),
+            &format!("{tp} to follow the new topic"),
+            || support::log_end(&data, TOPIC, i64::from(p)) == 300,
+        );
+        support::assert_byte_identical(&leader.bootstrap, &data, &tp, 0);
+    }
+    for (p, archived) in archived_dirs(&data).iter().enumerate() {
+        let mut bytes = Vec::new();
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(archived)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        for l in logs {
+            bytes.extend(std::fs::read(l).unwrap());
+        }
+        assert!(
+            bytes == before[p],
+            "{}: the archive holds exactly the old history ({} bytes, was {})",
+            archived.display(),
+            bytes.len(),
+            before[p].len()
+        );
+    }
+    let (ok, out) = support::verify(&data);
+    assert!(ok, "{out}");
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+}

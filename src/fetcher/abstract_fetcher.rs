@@ -21,6 +21,7 @@ use crate::protocol::error::{ErrorAction, ErrorCode};
 use crate::protocol::fetch::{
     DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
 };
+use crate::protocol::uuid::Uuid;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -49,6 +50,9 @@ pub struct PartitionFetchState {
     /// brought data longest ago first: a leader gives an oversized batch (KIP-74) only to the
     /// first partition with data, so a fixed order could starve the ones at the back.
     pub last_data_round: u64,
+    /// The topic id the local log belongs to, sent with Fetch v13+ so that a leader whose
+    /// topic was re-created answers UNKNOWN_TOPIC_ID instead of serving the new topic.
+    pub topic_id: Option<Uuid>,
 }
 
 impl PartitionFetchState {
@@ -59,7 +63,13 @@ impl PartitionFetchState {
             status,
             delayed_until: None,
             last_data_round: 0,
+            topic_id: None,
         }
+    }
+
+    pub fn with_topic_id(mut self, topic_id: Option<Uuid>) -> Self {
+        self.topic_id = topic_id;
+        self
     }
     fn is_ready(&self, now: Instant) -> bool {
         self.status == FetchStatus::Fetching && self.delayed_until.is_none_or(|t| t <= now)
@@ -194,13 +204,16 @@ pub struct FetchFrame {
     /// Where the response body lies in `buf`.
     pub body: std::ops::Range<usize>,
     pub version: i16,
+    /// topic id → name, for a v13+ response (which names topics only by id).
+    pub topic_names: BTreeMap<Uuid, String>,
 }
 
 impl FetchFrame {
     pub fn decode(&self) -> Result<FetchResponse<'_>> {
-        Ok(crate::protocol::fetch::decode_response(
+        Ok(crate::protocol::fetch::decode_response_named(
             self.buf.get(self.body.clone()).unwrap_or_default(),
             self.version,
+            &self.topic_names,
         )?)
     }
 }
@@ -431,7 +444,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         // Longest without data first (a stable sort keeps the map's order among equals).
         ready.sort_by_key(|(_, s)| s.last_data_round);
         let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
+        let mut topic_ids = BTreeMap::new();
         for (tp, st) in ready {
+            if let Some(id) = st.topic_id {
+                topic_ids.insert(tp.topic.clone(), id);
+            }
             let (fetch_offset, epoch) = match ahead.get(tp) {
                 Some(&(o, e)) => (o, e.or_else(|| self.replica.latest_epoch(tp))),
                 None => (st.fetch_offset, self.replica.latest_epoch(tp)),
@@ -459,6 +476,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             max_bytes: self.params.max_bytes,
             isolation_level: self.params.isolation_level,
             topics,
+            topic_ids,
         })
     }
 
@@ -721,6 +739,37 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     Outcome::Unchanged => {}
                     other => follow_up.push((tp, fetch_offset, leader_epoch, other)),
                 }
+            }
+        }
+        // A full (sessionless) response answers every partition asked for. One left out was
+        // answered under another name — at v13 a leader whose topic was re-created may answer
+        // for an id it does not know with a zero id — so its leader and identity are looked up
+        // again.
+        let answered: std::collections::BTreeSet<TopicPartition> = resp
+            .topics
+            .iter()
+            .flat_map(|(t, ps)| {
+                ps.iter()
+                    .map(move |p| TopicPartition::new(t.clone(), p.partition))
+            })
+            .collect();
+        for (tp, &fetch_offset) in &requested {
+            if !answered.contains(tp)
+                && let Some(state) = map.get(tp)
+                && state.fetch_offset == fetch_offset
+                && state.status == FetchStatus::Fetching
+            {
+                let epoch = state.current_leader_epoch;
+                follow_up.push((
+                    tp.clone(),
+                    fetch_offset,
+                    epoch,
+                    Outcome::NeedsLeader(format!(
+                        "the Fetch v{} response from {} left it out",
+                        frame.version,
+                        self.leader.describe()
+                    )),
+                ));
             }
         }
         drop(map);
@@ -1202,6 +1251,7 @@ mod tests {
                 buf: w.buf,
                 body: 0..len,
                 version: 12,
+                topic_names: BTreeMap::new(),
             })
         }
         fn fetch_earliest_offset(

@@ -10,7 +10,9 @@ use crate::protocol::ApiKey;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::{self, FetchRequest};
 use crate::protocol::list_offsets::{EARLIEST, LATEST};
+use crate::protocol::uuid::Uuid;
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +24,9 @@ pub struct BrokerEndPoint {
     max_response_bytes: usize,
     isolation_level: i8,
     conn: Option<BrokerConnection>,
-    /// Fetches sent and not yet received: (correlation id, version, max wait).
-    pending: std::collections::VecDeque<(i32, i16, Duration)>,
+    /// Fetches sent and not yet received: (correlation id, version, max wait, topic names for
+    /// a v13+ response).
+    pending: std::collections::VecDeque<(i32, i16, Duration, BTreeMap<Uuid, String>)>,
     /// Receive buffers handed back by the fetcher, reused for the next responses.
     spare: Vec<Vec<u8>>,
     /// Where the socket is registered so shutdown can interrupt a fetch in flight.
@@ -130,14 +133,22 @@ impl LeaderEndPoint for BrokerEndPoint {
     fn send_fetch(&mut self, req: &FetchRequest) -> Result<()> {
         let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
         let conn = self.conn()?;
-        let v = conn.require_version(ApiKey::Fetch)?;
+        let mut v = conn.require_version(ApiKey::Fetch)?;
+        let names = if v >= 13 && req.has_topic_ids() {
+            req.topic_names()
+        } else {
+            // Without every topic's id, topics are named: v12 at most.
+            v = v.min(12);
+            BTreeMap::new()
+        };
         let corr = conn.send_request(ApiKey::Fetch, v, |w| fetch::encode_request(w, v, req))?;
-        self.pending.push_back((corr, v, wait));
+        self.pending.push_back((corr, v, wait, names));
         Ok(())
     }
 
     fn receive_fetch(&mut self) -> Result<FetchFrame> {
-        let (corr, v, wait) = self.pending.pop_front().context("no fetch in flight")?;
+        let (corr, v, wait, topic_names) =
+            self.pending.pop_front().context("no fetch in flight")?;
         let spare = self.spare.pop().unwrap_or_default();
         let conn = self
             .conn
@@ -149,6 +160,7 @@ impl LeaderEndPoint for BrokerEndPoint {
             buf,
             body,
             version: v,
+            topic_names,
         })
     }
 

@@ -910,11 +910,12 @@ impl FetcherManager {
             } else {
                 FetchStatus::Fetching
             };
-            return Ok(PartitionFetchState::new(
-                log.log_end_offset(),
-                epoch,
-                status,
-            ));
+            // The recorded id: with Fetch v13 a leader whose topic is another one by now says
+            // UNKNOWN_TOPIC_ID instead of serving it.
+            return Ok(
+                PartitionFetchState::new(log.log_end_offset(), epoch, status)
+                    .with_topic_id(log.topic_id()),
+            );
         }
         let offset = match offsets.get(tp) {
             Some(Ok(o)) => *o,
@@ -923,11 +924,7 @@ impl FetcherManager {
         };
         let topic_id = self.metadata.topic_ids.get(&tp.topic).copied();
         self.logs.get_or_create(tp, offset, topic_id)?;
-        Ok(PartitionFetchState::new(
-            offset,
-            epoch,
-            FetchStatus::Fetching,
-        ))
+        Ok(PartitionFetchState::new(offset, epoch, FetchStatus::Fetching).with_topic_id(topic_id))
     }
 }
 

@@ -1,4 +1,6 @@
-//! Fetch (key 1), v4–12; flexible from v12.
+//! Fetch (key 1), v4–13; flexible from v12. v13 names topics by topic id (UUID) instead of
+//! name, in the request and the response: a leader whose topic was deleted and re-created
+//! answers UNKNOWN_TOPIC_ID instead of serving the new topic's data.
 //!
 //! Request, wire order: ReplicaId INT32 · MaxWaitMs INT32 · MinBytes INT32 · MaxBytes INT32 ·
 //! IsolationLevel INT8 · SessionId INT32 (v7+) · SessionEpoch INT32 (v7+) · Topics ARRAY{Topic,
@@ -18,6 +20,8 @@
 
 use super::codec::{DecodeResult, Reader, Writer};
 use super::error::ErrorCode;
+use super::uuid::Uuid;
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchPartition {
@@ -37,11 +41,29 @@ pub struct FetchRequest {
     pub max_bytes: i32,
     pub isolation_level: i8,
     pub topics: Vec<(String, Vec<FetchPartition>)>,
+    /// The topic id of each topic, for v13+ (which names topics only by id). A request
+    /// without an id for every topic is sent at v12 at most.
+    pub topic_ids: BTreeMap<String, Uuid>,
 }
 
 impl FetchRequest {
     pub fn partition_count(&self) -> usize {
         self.topics.iter().map(|(_, p)| p.len()).sum()
+    }
+
+    /// Whether every topic has an id, so the request can go at v13+.
+    pub fn has_topic_ids(&self) -> bool {
+        self.topics
+            .iter()
+            .all(|(t, _)| self.topic_ids.get(t).is_some_and(|u| !u.is_zero()))
+    }
+
+    /// topic id → topic name, to read a v13+ response.
+    pub fn topic_names(&self) -> BTreeMap<Uuid, String> {
+        self.topic_ids
+            .iter()
+            .map(|(name, id)| (*id, name.clone()))
+            .collect()
     }
 }
 
@@ -58,7 +80,11 @@ pub fn encode_request(w: &mut Writer, version: i16, req: &FetchRequest) {
     }
     w.array_len(req.topics.len(), flexible);
     for (topic, parts) in &req.topics {
-        w.string(Some(topic), flexible);
+        if version >= 13 {
+            w.uuid(&req.topic_ids.get(topic).copied().unwrap_or_default().0);
+        } else {
+            w.string(Some(topic), flexible);
+        }
         w.array_len(parts.len(), flexible);
         for p in parts {
             w.i32(p.partition);
@@ -101,8 +127,16 @@ pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
     }
     let nt = r.array_count(flexible, 3, "Fetch topics")?;
     let mut topics = Vec::with_capacity(nt);
+    let mut topic_ids = BTreeMap::new();
     for _ in 0..nt {
-        let topic = r.string(flexible, "Fetch topic")?;
+        // At v13+ the topic is its id; it is named by the id's text here.
+        let topic = if version >= 13 {
+            let id = Uuid(r.uuid("Fetch topic_id")?);
+            topic_ids.insert(id.to_string(), id);
+            id.to_string()
+        } else {
+            r.string(flexible, "Fetch topic")?
+        };
         let np = r.array_count(flexible, 16, "Fetch partitions")?;
         let mut parts = Vec::with_capacity(np);
         for _ in 0..np {
@@ -148,6 +182,7 @@ pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
         max_bytes,
         isolation_level,
         topics,
+        topic_ids,
     })
 }
 
@@ -221,7 +256,20 @@ fn decode_tagged_partition_fields(
     Ok(())
 }
 
+/// Decodes a response; at v13+ each topic is named by its id's text (see
+/// [`decode_response_named`]).
 pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<FetchResponse<'_>> {
+    decode_response_named(body, version, &BTreeMap::new())
+}
+
+/// Decodes a response. At v13+ topics come as ids: each is named through `names` (from the
+/// request's [`FetchRequest::topic_names`]); an id the request did not name is named by its
+/// text, so it matches no followed topic.
+pub fn decode_response_named<'a>(
+    body: &'a [u8],
+    version: i16,
+    names: &BTreeMap<Uuid, String>,
+) -> DecodeResult<FetchResponse<'a>> {
     let flexible = version >= 12;
     let mut r = Reader::new(body);
     r.i32("Fetch throttle_time_ms")?;
@@ -233,7 +281,12 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<FetchResponse<
     let nt = r.array_count(flexible, 3, "Fetch responses")?;
     let mut topics = Vec::with_capacity(nt);
     for _ in 0..nt {
-        let topic = r.string(flexible, "Fetch response topic")?;
+        let topic = if version >= 13 {
+            let id = Uuid(r.uuid("Fetch response topic_id")?);
+            names.get(&id).cloned().unwrap_or_else(|| id.to_string())
+        } else {
+            r.string(flexible, "Fetch response topic")?
+        };
         let np = r.array_count(flexible, 30, "Fetch response partitions")?;
         let mut parts = Vec::with_capacity(np);
         for _ in 0..np {
@@ -316,7 +369,12 @@ pub fn encode_response(w: &mut Writer, version: i16, resp: &FetchResponse<'_>) {
     }
     w.array_len(resp.topics.len(), flexible);
     for (topic, parts) in &resp.topics {
-        w.string(Some(topic), flexible);
+        if version >= 13 {
+            // Test use: the topic is named by its id's text (as `decode_request` names it).
+            w.uuid(&Uuid::parse(topic).unwrap_or_default().0);
+        } else {
+            w.string(Some(topic), flexible);
+        }
         w.array_len(parts.len(), flexible);
         for p in parts {
             w.i32(p.partition)
@@ -413,6 +471,7 @@ mod tests {
                     partition_max_bytes: 1_048_576,
                 }],
             )],
+            topic_ids: BTreeMap::new(),
         };
         let mut w = Writer::new();
         encode_request_header(&mut w, ApiKey::Fetch, 12, 3, "follower-1");
@@ -473,6 +532,74 @@ mod tests {
             })
         );
         assert!(p.records.is_empty());
+    }
+
+    #[test]
+    fn v13_names_topics_by_id_in_request_and_response() {
+        let id = Uuid([7; 16]);
+        let req = FetchRequest {
+            replica_id: -1,
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            isolation_level: 0,
+            topics: vec![(
+                "orders".into(),
+                vec![FetchPartition {
+                    partition: 0,
+                    current_leader_epoch: 2,
+                    fetch_offset: 10,
+                    last_fetched_epoch: 2,
+                    log_start_offset: 0,
+                    partition_max_bytes: 1 << 20,
+                }],
+            )],
+            topic_ids: [("orders".to_string(), id)].into(),
+        };
+        assert!(req.has_topic_ids());
+        let mut w = Writer::new();
+        encode_request(&mut w, 13, &req);
+        // session id, epoch, then topics: count 2 (compact), the 16-byte id, no name.
+        assert_eq!(&w.buf[21..23], &[0xff, 0xff]);
+        assert_eq!(w.buf[25], 2);
+        assert_eq!(&w.buf[26..42], &[7; 16]);
+        let back = decode_request(&w.buf, 13).unwrap();
+        assert_eq!(back.topics[0].0, id.to_string());
+        assert_eq!(back.topics[0].1, req.topics[0].1);
+        // The response comes back by id and is named through the request.
+        let batch = unhex(BATCH_C);
+        let resp = FetchResponse {
+            error: ErrorCode::NONE,
+            topics: vec![(
+                id.to_string(),
+                vec![FetchPartitionResponse {
+                    partition: 0,
+                    error: ErrorCode::NONE,
+                    high_watermark: 11,
+                    last_stable_offset: 11,
+                    log_start_offset: 0,
+                    aborted_transactions: None,
+                    diverging_epoch: None,
+                    current_leader: None,
+                    records: &batch,
+                }],
+            )],
+        };
+        let mut w = Writer::new();
+        encode_response(&mut w, 13, &resp);
+        let named = decode_response_named(&w.buf, 13, &req.topic_names()).unwrap();
+        assert_eq!(named.topics[0].0, "orders");
+        assert_eq!(named.topics[0].1, resp.topics[0].1);
+        let unnamed = decode_response(&w.buf, 13).unwrap();
+        assert_eq!(unnamed.topics[0].0, id.to_string());
+        for cut in 0..w.buf.len() {
+            assert!(decode_response(&w.buf[..cut], 13).is_err(), "cut {cut}");
+        }
+        let without = FetchRequest {
+            topic_ids: BTreeMap::new(),
+            ..req
+        };
+        assert!(!without.has_topic_ids());
     }
 
     #[test]

@@ -90,9 +90,10 @@ impl ApiKey {
     /// Versions this implementation supports, inclusive.
     pub fn supported(self) -> (i16, i16) {
         match self {
-            // v13+ identify topics by id only; v12 is the last version naming them, and every
-            // broker that offers v13+ still offers v12.
-            ApiKey::Fetch => (4, 12),
+            // v13 identifies topics by id only: a request goes at v13 when every topic's id is
+            // known, else at v12, the last version naming them (every broker offering v13
+            // still offers v12).
+            ApiKey::Fetch => (4, 13),
             ApiKey::ListOffsets => (1, 7),
             ApiKey::Metadata => (1, 12),
             ApiKey::ApiVersions => (0, 3),

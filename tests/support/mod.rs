@@ -456,7 +456,7 @@ fn leader_connection(
         .ok_or_else(|| anyhow::anyhow!("no address for leader"))?
         .to_string();
     let conn = BrokerConnection::connect(&addr, "test-raw-fetch", 256 << 20)?;
-    let v = conn.require_version(ApiKey::Fetch)?;
+    let v = conn.require_version(ApiKey::Fetch)?.min(12); // requests here name topics, not ids
     Ok((conn, v))
 }
 
@@ -572,6 +572,7 @@ pub fn one_partition_fetch(tp: &TopicPartition, offset: i64, max_bytes: i32) -> 
                 partition_max_bytes: max_bytes,
             }],
         )],
+        topic_ids: Default::default(),
     }
 }
 
