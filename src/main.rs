@@ -264,8 +264,16 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             let dir = PathBuf::from(args.req("data-dir")?);
             match inspect::verify::verify(&dir) {
                 Ok(r) if r.problems.is_empty() => {
+                    let archived = if r.archived > 0 {
+                        format!(
+                            " (segments and batches include {} archived history/ies)",
+                            r.archived
+                        )
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "ok: {} partition(s), {} segment(s), {} batch(es) verified",
+                        "ok: {} partition(s), {} segment(s), {} batch(es) verified{archived}",
                         r.partitions, r.segments, r.batches
                     );
                     Ok(ExitCode::SUCCESS)
