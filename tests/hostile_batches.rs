@@ -1,7 +1,8 @@
 //! Batches a follower must never append, served by the in-process leader on partition 0 of a
 //! two-partition topic: a negative base offset, a batch starting below the local log end, a
 //! v2 batch with a negative record count or more records than offsets, and batches at or
-//! beyond the high watermark the same response reports. Each is a WARN naming the offset for
+//! beyond the high watermark the same response reports. Each is a partition error (a WARN, or an
+//! ERROR for bytes that cannot be valid) naming the offset for
 //! that partition; nothing of it reaches the log; the daemon stays up and partition 1 goes on.
 //!
 //! Raw bytes appended to the test leader are served forever to fetches from the offset where
@@ -65,7 +66,9 @@ fn warnings(d: &Daemon, from: usize, needles: &[&str]) -> Vec<String> {
     log.get(from..)
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains(" WARN ") && l.contains(&format!("{TOPIC}-0")))
+        .filter(|l| {
+            (l.contains(" WARN ") || l.contains(" ERROR ")) && l.contains(&format!("{TOPIC}-0"))
+        })
         .filter(|l| needles.iter().all(|n| l.contains(n)))
         .map(str::to_string)
         .collect()
@@ -202,7 +205,8 @@ fn hostile_batches_are_never_appended_and_the_other_partition_goes_on() {
     let log = d.log_text();
     assert!(
         !log.lines()
-            .any(|l| l.contains(" WARN ") && l.contains(&format!("{TOPIC}-1"))),
+            .any(|l| (l.contains(" WARN ") || l.contains(" ERROR "))
+                && l.contains(&format!("{TOPIC}-1"))),
         "{log}"
     );
     assert_eq!(d.stop().code(), Some(0), "SIGTERM: {}", d.log_text());

@@ -74,7 +74,7 @@ fn a_crc0_marker_stops_its_partition_and_only_it() {
         "a warning about the marker's CRC",
         || {
             d.log_text().lines().any(|l| {
-                l.contains(" WARN ")
+                (l.contains(" WARN ") || l.contains(" ERROR "))
                     && l.contains(&tx.to_string())
                     && l.contains(&format!("offset {marker}"))
                     && l.contains("CRC")

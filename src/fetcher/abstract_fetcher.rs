@@ -291,6 +291,9 @@ impl Identity {
 pub trait ValidatedFetch {
     fn next_fetch_offset(&self) -> i64;
     fn last_epoch(&self) -> Option<i32>;
+    /// Why the batches after the valid ones were refused, when some were: the valid ones are
+    /// appended, then the partition backs off.
+    fn refused(&self) -> Option<&str>;
 }
 
 /// The local side of the loop: what a replica fetcher does with fetched data.
@@ -614,6 +617,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 }
                 let v = self.replica.validate(&tp, fetch_offset, data);
                 match &v {
+                    Ok(v) if v.refused().is_some() => healthy = false,
                     Ok(v) if v.next_fetch_offset() > fetch_offset => {
                         ahead.insert(tp.clone(), (v.next_fetch_offset(), v.last_epoch()));
                     }
@@ -651,7 +655,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     Outcome::Diverged(d)
                 } else if data.error.is_ok() && data.high_watermark < fetch_offset {
                     match validated.remove(&tp) {
-                        Some(Err(e)) => crate::log_warn!(
+                        Some(Err(e)) => crate::log_error!(
                             "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
                             self.params.backoff
                         ),
@@ -664,21 +668,42 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 } else {
                     match data.error.action() {
                         ErrorAction::None => {
+                            let mut refused = None;
                             let appended = match validated.remove(&tp) {
-                                Some(Ok(v)) => self.replica.append(&tp, fetch_offset, v, data),
+                                Some(Ok(v)) => {
+                                    refused = v.refused().map(str::to_string);
+                                    self.replica.append(&tp, fetch_offset, v, data)
+                                }
                                 Some(Err(e)) => Err(e),
                                 None => Ok(fetch_offset),
                             };
+                            if let (Ok(_), Some(why)) = (&appended, &refused) {
+                                crate::log_error!(
+                                    "{tp} at offset {fetch_offset}: {why}; backing off {:?}",
+                                    self.params.backoff
+                                );
+                            }
                             match appended {
+                                Ok(next) if refused.is_some() => {
+                                    if let Some(s) = map.get_mut(&tp) {
+                                        s.fetch_offset = next;
+                                    }
+                                    Outcome::Delay
+                                }
                                 Ok(next) if next != fetch_offset => Outcome::Advanced(next),
                                 Ok(_) => Outcome::Unchanged,
                                 Err(e) => {
+                                    // Bytes that can never be valid, and the disk failing,
+                                    // are errors; offsets that do not follow are a warning (a
+                                    // leader change or a re-created topic is looked into).
                                     match &e {
-                                        AppendError::Storage(_) => crate::log_error!(
-                                            "{tp} at offset {fetch_offset}: {e}; retrying in {:?}",
-                                            self.params.backoff
-                                        ),
-                                        _ => crate::log_warn!(
+                                        AppendError::Storage(_) | AppendError::InvalidData(_) => {
+                                            crate::log_error!(
+                                                "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
+                                                self.params.backoff
+                                            )
+                                        }
+                                        AppendError::OffsetMismatch(_) => crate::log_warn!(
                                             "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
                                             self.params.backoff
                                         ),

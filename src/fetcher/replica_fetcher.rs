@@ -42,11 +42,16 @@ pub struct ValidatedRecords {
     pub partial_bytes: usize,
     /// Where the next fetch starts: after the last kept batch, or the fetch offset.
     pub next_offset: i64,
+    /// Why the batches after the kept ones were refused (a batch reaching the high watermark).
+    pub refused: Option<String>,
 }
 
 impl ValidatedFetch for ValidatedRecords {
     fn next_fetch_offset(&self) -> i64 {
         self.next_offset
+    }
+    fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
     fn last_epoch(&self) -> Option<i32> {
         self.headers
@@ -75,6 +80,7 @@ pub fn validate_fetched(
     let mut headers: Vec<BatchHeader> = Vec::new();
     let mut start = None;
     let mut end = 0;
+    let mut refused = None;
     for (h, pos, bytes) in it.by_ref() {
         let prev = headers.last().map(|p| p.last_offset);
         if prev.is_none() && h.last_offset < fetch_offset {
@@ -92,10 +98,16 @@ pub fn validate_fetched(
         check_follows(prev, &h)
             .map_err(|e| AppendError::OffsetMismatch(format!("{tp}: {e}; nothing written")))?;
         if h.last_offset >= high_watermark {
-            return Err(AppendError::InvalidData(format!(
-                "{tp}: leader sent a batch at offset {} (offsets {}..{}) reaching the high watermark {high_watermark} it reported; nothing written",
+            let what = format!(
+                "{tp}: leader sent a batch at offset {} (offsets {}..{}) reaching the high watermark {high_watermark} it reported",
                 h.base_offset, h.base_offset, h.last_offset
-            )));
+            );
+            if headers.is_empty() {
+                return Err(AppendError::InvalidData(format!("{what}; nothing written")));
+            }
+            // The batches before it are committed and valid: they are appended, the rest not.
+            refused = Some(format!("{what}; not appended"));
+            break;
         }
         h.verify_crc(bytes)
             .map_err(|e| AppendError::InvalidData(format!("{tp}: {e}; nothing written")))?;
@@ -122,6 +134,7 @@ pub fn validate_fetched(
         headers,
         partial_bytes,
         next_offset,
+        refused,
     })
 }
 
@@ -358,14 +371,26 @@ mod tests {
     fn a_batch_at_or_beyond_the_reported_high_watermark_is_refused() {
         let mut set = batch(0, 5);
         set.extend(batch(5, 5));
-        let e = check(0, at(0), 5, &set).unwrap_err().to_string();
+        // The batch below the HW is kept; the one reaching it is refused, naming it.
+        let v = check(0, at(0), 5, &set).unwrap();
+        assert_eq!(v.headers.len(), 1);
+        assert_eq!(v.next_offset, 5);
+        let e = v.refused.unwrap();
         assert!(
             e.contains("offset 5") && e.contains("high watermark 5"),
             "{e}"
         );
+        // Alone, it is an error.
+        let e = check(5, at(5), 5, &set[batch(0, 5).len()..])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("offset 5") && e.contains("nothing written"),
+            "{e}"
+        );
         assert_eq!(check(0, at(0), 10, &set).unwrap().headers.len(), 2);
         // A batch straddling the HW does not end below it either.
-        let e = check(0, at(0), 7, &set).unwrap_err().to_string();
+        let e = check(0, at(0), 7, &set).unwrap().refused.unwrap();
         assert!(
             e.contains("offsets 5..9") && e.contains("high watermark 7"),
             "{e}"
