@@ -256,6 +256,19 @@ pub trait LeaderEndPoint: Send {
     fn close(&mut self);
 }
 
+/// An endpoint's refusal to fetch from a broker that is not the source of the local logs
+/// (another cluster id); the loop hands every partition back instead of retrying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityMismatch(pub String);
+
+impl std::fmt::Display for IdentityMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for IdentityMismatch {}
+
 /// Which cluster and topic a log belongs to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
@@ -517,6 +530,22 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// connection is dropped (with any request pipelined on it).
     fn fetch_failed(&mut self, req: &FetchRequest, e: &anyhow::Error) {
         let shared = self.shared.clone();
+        if let Some(m) = e.chain().find_map(|c| c.downcast_ref::<IdentityMismatch>()) {
+            // Another cluster answers at this address: every partition goes back to the
+            // manager at once, which stops fetching for the data dir (one ERROR there).
+            self.leader.close();
+            self.in_flight = None;
+            let mut map = shared.lock();
+            for (topic, parts) in &req.topics {
+                for p in parts {
+                    let tp = TopicPartition::new(topic.clone(), p.partition);
+                    if map.contains_key(&tp) {
+                        self.hand_back(&mut map, &tp, format!("identity changed: {}", m.0));
+                    }
+                }
+            }
+            return;
+        }
         if shared.is_running() {
             crate::log_warn!(
                 "fetch of {} partition(s) from {} failed: {e:#}; retrying in {:?}",
@@ -1171,6 +1200,8 @@ mod tests {
         /// Reported instead of `hw`, without OFFSET_OUT_OF_RANGE (as Tansu answers a fetch
         /// past its end).
         reported_hw: Option<i64>,
+        /// The next receive fails as a connection to another cluster does.
+        wrong_cluster: bool,
     }
 
     impl MockLeader {
@@ -1200,6 +1231,7 @@ mod tests {
                 sent: VecDeque::new(),
                 identity: Identity::default(),
                 reported_hw: None,
+                wrong_cluster: false,
             }
         }
     }
@@ -1219,6 +1251,12 @@ mod tests {
         fn recycle(&mut self, _frame: FetchFrame) {}
         fn receive_fetch(&mut self) -> Result<FetchFrame> {
             let req = self.sent.pop_front().expect("a fetch in flight");
+            if std::mem::take(&mut self.wrong_cluster) {
+                return Err(anyhow::Error::new(IdentityMismatch(
+                    "broker 1 reports cluster id b".into(),
+                ))
+                .context("broker 1 (mock)"));
+            }
             if self.fail_next > 0 {
                 self.fail_next -= 1;
                 anyhow::bail!("connection reset");
@@ -1702,6 +1740,32 @@ mod tests {
         let map = shared.lock();
         assert!(map[&tp()].delayed_until.is_some());
         assert_eq!(map[&tp()].fetch_offset, 14);
+    }
+
+    #[test]
+    fn a_connection_to_another_cluster_hands_every_partition_back_at_once() {
+        let mut leader = MockLeader::new(2);
+        leader.wrong_cluster = true;
+        let (mut f, shared, rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([
+            (
+                TopicPartition::new("t", 0),
+                PartitionFetchState::new(0, 0, FetchStatus::Fetching),
+            ),
+            (
+                TopicPartition::new("t", 1),
+                PartitionFetchState::new(0, 0, FetchStatus::Fetching),
+            ),
+        ]);
+        f.do_work();
+        assert_eq!(shared.partition_count(), 0);
+        let reasons: Vec<String> = rx
+            .try_iter()
+            .map(|FetcherEvent::NeedsLeader { reason, .. }| reason)
+            .collect();
+        assert_eq!(reasons.len(), 2);
+        assert!(reasons.iter().all(|r| r.contains("cluster id b")), "{reasons:?}");
+        assert!(f.replica().bytes.is_empty());
     }
 
     #[test]

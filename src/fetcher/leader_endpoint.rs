@@ -1,6 +1,8 @@
 //! The real [`LeaderEndPoint`]: a lazily (re)connected broker connection.
 
-use super::abstract_fetcher::{FetchFrame, FetcherShared, Identity, LeaderEndPoint};
+use super::abstract_fetcher::{
+    FetchFrame, FetcherShared, Identity, IdentityMismatch, LeaderEndPoint,
+};
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
@@ -103,12 +105,13 @@ impl BrokerEndPoint {
         let md = cluster::fetch_metadata(c, &[])
             .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
         match md.cluster_id {
-            Some(seen) if seen != expected => anyhow::bail!(
+            Some(seen) if seen != expected => Err(IdentityMismatch(format!(
                 "broker {} ({}) reports cluster id {seen}, but data dir `{}` replicates cluster {expected}; not fetching from it",
                 self.broker_id,
                 self.addr,
                 dir.display()
-            ),
+            ))
+            .into()),
             _ => Ok(()),
         }
     }
