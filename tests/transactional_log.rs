@@ -255,3 +255,46 @@ fn recovery_after_a_crash_rebuilds_a_lost_txnindex_exactly() {
     assert_eq!(d.stop().code(), Some(0), "SIGTERM: {}", d.log_text());
     assert_state(&leader, &data, &aborted, 78, "after SIGTERM");
 }
+
+/// `verify` checks every field of every `.txnindex` entry against the log: a wrong first
+/// offset or last stable offset fails it, naming the file and the entry.
+#[test]
+fn verify_finds_a_txnindex_entry_that_disagrees_with_the_log() {
+    let leader = TestLeader::start(TOPIC, 1);
+    leader.set_log_start(0, 0);
+    leader.append(0, 5, 5);
+    leader.append_batch(0, txn_batch(5, 3, 4001, 0, 0));
+    leader.append_batch(0, control_batch(8, 4001, 0, false, 2, 0)); // abort: first 5, marker 8
+    leader.append(0, 2, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        &leader.addr(),
+        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
+        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[checkpoint]\ninterval_ms = 100\n",
+    );
+    let mut d = support::Daemon::start(&cfg);
+    support::wait_until(Duration::from_secs(20), "catch-up", || {
+        support::log_end(&data, TOPIC, 0) == leader.log_end(0)
+    });
+    assert_eq!(d.stop().code(), Some(0));
+    let (ok, out) = support::verify(&data);
+    assert!(ok, "{out}");
+    let idx = data
+        .join(TopicPartition::new(TOPIC, 0).dir_name())
+        .join(format!("{:020}.txnindex", 0));
+    let good = std::fs::read(&idx).unwrap();
+    assert_eq!(good.len(), 34);
+    for (at, what) in [(10..18, "first offset"), (26..34, "last stable offset")] {
+        let mut bad = good.clone();
+        bad[at.clone()].copy_from_slice(&7i64.to_be_bytes());
+        std::fs::write(&idx, &bad).unwrap();
+        let (ok, out) = support::verify(&data);
+        assert!(!ok, "a wrong {what} passed verify: {out}");
+        assert!(out.contains("txnindex") && out.contains("entry 0"), "{out}");
+    }
+    std::fs::write(&idx, &good).unwrap();
+    assert!(support::verify(&data).0);
+}

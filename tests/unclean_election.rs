@@ -113,6 +113,11 @@ fn assert_end_state(leader: &TestLeader, data: &Path, lost: &[u8]) {
     );
     assert_eq!(st["log_end_offset"], 350, "{st}");
     let div = st["diverged"].as_array().expect("diverged is a list");
+    assert_eq!(
+        st["diverged_ranges"].as_u64(),
+        Some(div.len() as u64),
+        "{st}"
+    );
     assert_eq!(div.len(), 1, "{st}");
     assert_eq!(div[0]["first_offset"], 200, "{st}");
     assert_eq!(div[0]["last_offset"], 299, "{st}");

@@ -1764,7 +1764,10 @@ mod tests {
             .map(|FetcherEvent::NeedsLeader { reason, .. }| reason)
             .collect();
         assert_eq!(reasons.len(), 2);
-        assert!(reasons.iter().all(|r| r.contains("cluster id b")), "{reasons:?}");
+        assert!(
+            reasons.iter().all(|r| r.contains("cluster id b")),
+            "{reasons:?}"
+        );
         assert!(f.replica().bytes.is_empty());
     }
 

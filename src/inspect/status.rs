@@ -312,7 +312,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 .map(|(a, b)| format!("{{\"first_offset\": {a}, \"last_offset\": {b}}}"))
                 .collect();
             format!(
-                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}}}",
+                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged_ranges\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}}}",
                 json_string(&p.tp.topic),
                 p.tp.partition,
                 p.log_start_offset,
@@ -325,6 +325,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 p.last_stable_offset,
                 p.topic_id.as_deref().map_or_else(|| "null".to_string(), json_string),
                 p.aborted_transactions,
+                p.diverged.len(),
                 diverged.join(", "),
                 lost.join(", "),
                 damaged.join(", "),

@@ -8,13 +8,16 @@
 use super::partition_dirs;
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::partition::list_segment_bases;
+use crate::log::producer_state::ProducerState;
 use crate::log::segment::{self, MAX_BATCH_SIZE};
+use crate::log::txn_index::AbortedTxn;
 use crate::log::{diverged, identity, txn_index};
 use crate::record::records::{ControlType, control_marker};
 use crate::record::{BatchIter, SetEnd, check_follows};
 use anyhow::Result;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::path::PathBuf;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -131,6 +134,15 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
     let bases = list_segment_bases(dir)?;
     let mut prev_last: Option<i64> = None;
     let mut first_base = None;
+    // The open transactions, replayed from the first batch as appending built them, and the
+    // `.txnindex` entries each segment should have. The replay is exact only when the log
+    // holds every transaction's start: no offsets lost upstream (the skip forgets open
+    // transactions) and no marker of a transaction begun before the log's first batch.
+    let mut replay = ProducerState::default();
+    let mut exact = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM))
+        .map(|l| l.is_empty())
+        .unwrap_or(false);
+    let mut expected_txn: Vec<(PathBuf, Vec<AbortedTxn>, Vec<AbortedTxn>)> = Vec::new();
     for &base in &bases {
         r.segments += 1;
         first_base.get_or_insert(base);
@@ -147,6 +159,7 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
         let mut starts: HashMap<u32, (i64, i64)> = HashMap::new();
         // (producer id, offset) of every ABORT marker in the segment
         let mut aborts: BTreeSet<(i64, i64)> = BTreeSet::new();
+        let mut expected = Vec::new();
         let mut by_last: HashMap<i64, i64> = HashMap::new();
         let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
         let mut max_ts = -1;
@@ -168,8 +181,19 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
                 r.problems
                     .push(format!("{}: byte {pos}: {e} (overlap)", log_path.display()));
             }
-            if let Some((ControlType::Abort, _)) = control_marker(&h, b) {
+            let marker = control_marker(&h, b);
+            if let Some((ControlType::Abort, _)) = marker {
                 aborts.insert((h.producer_id, h.base_offset));
+            }
+            if matches!(marker, Some((ControlType::Abort | ControlType::Commit, _)))
+                && !replay.open_transactions().contains_key(&h.producer_id)
+            {
+                exact = false;
+            }
+            if h.verify_crc(b).is_ok()
+                && let Some(a) = replay.update(&h, b)
+            {
+                expected.push(a);
             }
             prev_last = Some(h.last_offset);
             max_ts = max_ts.max(h.max_timestamp);
@@ -240,7 +264,11 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
                         "no entry for the ABORT marker of producer {pid} at offset {off}"
                     ));
                 }
+                let consistent = bad.is_empty();
                 report_capped(&mut r.problems, &txn_path, bad);
+                if consistent {
+                    expected_txn.push((txn_path.clone(), entries, std::mem::take(&mut expected)));
+                }
             }
             Err(e) => r.problems.push(format!("{e:#}")),
         }
@@ -274,6 +302,28 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
             Err(e) => r
                 .problems
                 .push(format!("{}: unreadable: {e}", tix_path.display())),
+        }
+    }
+    if exact {
+        for (path, got, want) in expected_txn {
+            let bad: Vec<String> = got
+                .iter()
+                .zip(&want)
+                .enumerate()
+                .filter(|(_, (g, w))| g != w)
+                .map(|(i, (g, w))| {
+                    format!(
+                        "entry {i}: producer {} first offset {} marker {} last stable offset {}; the log says first offset {} and last stable offset {}",
+                        g.producer_id,
+                        g.first_offset,
+                        g.last_offset,
+                        g.last_stable_offset,
+                        w.first_offset,
+                        w.last_stable_offset
+                    )
+                })
+                .collect();
+            report_capped(&mut r.problems, &path, bad);
         }
     }
     let start = first_base.unwrap_or(0);
