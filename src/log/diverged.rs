@@ -29,18 +29,61 @@ pub const DIVERGED_DIR: &str = "diverged";
 /// `dir/diverged/<first>-<last>.log` durably and returns its path. A file of that name with
 /// the same bytes (a crash came between an earlier copy and its cut) is reused.
 pub fn keep(dir: &Path, runs: &[(PathBuf, u64, u64)], first: i64, last: i64) -> Result<PathBuf> {
-    let ddir = dir.join(DIVERGED_DIR);
-    if !ddir.is_dir() {
-        fs::create_dir_all(&ddir)
-            .with_context(|| format!("failed to create `{}`", ddir.display()))?;
+    let ddir = subdir(dir, DIVERGED_DIR)?;
+    let tmp = ddir.join(format!("{first}-{last}.log.tmp"));
+    write_runs(&tmp, runs)?;
+    let mut target = ddir.join(format!("{first}-{last}.log"));
+    let mut n = 1;
+    while target.exists() {
+        if same_bytes(&target, &tmp)? {
+            fs::remove_file(&tmp)
+                .with_context(|| format!("failed to remove `{}`", tmp.display()))?;
+            return Ok(target);
+        }
+        target = ddir.join(format!("{first}-{last}.{n}.log"));
+        n += 1;
+    }
+    publish(&tmp, &target, &ddir)?;
+    Ok(target)
+}
+
+/// Where recovery keeps the bytes it cut from a segment at damage (see
+/// [`super::segment::Segment::recover`]).
+pub const DAMAGED_DIR: &str = "damaged";
+
+/// Copies `len` bytes at `start` of the segment file `log` durably to
+/// `dir/damaged/<segment file name>.<start>` and returns that path.
+pub fn keep_damaged_tail(dir: &Path, log: &Path, start: u64, len: u64) -> Result<PathBuf> {
+    let ddir = subdir(dir, DAMAGED_DIR)?;
+    let name = log
+        .file_name()
+        .map_or_else(|| "segment".into(), |n| n.to_string_lossy().into_owned());
+    let target = free_name(&ddir.join(format!("{name}.{start}")));
+    let tmp = ddir.join(format!("{name}.{start}.tmp"));
+    write_runs(&tmp, &[(log.to_path_buf(), start, len)])?;
+    publish(&tmp, &target, &ddir)?;
+    Ok(target)
+}
+
+/// `dir/name`, created (and `dir` fsynced) if missing.
+fn subdir(dir: &Path, name: &str) -> Result<PathBuf> {
+    let sub = dir.join(name);
+    if !sub.is_dir() {
+        fs::create_dir_all(&sub)
+            .with_context(|| format!("failed to create `{}`", sub.display()))?;
         fsync_dir(dir)?;
     }
-    let tmp = ddir.join(format!("{first}-{last}.log.tmp"));
+    Ok(sub)
+}
+
+/// Writes the byte `runs` (file, position, length) into `tmp`, whole or not at all, and
+/// fsyncs it.
+fn write_runs(tmp: &Path, runs: &[(PathBuf, u64, u64)]) -> Result<()> {
     let mut out = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&tmp)
+        .open(tmp)
         .with_context(|| format!("failed to create `{}`", tmp.display()))?;
     for (path, start, len) in runs {
         let mut f =
@@ -63,72 +106,19 @@ pub fn keep(dir: &Path, runs: &[(PathBuf, u64, u64)], first: i64, last: i64) -> 
     }
     out.flush()
         .and_then(|_| out.sync_all())
-        .with_context(|| format!("failed to fsync `{}`", tmp.display()))?;
-    drop(out);
-    let mut target = ddir.join(format!("{first}-{last}.log"));
-    let mut n = 1;
-    while target.exists() {
-        if same_bytes(&target, &tmp)? {
-            fs::remove_file(&tmp)
-                .with_context(|| format!("failed to remove `{}`", tmp.display()))?;
-            return Ok(target);
-        }
-        target = ddir.join(format!("{first}-{last}.{n}.log"));
-        n += 1;
-    }
-    fs::rename(&tmp, &target).with_context(|| {
-        format!(
-            "failed to rename `{}` to `{}`",
-            tmp.display(),
-            target.display()
-        )
-    })?;
-    fsync_dir(&ddir)?;
-    Ok(target)
+        .with_context(|| format!("failed to fsync `{}`", tmp.display()))
 }
 
-/// Where recovery keeps the bytes it cut from a segment at damage (see
-/// [`super::segment::Segment::recover`]).
-pub const DAMAGED_DIR: &str = "damaged";
-
-/// Copies `len` bytes at `start` of the segment file `log` durably to
-/// `dir/damaged/<segment file name>.<start>` and returns that path.
-pub fn keep_damaged_tail(dir: &Path, log: &Path, start: u64, len: u64) -> Result<PathBuf> {
-    let ddir = dir.join(DAMAGED_DIR);
-    if !ddir.is_dir() {
-        fs::create_dir_all(&ddir)
-            .with_context(|| format!("failed to create `{}`", ddir.display()))?;
-        fsync_dir(dir)?;
-    }
-    let name = log
-        .file_name()
-        .map_or_else(|| "segment".into(), |n| n.to_string_lossy().into_owned());
-    let target = free_name(&ddir.join(format!("{name}.{start}")));
-    let tmp = ddir.join(format!("{name}.{start}.tmp"));
-    let mut out =
-        File::create(&tmp).with_context(|| format!("failed to create `{}`", tmp.display()))?;
-    let mut f = File::open(log).with_context(|| format!("failed to open `{}`", log.display()))?;
-    f.seek(SeekFrom::Start(start))
-        .with_context(|| format!("failed to seek `{}`", log.display()))?;
-    std::io::copy(&mut f.take(len), &mut out).with_context(|| {
-        format!(
-            "failed to copy `{}` into `{}`",
-            log.display(),
-            tmp.display()
-        )
-    })?;
-    out.sync_all()
-        .with_context(|| format!("failed to fsync `{}`", tmp.display()))?;
-    drop(out);
-    fs::rename(&tmp, &target).with_context(|| {
+/// Renames the synced `tmp` to `target` and fsyncs the folder.
+fn publish(tmp: &Path, target: &Path, ddir: &Path) -> Result<()> {
+    fs::rename(tmp, target).with_context(|| {
         format!(
             "failed to rename `{}` to `{}`",
             tmp.display(),
             target.display()
         )
     })?;
-    fsync_dir(&ddir)?;
-    Ok(target)
+    fsync_dir(ddir)
 }
 
 /// `path`, or `path.2`, `path.3`, … — the first that does not exist, so nothing kept aside is
