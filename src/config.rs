@@ -248,6 +248,10 @@ pub struct FetchConfig {
     #[serde(deserialize_with = "positive_i64")]
     pub backoff_ms: i64,
     pub isolation: Isolation,
+    /// Kafka's `request.timeout.ms`: the deadline for a whole response (plus a fetch's
+    /// `max_wait_ms`).
+    #[serde(deserialize_with = "positive_i64")]
+    pub request_timeout_ms: i64,
 }
 
 impl Default for FetchConfig {
@@ -260,6 +264,7 @@ impl Default for FetchConfig {
             fetchers_per_broker: 1,
             backoff_ms: 1000,
             isolation: Isolation::ReadUncommitted,
+            request_timeout_ms: 30_000,
         }
     }
 }
@@ -468,6 +473,7 @@ interval_ms = 20
             ("[fetch]\nmax_wait_msx = 3\n", "max_wait_msx"),
             ("[fetch]\nmax_wait_ms = \"soon\"\n", "max_wait_ms"),
             ("[fetch]\nbackoff_ms = 0\n", "backoff_ms"),
+            ("[fetch]\nrequest_timeout_ms = 0\n", "request_timeout_ms"),
             ("[fetch]\nisolation = \"dirty\"\n", "isolation"),
             ("[log]\nsegment_bytes = 10\n", "segment_bytes"),
             ("[log]\nretention_ms = -7\n", "retention_ms"),

@@ -18,11 +18,13 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Range;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Short enough that a shutdown waiting on a connect attempt still ends in seconds.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much a receive buffer grows by at a time, beyond what it already has.
+const RECV_CHUNK: usize = 1 << 20;
 
 #[derive(Debug)]
 pub struct BrokerConnection {
@@ -220,17 +222,21 @@ impl BrokerConnection {
         correlation_id: i32,
         extra_wait: Duration,
     ) -> Result<Range<usize>> {
+        // One deadline for the whole response (Kafka's request.timeout.ms), not one per read:
+        // a broker that drips a byte at a time cannot hold the connection past it.
+        let wait = self.request_timeout + extra_wait;
+        let deadline = Instant::now() + wait;
+        let mut timeout = wait;
         self.stream
-            .set_read_timeout(Some(self.request_timeout + extra_wait))
+            .set_read_timeout(Some(timeout))
             .with_context(|| format!("broker {}: set timeout", self.addr))?;
         let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).with_context(|| {
-            format!(
-                "broker {}: no response to {} (connection closed or timed out)",
-                self.addr,
-                api.name()
-            )
-        })?;
+        let mut got = 0;
+        while got < size.len() {
+            let n =
+                self.read_before(deadline, &mut timeout, &mut size[got..], api, wait, got, 4)?;
+            got += n;
+        }
         let size = i32::from_be_bytes(size);
         if size < 4 || size as usize > self.max_response_bytes {
             bail!(
@@ -240,16 +246,34 @@ impl BrokerConnection {
                 self.max_response_bytes
             );
         }
-        // The buffer only grows: a fetch response is read into memory that is already there,
-        // without zero-filling it again.
+        // The buffer only grows, and only as bytes arrive (a chunk at a time): a broker that
+        // announces a huge frame and sends little pins little memory. A response is read into
+        // memory that is already there, without zero-filling it again.
         let size = size as usize;
-        if self.recv_buf.len() < size {
-            self.recv_buf.resize(size, 0);
+        let mut filled = 0;
+        while filled < size {
+            // Up to what the buffer already holds, or one chunk past it.
+            let upto = if self.recv_buf.len() > filled {
+                size.min(self.recv_buf.len())
+            } else {
+                size.min(filled + RECV_CHUNK)
+            };
+            if self.recv_buf.len() < upto {
+                self.recv_buf.resize(upto, 0);
+            }
+            let mut buf = std::mem::take(&mut self.recv_buf);
+            let read = self.read_before(
+                deadline,
+                &mut timeout,
+                buf.get_mut(filled..upto).unwrap_or_default(),
+                api,
+                wait,
+                filled,
+                size,
+            );
+            self.recv_buf = buf;
+            filled += read?;
         }
-        let frame = self.recv_buf.get_mut(..size).unwrap_or_default();
-        self.stream
-            .read_exact(frame)
-            .with_context(|| format!("broker {}: {} response cut short", self.addr, api.name()))?;
         let frame = self.recv_buf.get(..size).unwrap_or_default();
         let mut r = Reader::new(frame);
         let got = decode_response_header(&mut r, api, version)
@@ -262,6 +286,74 @@ impl BrokerConnection {
             );
         }
         Ok(r.position()..size)
+    }
+
+    /// One read into `buf` that ends by `deadline`: the socket timeout is lowered as the
+    /// deadline nears (a setsockopt only then). `got` of `total` bytes are in so far.
+    #[allow(clippy::too_many_arguments)]
+    fn read_before(
+        &mut self,
+        deadline: Instant,
+        timeout: &mut Duration,
+        buf: &mut [u8],
+        api: ApiKey,
+        wait: Duration,
+        got: usize,
+        total: usize,
+    ) -> Result<usize> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Before the first byte of the frame there is no response at all yet.
+        let what = if total == 4 && got == 0 {
+            format!("no response to {}", api.name())
+        } else {
+            format!(
+                "{} response cut short ({got} of {total} bytes arrived)",
+                api.name()
+            )
+        };
+        let timed_out = || {
+            anyhow::anyhow!(
+                "broker {}: {} response not complete within the request deadline of {} ms ({got} of {total} bytes arrived)",
+                self.addr,
+                api.name(),
+                wait.as_millis()
+            )
+        };
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        if left < *timeout {
+            *timeout = left;
+            self.stream
+                .set_read_timeout(Some(left))
+                .with_context(|| format!("broker {}: set timeout", self.addr))?;
+        }
+        match self.stream.read(buf) {
+            Ok(0) => Err(anyhow::Error::new(std::io::Error::from(
+                std::io::ErrorKind::UnexpectedEof,
+            ))
+            .context(format!(
+                "broker {}: {what}: connection closed by the broker",
+                self.addr
+            ))),
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(anyhow::Error::new(e).context(timed_out()))
+            }
+            Err(e) => Err(anyhow::Error::new(e).context(format!("broker {}: {what}", self.addr))),
+        }
+    }
+
+    /// Sets the request timeout (Kafka's `request.timeout.ms`): the deadline for a whole
+    /// response, on top of a fetch's max wait.
+    pub fn set_request_timeout(&mut self, timeout: Duration) {
+        self.request_timeout = timeout;
     }
 
     pub fn recv_buffer(&self) -> &[u8] {

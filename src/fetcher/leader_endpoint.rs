@@ -35,9 +35,15 @@ pub struct BrokerEndPoint {
     shared: Option<Arc<FetcherShared>>,
     /// The data dir whose recorded cluster id every new connection is checked against.
     data_dir: Option<PathBuf>,
+    /// The deadline for a whole response (Kafka's `request.timeout.ms`).
+    request_timeout: Duration,
 }
 
 impl BrokerEndPoint {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each is one of the fetcher's settings; a struct would only rename them"
+    )]
     pub fn new(
         broker_id: i32,
         addr: &str,
@@ -46,6 +52,7 @@ impl BrokerEndPoint {
         isolation_level: i8,
         shared: Option<Arc<FetcherShared>>,
         data_dir: Option<PathBuf>,
+        request_timeout: Duration,
     ) -> Self {
         BrokerEndPoint {
             addr: addr.to_string(),
@@ -58,6 +65,7 @@ impl BrokerEndPoint {
             spare: Vec::new(),
             shared,
             data_dir,
+            request_timeout,
         }
     }
 
@@ -84,6 +92,7 @@ impl BrokerEndPoint {
             )
             .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
             let mut c = c;
+            c.set_request_timeout(self.request_timeout);
             self.check_cluster(&mut c)?;
             crate::log_info!("connected to broker {} at {}", self.broker_id, self.addr);
             self.conn = Some(c);

@@ -96,7 +96,12 @@ impl StopHandle {
 
     /// Connects to `addr`, registering the socket for [`Self::stop`] before the handshake.
     /// Refuses once stopping.
-    fn connect(this: &Arc<Self>, addr: &str, client_id: &str) -> Result<TrackedConn> {
+    fn connect(
+        this: &Arc<Self>,
+        addr: &str,
+        client_id: &str,
+        request_timeout: Duration,
+    ) -> Result<TrackedConn> {
         if this.is_stopping() {
             anyhow::bail!("shutting down");
         }
@@ -123,7 +128,9 @@ impl StopHandle {
             key,
             handle: this.clone(),
         };
-        tracked.conn = Some(conn?);
+        let mut conn = conn?;
+        conn.set_request_timeout(request_timeout);
+        tracked.conn = Some(conn);
         Ok(tracked)
     }
 }
@@ -260,6 +267,10 @@ impl FetcherManager {
         self.events_tx.clone()
     }
 
+    fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.cfg.fetch.request_timeout_ms as u64)
+    }
+
     fn report_once(&mut self, key: String, msg: impl FnOnce() -> String) {
         if self.reported.insert(key) {
             crate::log_warn!("{}", msg());
@@ -381,10 +392,12 @@ impl FetcherManager {
             if self.stop.is_stopping() {
                 anyhow::bail!("shutting down");
             }
-            let got = StopHandle::connect(&self.stop, a, &self.cfg.client_id).and_then(|mut c| {
-                let md = cluster::fetch_metadata(c.get()?, &topics)?;
-                Ok((c, md))
-            });
+            let got =
+                StopHandle::connect(&self.stop, a, &self.cfg.client_id, self.request_timeout())
+                    .and_then(|mut c| {
+                        let md = cluster::fetch_metadata(c.get()?, &topics)?;
+                        Ok((c, md))
+                    });
             match got {
                 Ok((c, md)) => {
                     self.metadata = md;
@@ -780,6 +793,7 @@ impl FetcherManager {
             fc.isolation.level(),
             Some(shared.clone()),
             Some(self.logs.data_dir().to_path_buf()),
+            Duration::from_millis(fc.request_timeout_ms as u64),
         );
         let name = fetcher_name(broker, fid);
         let mut fetcher = AbstractFetcher::new(
@@ -847,7 +861,12 @@ impl FetcherManager {
             .metadata
             .broker_addr(broker)
             .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?;
-        let mut tracked = StopHandle::connect(&self.stop, addr, &self.cfg.client_id)?;
+        let mut tracked = StopHandle::connect(
+            &self.stop,
+            addr,
+            &self.cfg.client_id,
+            self.request_timeout(),
+        )?;
         let conn = tracked.get()?;
         let iso = self.cfg.fetch.isolation.level();
         let mut latest = Vec::new();

@@ -87,6 +87,9 @@
 //! - [`error_next_fetches`](TestLeader::error_next_fetches): the next n fetch answers for the
 //!   partition carry the given partition-level error code and no records (high watermark and
 //!   log start are still filled in). Applied before any other check.
+//! - [`drip_next_fetches`](TestLeader::drip_next_fetches): the next n Fetch requests naming a
+//!   partition get a frame header announcing a large size, then one byte every 100 ms for as
+//!   long as the client keeps the connection (a slow or hostile broker).
 //! - [`silence_api`](TestLeader::silence_api): requests of one API are never answered, the
 //!   connection left open (a hung broker).
 //! - [`close_on_api`](TestLeader::close_on_api): requests of one API close their connection.
@@ -185,6 +188,9 @@ struct State {
     closing_api: Option<i16>,
     garbage_fetches: usize,
     garbage_served: usize,
+    /// (partition, frame size announced, fetches left): Fetch requests naming the partition
+    /// are answered with that frame size and then one byte every 100 ms.
+    drip: Option<(i32, i32, usize)>,
     fetch_requests: usize,
 }
 
@@ -802,6 +808,7 @@ impl TestLeader {
             silent_api: None,
             closing_api: None,
             garbage_fetches: 0,
+            drip: None,
             garbage_served: 0,
             fetch_requests: 0,
         };
@@ -988,6 +995,13 @@ impl TestLeader {
     }
 
     /// The next `n` Fetch requests get a well-framed answer with a malformed body.
+    /// The next `n` Fetch requests that name `partition` are answered with a frame header
+    /// announcing `announced` bytes, then one byte every 100 ms for as long as the client
+    /// listens (a slow or hostile broker). `n = 0` ends it.
+    pub fn drip_next_fetches(&self, partition: i32, announced: i32, n: usize) {
+        self.shared.state().drip = (n > 0).then_some((partition, announced, n));
+    }
+
     pub fn garbage_next_fetches(&self, n: usize) {
         self.shared.state().garbage_fetches = n;
     }
@@ -1077,6 +1091,18 @@ fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, id: u64) {
                 while read_frame(&mut stream).is_some() {}
                 break;
             }
+            if let Some((partition, announced, left)) = state.drip
+                && key == Some(ApiKey::Fetch.key())
+                && fetch_names_partition(&request, partition)
+            {
+                state.drip = (left > 1).then_some((partition, announced, left - 1));
+                drop(state);
+                let _ = stream.write_all(&announced.to_be_bytes());
+                while !shared.stopping.load(Ordering::SeqCst) && stream.write_all(&[0]).is_ok() {
+                    thread::sleep(Duration::from_millis(100));
+                }
+                break;
+            }
         }
         let Some(response) = handle_request(&shared, &request) else {
             break;
@@ -1087,6 +1113,28 @@ fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, id: u64) {
     }
     let _ = stream.shutdown(Shutdown::Both);
     shared.connections().remove(&id);
+}
+
+/// Whether a Fetch request frame names `partition` (of any topic).
+fn fetch_names_partition(frame: &[u8], partition: i32) -> bool {
+    let mut r = Reader::new(frame);
+    let (Ok(_), Ok(version), Ok(_)) = (r.i16("key"), r.i16("version"), r.i32("correlation")) else {
+        return false;
+    };
+    if r.nullable_string(false, "client_id").is_err() {
+        return false;
+    }
+    if version >= 12 && r.skip_tagged_fields("header tags").is_err() {
+        return false;
+    }
+    let Some(body) = frame.get(r.position()..) else {
+        return false;
+    };
+    fetch::decode_request(body, version).is_ok_and(|req| {
+        req.topics
+            .iter()
+            .any(|(_, ps)| ps.iter().any(|p| p.partition == partition))
+    })
 }
 
 /// Reads one size-prefixed request; `None` on EOF, I/O error or an out-of-bounds size.
