@@ -574,8 +574,19 @@ impl Segment {
     /// the offset index's entry below it, so memory stays flat.
     pub fn cut_point(&mut self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
         self.make_indexes_resident()?;
-        let (_, start) = self.offset_index.lookup(offset.saturating_sub(1));
-        let start = u64::from(start).min(self.size);
+        let (entry_offset, start) = self.offset_index.lookup(offset.saturating_sub(1));
+        let mut start = u64::from(start).min(self.size);
+        // Indexes carry no checksum: an entry is trusted only when the batch at its position
+        // ends at its offset; otherwise the segment's indexes are rebuilt from its batches.
+        if start > 0 && !self.batch_at_ends_at(start, entry_offset)? {
+            crate::log_warn!(
+                "`{}`: offset index entry for offset {entry_offset} points at byte {start}, where no batch ending at that offset starts; rebuilding the indexes",
+                self.log_path.display()
+            );
+            self.recover()?;
+            let (_, rebuilt) = self.offset_index.lookup(offset.saturating_sub(1));
+            start = u64::from(rebuilt).min(self.size);
+        }
         let mut found = None;
         self.for_each_batch(start, |h, pos| {
             if h.last_offset >= offset {
@@ -585,6 +596,16 @@ impl Segment {
             Ok(true)
         })?;
         Ok(found)
+    }
+
+    /// Whether a batch whose last offset is `last` starts at byte `pos`.
+    fn batch_at_ends_at(&self, pos: u64, last: i64) -> Result<bool> {
+        let mut ok = false;
+        self.for_each_batch(pos, |h, _| {
+            ok = h.last_offset == last;
+            Ok(false)
+        })?;
+        Ok(ok)
     }
 
     /// The header of the first batch, if the segment holds one.
@@ -870,6 +891,39 @@ mod tests {
             seg.offset_index.all_entries().collect::<Vec<_>>(),
             ref_seg.offset_index.all_entries().collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn an_index_entry_pointing_inside_a_batch_is_not_trusted_by_a_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seg = Segment::create(dir.path(), 0, 1000, 0).unwrap();
+        let all = fill(&mut seg, 30);
+        let batch_len = all.len() / 30;
+        seg.flush().unwrap();
+        let entries: Vec<(i64, u32)> = seg.offset_index.all_entries().collect();
+        drop(seg);
+        // The entry a cut at 155 looks up (the largest at or below 154) now points 7 bytes
+        // into its batch; the last entry stays right, so opening the segment trusts the file.
+        let k = entries.iter().rposition(|(o, _)| *o <= 154).unwrap();
+        assert!(k + 1 < entries.len(), "{entries:?}");
+        let bad: Vec<u8> = entries
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &(o, p))| {
+                let p = if i == k { p + 7 } else { p };
+                [(o as u32).to_be_bytes(), p.to_be_bytes()].concat()
+            })
+            .collect();
+        std::fs::write(dir.path().join(file_name(0, "index")), &bad).unwrap();
+        let (mut seg, _) = Segment::open(dir.path(), 0, 1000, 0, false, true).unwrap();
+        seg.truncate_to(155).unwrap();
+        assert_eq!(
+            seg.size(),
+            (batch_len * 15) as u64,
+            "cut on a batch boundary"
+        );
+        assert_eq!(seg.next_offset(), 150);
+        assert_eq!(fs::read(seg.log_path()).unwrap(), all[..batch_len * 15]);
     }
 
     #[test]
