@@ -126,11 +126,8 @@ pub fn write_offsets(path: &Path, offsets: &BTreeMap<TopicPartition, i64>) -> Re
 /// Reads an offset checkpoint. A missing file is an empty map; a malformed one is an error
 /// naming the file and line.
 pub fn read_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
-    let text = match fs::read(path) {
-        Ok(b) => String::from_utf8(b)
-            .map_err(|_| anyhow::anyhow!("`{}` is not UTF-8 text", path.display()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(e).with_context(|| format!("failed to read `{}`", path.display())),
+    let Some(text) = read_text(path)? else {
+        return Ok(BTreeMap::new());
     };
     let mut out = BTreeMap::new();
     for (n, line) in entry_lines(path, &text)? {
@@ -174,11 +171,8 @@ pub fn write_epochs(path: &Path, epochs: &[(i32, i64)]) -> Result<()> {
 
 /// Reads a leader-epoch checkpoint; entries must grow in both epoch and start offset.
 pub fn read_epochs(path: &Path) -> Result<Vec<(i32, i64)>> {
-    let text = match fs::read(path) {
-        Ok(b) => String::from_utf8(b)
-            .map_err(|_| anyhow::anyhow!("`{}` is not UTF-8 text", path.display()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("failed to read `{}`", path.display())),
+    let Some(text) = read_text(path)? else {
+        return Ok(Vec::new());
     };
     let mut out: Vec<(i32, i64)> = Vec::new();
     for (n, line) in entry_lines(path, &text)? {
@@ -235,15 +229,37 @@ pub fn read_ranges(path: &Path) -> Result<Vec<(i64, i64)>> {
     Ok(out)
 }
 
+/// The largest checkpoint file read: one line a partition stays far below this for any
+/// number of partitions a daemon follows; a larger file is malformed, not memory to fill.
+pub const MAX_CHECKPOINT_BYTES: u64 = 16 << 20;
+
 /// A checkpoint-sized text file, or `None` when it does not exist.
 fn read_text(path: &Path) -> Result<Option<String>> {
-    match fs::read(path) {
-        Ok(b) => String::from_utf8(b)
-            .map(Some)
-            .map_err(|_| anyhow::anyhow!("`{}` is not UTF-8 text", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("failed to read `{}`", path.display())),
+    use std::io::Read;
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("failed to read `{}`", path.display())),
+    };
+    let too_big = || {
+        anyhow::anyhow!(
+            "`{}` is larger than {MAX_CHECKPOINT_BYTES} bytes: not a checkpoint file",
+            path.display()
+        )
+    };
+    if f.metadata().is_ok_and(|m| m.len() > MAX_CHECKPOINT_BYTES) {
+        return Err(too_big());
     }
+    let mut bytes = Vec::new();
+    f.take(MAX_CHECKPOINT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| anyhow::anyhow!("`{}` is not UTF-8 text", path.display()))
 }
 
 #[cfg(test)]
@@ -264,6 +280,19 @@ mod tests {
         );
         assert_eq!(read_offsets(&p).unwrap(), m);
         assert!(!dir.path().join(format!("{RECOVERY_POINT}.tmp")).exists());
+    }
+
+    #[test]
+    fn an_oversized_checkpoint_is_malformed_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(RECOVERY_POINT);
+        let f = File::create(&p).unwrap();
+        f.set_len(MAX_CHECKPOINT_BYTES + 10).unwrap(); // sparse: no disk, no RAM
+        let e = read_offsets(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("larger than") && e.contains(RECOVERY_POINT),
+            "{e}"
+        );
     }
 
     #[test]

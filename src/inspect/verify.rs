@@ -201,12 +201,20 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
             by_last.insert(h.last_offset, max_ts);
         }
         match it.end() {
-            Some(SetEnd::Partial { bytes: n }) => r.problems.push(format!(
-                "{}: partial batch at byte {} ({n} bytes, after offset {}): a torn write",
-                log_path.display(),
-                bytes.len() - n,
-                prev_last.map_or_else(|| "none".to_string(), |l| l.to_string())
-            )),
+            Some(SetEnd::Partial { bytes: n }) => {
+                let at = bytes.len() - n;
+                let announced = bytes
+                    .get(at + 8..at + 12)
+                    .map(|b| i64::from(i32::from_be_bytes([b[0], b[1], b[2], b[3]])) + 12);
+                r.problems.push(format!(
+                    "{}: partial batch at byte {at} ({n} bytes, after offset {}{}): a write torn by a crash, a damaged size field, or a file cut short",
+                    log_path.display(),
+                    prev_last.map_or_else(|| "none".to_string(), |l| l.to_string()),
+                    announced.map_or_else(String::new, |a| format!(
+                        "; its size field announces {a} bytes"
+                    ))
+                ))
+            }
             Some(SetEnd::Corrupt { position, reason }) => r.problems.push(format!(
                 "{}: corrupt batch at byte {position}: {reason}",
                 log_path.display()

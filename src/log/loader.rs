@@ -162,6 +162,22 @@ pub fn load(
         .values()
         .next_back()
         .map_or(first_base, Segment::next_offset);
+    // A recovery point past the log end after an unclean shutdown describes a longer log
+    // than this one: it proves nothing about these bytes, so every segment is recovered.
+    if !clean_shutdown
+        && let Some(rp) = hints.recovery_point
+        && rp > leo
+    {
+        crate::log_warn!(
+            "{tp}: the recovery point {rp} is past the log end {leo}; recovering every segment"
+        );
+        drop(segments);
+        let hints = CheckpointHints {
+            recovery_point: None,
+            ..hints
+        };
+        return load(data_dir, tp, config, hints, clean_shutdown);
+    }
     let log_start = hints
         .log_start_offset
         .unwrap_or(first_base)
@@ -448,6 +464,28 @@ mod tests {
         assert!(report.truncated_bytes > 0, "the corrupt tail batch is cut");
         assert!(log.log_end_offset() < 120);
         assert_eq!(log.summary().segments, paths.len());
+    }
+
+    #[test]
+    fn a_recovery_point_past_the_log_end_recovers_every_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 30, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.flush().unwrap();
+        let first = log.segments().next().unwrap().log_path().to_path_buf();
+        let n = log.summary().segments;
+        drop(log);
+        // Damage below a (bogus) recovery point far past the end: it must still be found.
+        let mut b = std::fs::read(&first).unwrap();
+        b[70] ^= 0xff;
+        std::fs::write(&first, b).unwrap();
+        let (log, report) = load(dir.path(), &tp(), cfg(2048), hints(Some(10_000)), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(report.recovered_segments, n, "every segment scanned");
+        assert!(report.truncated_bytes > 0, "the damage below it was found");
+        assert_eq!(log.log_end_offset(), 120);
     }
 
     #[test]
