@@ -764,7 +764,8 @@ impl PartitionLog {
     }
 
     /// Reads the raw bytes of every segment in order (tests and inspection).
-    pub fn read_all(&self) -> Result<Vec<u8>> {
+    #[cfg(test)]
+    pub(crate) fn read_all(&self) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         for seg in self.segments.values() {
             out.extend_from_slice(&seg.read_at(0, seg.size() as usize)?);

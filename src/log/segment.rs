@@ -15,7 +15,7 @@ use super::txn_index::TxnIndex;
 use crate::record::{BatchHeader, BatchIter, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -745,7 +745,9 @@ impl Segment {
 }
 
 /// Writes `bytes` to a file at the end; used only by tests that tear segment files.
-pub fn append_raw(path: &Path, bytes: &[u8]) -> Result<()> {
+#[cfg(test)]
+pub(crate) fn append_raw(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
     let mut f = OpenOptions::new().append(true).open(path)?;
     f.write_all(bytes)?;
     Ok(())

@@ -276,7 +276,8 @@ impl BatchHeader {
 
 /// Rewrites the base offset of a v2 batch. The CRC does not cover it, so the batch stays valid.
 /// Test fixtures use it; the follower never rewrites a batch.
-pub fn set_v2_base_offset(batch: &mut [u8], base_offset: i64) {
+#[cfg(test)]
+pub(crate) fn set_v2_base_offset(batch: &mut [u8], base_offset: i64) {
     if let Some(s) = batch.get_mut(0..8) {
         s.copy_from_slice(&base_offset.to_be_bytes());
     }
