@@ -523,9 +523,29 @@ impl Segment {
             bail!("segment `{}` would pass 4 GiB", self.log_path.display());
         }
         let size = self.size;
-        self.file()?
-            .write_all_at(bytes, size)
-            .with_context(|| format!("failed to append to `{}`", self.log_path.display()))?;
+        let written = self.file()?.write_all_at(bytes, size);
+        if let Err(e) = written {
+            // A write that failed part-way (ENOSPC, EIO) may have left part of a batch: the
+            // file is cut back to its last whole batch before the error is reported, so no
+            // reader ever sees torn bytes.
+            let path = self.log_path.clone();
+            let cut = self.file().and_then(|f| {
+                f.set_len(size)
+                    .with_context(|| format!("failed to cut `{}` back", path.display()))
+            });
+            if let Err(ce) = cut {
+                crate::log_error!(
+                    "{ce:#}: bytes past {size} are not whole batches; recovery cuts them at the next start"
+                );
+            }
+            return Err(e).with_context(|| {
+                format!(
+                    "failed to append {} bytes to `{}`",
+                    bytes.len(),
+                    self.log_path.display()
+                )
+            });
+        }
         let mut pos = self.size;
         for h in headers {
             self.index_batch(h, pos as u32)?;
@@ -780,6 +800,55 @@ mod tests {
             all.extend_from_slice(&b);
         }
         all
+    }
+
+    /// Runs `f` in a directory on a tmpfs of `size` bytes, or says why it cannot (the mount
+    /// needs root).
+    fn on_small_tmpfs(size: usize, f: impl FnOnce(&Path)) {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+            return;
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(dir.path())));
+        let _ = std::process::Command::new("umount")
+            .arg(dir.path())
+            .status();
+        if let Err(p) = r {
+            std::panic::resume_unwind(p);
+        }
+    }
+
+    #[test]
+    fn a_full_disk_never_leaves_a_torn_batch_in_the_segment() {
+        on_small_tmpfs(256 << 10, |dir| {
+            let mut seg = Segment::create(dir, 0, 4096, 0).unwrap();
+            let mut failures = 0;
+            let mut whole = Vec::new();
+            for i in 0..400 {
+                let (b, h) = batch(seg.next_offset(), 10, 1000 + i);
+                match seg.append(&b, &[h]) {
+                    Ok(()) => whole.extend_from_slice(&b),
+                    Err(e) => {
+                        failures += 1;
+                        assert!(format!("{e:#}").contains("failed to append"), "{e:#}");
+                        // Nothing torn: the file is exactly the whole batches written so far.
+                        let on_disk = fs::read(seg.log_path()).unwrap();
+                        assert_eq!(on_disk.len() as u64, seg.size());
+                        assert_eq!(on_disk, whole, "after failure {failures}");
+                    }
+                }
+            }
+            assert!(failures > 0, "the tmpfs never filled up");
+            let mut it = BatchIter::new(&whole, MAX_BATCH_SIZE);
+            assert_eq!(it.by_ref().count() as u64 * 10, seg.next_offset() as u64);
+            assert_eq!(it.end(), Some(&SetEnd::Complete));
+        });
     }
 
     #[test]
