@@ -284,6 +284,8 @@ pub struct LogSection {
     pub retention_ms: i64,
     #[serde(deserialize_with = "positive_i64")]
     pub flush_interval_ms: i64,
+    /// Appends pause below this much free space on the data dir's filesystem; 0: off.
+    pub min_free_bytes: u64,
 }
 
 impl Default for LogSection {
@@ -295,6 +297,7 @@ impl Default for LogSection {
             retention_bytes: -1,
             retention_ms: -1,
             flush_interval_ms: 1000,
+            min_free_bytes: 256 << 20,
         }
     }
 }

@@ -184,7 +184,10 @@ pub fn run(cfg: Config) -> Result<()> {
     );
     // Before anything in the data dir is touched (recovery, markers, checkpoints).
     check_cluster_at_start(&cfg)?;
-    let logs = Arc::new(LogManager::open(&cfg.data_dir, cfg.log_config())?);
+    let logs = Arc::new(
+        LogManager::open(&cfg.data_dir, cfg.log_config())?
+            .with_min_free_bytes(cfg.log.min_free_bytes),
+    );
     // Checkpoint right away so the files describe what was just loaded and recovered.
     logs.checkpoint()?;
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;

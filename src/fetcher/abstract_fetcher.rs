@@ -726,6 +726,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                     // are errors; offsets that do not follow are a warning (a
                                     // leader change or a re-created topic is looked into).
                                     match &e {
+                                        // Said once by the data dir, not per partition.
+                                        AppendError::DiskFull(_) => {}
                                         AppendError::Storage(_) | AppendError::InvalidData(_) => {
                                             crate::log_error!(
                                                 "{tp} at offset {fetch_offset}: {e}; backing off {:?}",

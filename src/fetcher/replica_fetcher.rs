@@ -202,7 +202,19 @@ impl ReplicaOps for ReplicaLogOps {
         }
         if !v.headers.is_empty() {
             let bytes = data.records.get(v.range.clone()).unwrap_or_default();
-            log.append(bytes, &v.headers)?;
+            self.logs
+                .disk()
+                .admit(bytes.len() as u64)
+                .map_err(AppendError::DiskFull)?;
+            match log.append(bytes, &v.headers) {
+                Err(AppendError::Storage(e)) if crate::log::disk::is_no_space(&e) => {
+                    // The write was cut back to its last whole batch; the disk pauses every
+                    // partition of the data dir.
+                    self.logs.disk().on_no_space();
+                    return Err(AppendError::DiskFull(format!("{e:#}")));
+                }
+                other => other?,
+            }
         }
         log.update_high_watermark(data.high_watermark);
         // The leader's log start moving up (its retention, DeleteRecords) does not delete local

@@ -48,6 +48,8 @@ pub struct DataDirStatus {
     pub archived: Vec<(String, i32, String, String)>,
     /// Why fetching is stopped for the whole data dir, when it is.
     pub fetching_stopped: Option<String>,
+    /// Bytes free on the data dir's filesystem (appends pause below `log.min_free_bytes`).
+    pub free_bytes: Option<u64>,
 }
 
 /// The data-dir level facts: cluster id, archived histories, a stop.
@@ -68,6 +70,7 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         cluster_id,
         archived,
         fetching_stopped,
+        free_bytes: fs2::available_space(data_dir).ok(),
     }
 }
 
@@ -350,9 +353,10 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"partitions\": [{}], \"archived\": [{}]}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}]}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
+        opt(dd.free_bytes, "null"),
         items.join(", "),
         archived.join(", ")
     )
@@ -365,6 +369,9 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     }
     if let Some(why) = &dd.fetching_stopped {
         s.push_str(&format!("FETCHING STOPPED: {why}\n"));
+    }
+    if let Some(free) = dd.free_bytes {
+        s.push_str(&format!("free space: {free} bytes\n"));
     }
     s.push_str(&format!(
         "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",

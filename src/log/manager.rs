@@ -8,6 +8,7 @@
 //! log end) and write its leader-epoch checkpoint; only then rewrite the three data-dir files,
 //! each atomically. So a checkpoint never names an offset whose bytes are not on disk.
 
+use super::disk::DiskSpace;
 use super::identity;
 use super::loader::{self, CheckpointHints};
 use super::partition::{LogConfig, LogSummary, PartitionLog, now_ms};
@@ -40,6 +41,8 @@ pub struct LogManager {
     /// Serialises checkpoint writers (periodic task and shutdown) and holds the content last
     /// written to each checkpoint file, so an unchanged file is not rewritten (and fsynced).
     checkpoint_lock: Mutex<BTreeMap<&'static str, Vec<u8>>>,
+    /// Free space of the data dir's filesystem; appends pause while it is full.
+    disk: DiskSpace,
 }
 
 fn read_hints(path: &Path) -> BTreeMap<TopicPartition, i64> {
@@ -102,11 +105,23 @@ impl LogManager {
             config,
             logs: RwLock::new(logs),
             checkpoint_lock: Mutex::new(BTreeMap::new()),
+            disk: DiskSpace::new(data_dir, 0),
         })
     }
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// Appends pause below `min_free` bytes free on the data dir's filesystem (0: only after
+    /// a write failed with ENOSPC).
+    pub fn with_min_free_bytes(mut self, min_free: u64) -> Self {
+        self.disk = DiskSpace::new(&self.data_dir, min_free);
+        self
+    }
+
+    pub fn disk(&self) -> &DiskSpace {
+        &self.disk
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<SharedLog> {

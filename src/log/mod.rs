@@ -11,6 +11,7 @@
 //! it at start-up and recovers it after a crash; [`manager::LogManager`] holds every partition's
 //! log behind its own mutex and writes the data-dir checkpoint files.
 
+pub mod disk;
 pub mod diverged;
 pub mod epoch_cache;
 pub mod identity;
@@ -39,6 +40,9 @@ pub enum AppendError {
     OffsetMismatch(String),
     /// Writing the local files failed.
     Storage(anyhow::Error),
+    /// The data dir's filesystem is full (below `log.min_free_bytes`, or ENOSPC): nothing was
+    /// written; the partition waits, and the data dir's one ERROR says why.
+    DiskFull(String),
 }
 
 impl std::fmt::Display for AppendError {
@@ -46,6 +50,7 @@ impl std::fmt::Display for AppendError {
         match self {
             AppendError::InvalidData(s) | AppendError::OffsetMismatch(s) => f.write_str(s),
             AppendError::Storage(e) => write!(f, "local storage error: {e:#}"),
+            AppendError::DiskFull(s) => f.write_str(s),
         }
     }
 }

@@ -1,0 +1,126 @@
+//! Free space of the data dir's filesystem, checked before appending.
+//!
+//! Below `log.min_free_bytes`, or after a write failed with ENOSPC, the data dir is full:
+//! appends are refused (every partition of the data dir backs off; nothing is written, so
+//! nothing is torn), one ERROR says so with the free bytes and the threshold, and the check
+//! repeats every few seconds until space returns, which is logged once too. The figure is
+//! cached: one `statvfs` a second at most while appending.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often free space is looked up while appending, and while the disk is full.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+const RECHECK_WHEN_FULL: Duration = Duration::from_secs(2);
+/// With the threshold off, a disk that filled up counts as usable again from this much.
+const RESUME_MARGIN: u64 = 8 << 20;
+
+#[derive(Debug)]
+pub struct DiskSpace {
+    dir: PathBuf,
+    min_free: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    checked: Option<Instant>,
+    free: Option<u64>,
+    /// Why appends are refused, while they are.
+    full: Option<String>,
+}
+
+impl DiskSpace {
+    pub fn new(dir: &Path, min_free: u64) -> Self {
+        DiskSpace {
+            dir: dir.to_path_buf(),
+            min_free,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `Err(reason)` while the data dir is full; `Ok` when `len` more bytes may be appended.
+    pub fn admit(&self, len: u64) -> Result<(), String> {
+        let mut st = self.state();
+        let every = if st.full.is_some() {
+            RECHECK_WHEN_FULL
+        } else {
+            CHECK_EVERY
+        };
+        if st.checked.is_none_or(|t| t.elapsed() >= every) {
+            st.checked = Some(Instant::now());
+            st.free = fs2::available_space(&self.dir).ok();
+            let usable_from = if self.min_free > 0 {
+                self.min_free
+            } else {
+                RESUME_MARGIN
+            };
+            match (st.free, st.full.is_some()) {
+                (Some(free), false) if self.min_free > 0 && free < self.min_free => {
+                    let why = format!(
+                        "disk full: {free} bytes free in `{}`, below log.min_free_bytes = {}",
+                        self.dir.display(),
+                        self.min_free
+                    );
+                    crate::log_error!(
+                        "{why}; fetching is paused for every partition of this data dir until space returns (no space left)"
+                    );
+                    st.full = Some(why);
+                }
+                (Some(free), true) if free >= usable_from => {
+                    crate::log_info!(
+                        "disk space is back: {free} bytes free in `{}`; fetching resumes",
+                        self.dir.display()
+                    );
+                    st.full = None;
+                }
+                _ => {}
+            }
+        }
+        let _ = len;
+        match &st.full {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// A write failed with ENOSPC: the data dir is full from now until space returns.
+    pub fn on_no_space(&self) {
+        let mut st = self.state();
+        if st.full.is_none() {
+            let free = fs2::available_space(&self.dir).ok();
+            let why = format!(
+                "disk full: no space left on device in `{}` ({} bytes free, log.min_free_bytes = {})",
+                self.dir.display(),
+                free.map_or_else(|| "?".to_string(), |f| f.to_string()),
+                self.min_free
+            );
+            crate::log_error!(
+                "{why}; fetching is paused for every partition of this data dir until space returns"
+            );
+            st.full = Some(why);
+            st.checked = Some(Instant::now());
+        }
+    }
+
+    /// Why the data dir is full, when it is.
+    pub fn full(&self) -> Option<String> {
+        self.state().full.clone()
+    }
+}
+
+/// Whether an error chain holds an ENOSPC.
+pub fn is_no_space(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28)
+        })
+    })
+}
