@@ -71,12 +71,16 @@ fn a_full_disk_pauses_without_tearing_and_resumes_when_space_returns() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Stuck: the daemon stays up, and what is on disk is whole batches, again and again.
+    // Stuck: the daemon stays up, fetches nothing it could not write, and what is on disk
+    // is whole batches, again and again.
+    let fetches = leader.fetch_requests();
     for _ in 0..10 {
         assert!(d.is_running(), "{}", d.log_text());
         assert_whole(&data);
         std::thread::sleep(Duration::from_millis(200));
     }
+    let sent = leader.fetch_requests() - fetches;
+    assert!(sent <= 2, "{sent} fetches in 2 s while the disk was full");
     let st = support::status(&data);
     assert!(
         st["free_bytes"].as_u64().is_some_and(|f| f < 64 << 10),

@@ -303,13 +303,15 @@ impl BrokerConnection {
     ) -> Result<usize> {
         let left = deadline.saturating_duration_since(Instant::now());
         // Before the first byte of the frame there is no response at all yet.
-        let what = if total == 4 && got == 0 {
-            format!("no response to {}", api.name())
-        } else {
-            format!(
-                "{} response cut short ({got} of {total} bytes arrived)",
-                api.name()
-            )
+        let what = || {
+            if total == 4 && got == 0 {
+                format!("no response to {}", api.name())
+            } else {
+                format!(
+                    "{} response cut short ({got} of {total} bytes arrived)",
+                    api.name()
+                )
+            }
         };
         let timed_out = || {
             anyhow::anyhow!(
@@ -322,7 +324,11 @@ impl BrokerConnection {
         if left.is_zero() {
             return Err(timed_out());
         }
-        if left < *timeout {
+        // Lowered only when the deadline is nearer than the current timeout by a margin: a
+        // read can overrun the deadline by at most that, and a response does not cost one
+        // setsockopt per read.
+        let margin = (wait / 100).min(Duration::from_millis(50));
+        if left + margin < *timeout {
             *timeout = left;
             self.stream
                 .set_read_timeout(Some(left))
@@ -333,8 +339,9 @@ impl BrokerConnection {
                 std::io::ErrorKind::UnexpectedEof,
             ))
             .context(format!(
-                "broker {}: {what}: connection closed by the broker",
-                self.addr
+                "broker {}: {}: connection closed by the broker",
+                self.addr,
+                what()
             ))),
             Ok(n) => Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
@@ -346,7 +353,9 @@ impl BrokerConnection {
             {
                 Err(anyhow::Error::new(e).context(timed_out()))
             }
-            Err(e) => Err(anyhow::Error::new(e).context(format!("broker {}: {what}", self.addr))),
+            Err(e) => {
+                Err(anyhow::Error::new(e).context(format!("broker {}: {}", self.addr, what())))
+            }
         }
     }
 

@@ -341,6 +341,11 @@ pub trait ReplicaOps: Send {
     fn skip_to(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
     /// The cluster id and topic id recorded for the local log (each `None` when unknown).
     fn identity(&self, tp: &TopicPartition) -> Identity;
+    /// Whether no fetch should be sent now (the local disk is full): the loop waits a backoff
+    /// instead of fetching data it could not append.
+    fn paused(&self) -> bool {
+        false
+    }
     /// Called once after a round's truncations, outside the partition-map lock (the real
     /// replica rewrites its checkpoints here, once, rather than per truncated partition).
     fn after_truncations(&mut self) {}
@@ -501,6 +506,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     pub fn build_fetch_request(&mut self) -> Option<FetchRequest> {
         let shared = self.shared.clone();
         let map = shared.lock();
+        if self.replica.paused() {
+            if shared.is_running() {
+                let _r = shared.cond.wait_timeout(map, self.params.backoff);
+            }
+            return None;
+        }
         if let Some(req) = self.request_for(&map, &BTreeMap::new()) {
             return Some(req);
         }
@@ -659,6 +670,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         if healthy
             && !ahead.is_empty()
             && shared.is_running()
+            && !self.replica.paused()
             && let Some(next_req) = self.request_for(&map, &ahead)
         {
             match self.leader.send_fetch(&next_req) {

@@ -223,6 +223,10 @@ impl ReplicaOps for ReplicaLogOps {
         Ok(log.log_end_offset())
     }
 
+    fn paused(&self) -> bool {
+        self.logs.disk().admit(0).is_err()
+    }
+
     fn log_start_offset(&self, tp: &TopicPartition) -> Option<i64> {
         self.logs.get(tp).map(|l| lock_log(&l).log_start_offset())
     }

@@ -29,6 +29,8 @@ struct State {
     free: Option<u64>,
     /// Why appends are refused, while they are.
     full: Option<String>,
+    /// Free bytes when a write failed with ENOSPC: space must grow past it to resume.
+    free_at_failure: Option<u64>,
 }
 
 impl DiskSpace {
@@ -57,11 +59,12 @@ impl DiskSpace {
         if st.checked.is_none_or(|t| t.elapsed() >= every) {
             st.checked = Some(Instant::now());
             st.free = fs2::available_space(&self.dir).ok();
-            let usable_from = if self.min_free > 0 {
-                self.min_free
-            } else {
-                RESUME_MARGIN
-            };
+            // Some room above the threshold (and above what was free when a write failed) before
+            // resuming, so free space hovering around it does not flap.
+            let usable_from = self.min_free.saturating_add(RESUME_MARGIN).max(
+                st.free_at_failure
+                    .map_or(0, |f| f.saturating_add(RESUME_MARGIN)),
+            );
             match (st.free, st.full.is_some()) {
                 (Some(free), false) if self.min_free > 0 && free < self.min_free => {
                     let why = format!(
@@ -80,6 +83,7 @@ impl DiskSpace {
                         self.dir.display()
                     );
                     st.full = None;
+                    st.free_at_failure = None;
                 }
                 _ => {}
             }
@@ -107,6 +111,7 @@ impl DiskSpace {
             );
             st.full = Some(why);
             st.checked = Some(Instant::now());
+            st.free_at_failure = free;
         }
     }
 
