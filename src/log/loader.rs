@@ -816,33 +816,31 @@ mod interrupted_truncation_tests {
         .0
     }
 
+    /// The inode of each `.log` of the segments at `bases`.
+    fn segment_inodes(pdir: &Path, bases: &[i64]) -> Vec<u64> {
+        use std::os::unix::fs::MetadataExt;
+        bases
+            .iter()
+            .map(|b| {
+                std::fs::metadata(pdir.join(segment::file_name(*b, "log")))
+                    .unwrap()
+                    .ino()
+            })
+            .collect()
+    }
+
     #[test]
     fn a_missing_middle_segment_is_a_gap_and_every_later_segment_stays() {
-        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let (bases, end) = log_with_segments(dir.path());
         assert!(bases.len() >= 4, "{bases:?}");
         let pdir = dir.path().join("t-0");
-        let inodes: Vec<u64> = bases[3..]
-            .iter()
-            .map(|b| {
-                std::fs::metadata(pdir.join(segment::file_name(*b, "log")))
-                    .unwrap()
-                    .ino()
-            })
-            .collect();
+        let inodes = segment_inodes(&pdir, &bases[3..]);
         segment::delete_files(&pdir, bases[2]).unwrap();
         let log = load_it(dir.path());
         assert_eq!(log.log_end_offset(), end, "the log still ends where it did");
         assert_eq!(log.segments().count(), bases.len() - 1);
-        let after: Vec<u64> = bases[3..]
-            .iter()
-            .map(|b| {
-                std::fs::metadata(pdir.join(segment::file_name(*b, "log")))
-                    .unwrap()
-                    .ino()
-            })
-            .collect();
+        let after = segment_inodes(&pdir, &bases[3..]);
         assert_eq!(after, inodes, "same files");
     }
 

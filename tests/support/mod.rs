@@ -489,8 +489,17 @@ pub fn fetch_once_isolated(
     let (mut conn, v) = leader_connection(&addrs, tp)?;
     let mut req = one_partition_fetch(tp, offset, 8 << 20);
     req.isolation_level = isolation_level;
+    fetch_first_partition(&mut conn, v, &req)
+}
+
+/// Sends `req` (one partition) and returns that partition's answer, its records copied out.
+fn fetch_first_partition(
+    conn: &mut BrokerConnection,
+    v: i16,
+    req: &FetchRequest,
+) -> anyhow::Result<RawFetch> {
     let body = conn.send(ApiKey::Fetch, v, Duration::ZERO, |w| {
-        fetch::encode_request(w, v, &req)
+        fetch::encode_request(w, v, req)
     })?;
     let resp = fetch::decode_response(body, v)?;
     let p = resp
@@ -517,22 +526,13 @@ fn try_leader_bytes(
     let mut out = Vec::new();
     let mut offset = from;
     loop {
-        let req = one_partition_fetch(tp, offset, 8 << 20);
-        let body = conn.send(ApiKey::Fetch, v, Duration::ZERO, |w| {
-            fetch::encode_request(w, v, &req)
-        })?;
-        let resp = fetch::decode_response(body, v)?;
-        let p = resp
-            .topics
-            .first()
-            .and_then(|(_, ps)| ps.first())
-            .ok_or_else(|| anyhow::anyhow!("empty fetch response"))?;
+        let p = fetch_first_partition(&mut conn, v, &one_partition_fetch(tp, offset, 8 << 20))?;
         if !p.error.is_ok() {
             anyhow::bail!("fetch error {}", p.error);
         }
         let hw = p.high_watermark;
         let mut progressed = false;
-        for (h, _, b) in BatchIter::new(p.records, usize::MAX) {
+        for (h, _, b) in BatchIter::new(&p.records, usize::MAX) {
             if h.last_offset < offset {
                 continue;
             }
