@@ -14,10 +14,10 @@
 //! Readers reject anything malformed with an error naming the file and line; callers then fall
 //! back to what the log itself proves (see `checkpoint-format.md`).
 
+use crate::log::fault::{self, Step};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::Path;
 
 pub use crate::protocol::TopicPartition;
@@ -49,24 +49,33 @@ pub fn rewrite_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let mut tmp_name = name.to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
-    let mut f = OpenOptions::new()
+    let f = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .open(&tmp)
         .with_context(|| format!("failed to create `{}`", tmp.display()))?;
-    f.write_all(contents)
-        .with_context(|| format!("failed to write `{}`", tmp.display()))?;
-    f.sync_all()
-        .with_context(|| format!("failed to fsync `{}`", tmp.display()))?;
-    drop(f);
-    fs::rename(&tmp, path).with_context(|| {
-        format!(
-            "failed to rename `{}` to `{}`",
-            tmp.display(),
-            path.display()
-        )
-    })?;
+    let written = fault::write_all_at(Step::Checkpoint, &f, contents, 0)
+        .with_context(|| format!("failed to write `{}`", tmp.display()))
+        .and_then(|()| {
+            f.sync_all()
+                .with_context(|| format!("failed to fsync `{}`", tmp.display()))
+        })
+        .and_then(|()| {
+            drop(f);
+            fs::rename(&tmp, path).with_context(|| {
+                format!(
+                    "failed to rename `{}` to `{}`",
+                    tmp.display(),
+                    path.display()
+                )
+            })
+        });
+    if let Err(e) = written {
+        // The old file is untouched; the half-written copy goes.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     fsync_dir(dir)
 }
 

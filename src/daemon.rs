@@ -170,6 +170,7 @@ fn check_cluster_at_start(cfg: &Config) -> Result<()> {
 /// Runs the daemon with a validated configuration until SIGTERM/SIGINT.
 pub fn run(cfg: Config) -> Result<()> {
     let cfg = Arc::new(cfg);
+    crate::log::fault::init();
     let _lock = lock_data_dir(&cfg.data_dir)?;
     // Register before anything starts, so an early SIGTERM is not lost.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -216,15 +217,25 @@ pub fn run(cfg: Config) -> Result<()> {
         crate::log_error!("the fetcher manager panicked");
     }
     task.shutdown();
-    logs.shutdown()?;
-    for (tp, s) in logs.summaries() {
-        crate::log_info!(
-            "{tp}: log {}..{}, high watermark {}, checkpointed",
-            s.log_start_offset,
-            s.log_end_offset,
-            s.high_watermark
-        );
+    let clean = logs.shutdown()?;
+    for (tp, s, failed) in logs.summaries() {
+        match failed {
+            None => crate::log_info!(
+                "{tp}: log {}..{}, high watermark {}, checkpointed",
+                s.log_start_offset,
+                s.log_end_offset,
+                s.high_watermark
+            ),
+            Some(why) => crate::log_warn!(
+                "{tp}: failed ({why}); checkpointed up to its recovery point {}",
+                s.recovery_point
+            ),
+        }
     }
-    crate::log_info!("clean shutdown complete");
+    if clean {
+        crate::log_info!("clean shutdown complete");
+    } else {
+        crate::log_info!("shutdown complete; not marked clean, so the next start recovers");
+    }
     Ok(())
 }

@@ -33,11 +33,11 @@ fn append_round(leader: &TestLeader, round: i64) {
 }
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> std::path::PathBuf {
-    support::write_config(
+    support::topic_config(
         dir,
         data,
         &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
+        TOPIC,
         "[log]\nsegment_bytes = 2048\nindex_interval_bytes = 256\nflush_interval_ms = 200\n\
          [checkpoint]\ninterval_ms = 100\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
     )

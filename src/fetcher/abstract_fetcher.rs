@@ -346,6 +346,10 @@ pub trait ReplicaOps: Send {
     fn paused(&self) -> bool {
         false
     }
+    /// A local storage error on `tp` (Kafka's `markPartitionFailed`): it is no longer
+    /// fetched until its storage is sound again. Must not block (the caller holds the
+    /// partition-map lock).
+    fn mark_failed(&mut self, _tp: &TopicPartition, _reason: &str) {}
     /// Called once after a round's truncations, outside the partition-map lock (the real
     /// replica rewrites its checkpoints here, once, rather than per truncated partition).
     fn after_truncations(&mut self) {}
@@ -372,7 +376,19 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     in_flight: Option<FetchRequest>,
     /// Counts partitions that brought data, to order requests (see `last_data_round`).
     round: u64,
+    /// Fetches in a row that got no usable response (the leader down or unreachable): each
+    /// doubles the wait before the next, and only the first and one a minute are warned of.
+    failures: u32,
+    failing_since: Option<Instant>,
+    /// When the last failure was warned of, and its outermost message: another kind of
+    /// failure is warned of at once.
+    last_warned: Option<(Instant, String)>,
+    /// Partitions handed back in this round, and why: said in one line, not one each.
+    handed_back: Vec<(TopicPartition, String)>,
 }
+
+/// The longest wait between fetches while the leader cannot be reached.
+const MAX_FETCH_BACKOFF: Duration = Duration::from_secs(10);
 
 type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
 
@@ -401,6 +417,8 @@ enum Outcome {
     /// (an election with a lagging HW, or a topic re-created under the same name) — ask it
     /// who it is before anything else happens.
     CheckIdentity,
+    /// A local storage error: the partition is failed.
+    Failed(String),
     Unchanged,
 }
 
@@ -422,7 +440,44 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             events,
             in_flight: None,
             round: 0,
+            failures: 0,
+            failing_since: None,
+            last_warned: None,
+            handed_back: Vec::new(),
         }
+    }
+
+    /// The wait after the `failures`-th failed fetch in a row: the backoff, doubling, at
+    /// most [`MAX_FETCH_BACKOFF`] (or the backoff, when that is longer).
+    fn failure_backoff(&self) -> Duration {
+        let doubled = self
+            .params
+            .backoff
+            .saturating_mul(1 << self.failures.saturating_sub(1).min(16));
+        doubled.min(MAX_FETCH_BACKOFF.max(self.params.backoff))
+    }
+
+    /// One line for the partitions handed back since the last call.
+    fn report_hand_backs(&mut self) {
+        let handed = std::mem::take(&mut self.handed_back);
+        let Some((first, why)) = handed.first() else {
+            return;
+        };
+        if handed.len() == 1 {
+            crate::log_info!("{first}: {why}; handing it back for a leader lookup");
+            return;
+        }
+        let names: Vec<String> = handed
+            .iter()
+            .take(3)
+            .map(|(tp, _)| tp.to_string())
+            .collect();
+        crate::log_info!(
+            "{} partitions handed back for a leader lookup ({}{}): {why}",
+            handed.len(),
+            names.join(", "),
+            if handed.len() > 3 { ", …" } else { "" }
+        );
     }
 
     pub fn replica(&self) -> &R {
@@ -433,6 +488,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// sent the next request (see [`Self::process_fetch_request`]), this round only receives
     /// and processes its response.
     pub fn do_work(&mut self) {
+        self.do_round();
+        self.report_hand_backs();
+    }
+
+    fn do_round(&mut self) {
         if self.in_flight.is_none() {
             self.maybe_truncate();
             let Some(req) = self.build_fetch_request() else {
@@ -557,13 +617,37 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
             return;
         }
+        self.failures += 1;
+        let wait = self.failure_backoff();
         if shared.is_running() {
-            crate::log_warn!(
-                "fetch of {} partition(s) from {} failed: {e:#}; retrying in {:?}",
-                req.partition_count(),
-                self.leader.describe(),
-                self.params.backoff
-            );
+            // Warned when it starts and once a minute while it lasts; the retries in between
+            // (each after a longer wait, up to a limit) are debug.
+            let now = Instant::now();
+            let since = *self.failing_since.get_or_insert(now);
+            let kind = e.to_string();
+            let loud = self
+                .last_warned
+                .as_ref()
+                .is_none_or(|(t, k)| now - *t >= Duration::from_secs(60) || *k != kind);
+            if self.failures == 1 || loud {
+                crate::log_warn!(
+                    "fetch of {} partition(s) from {} failed{}: {e:#}; retrying in {:?}, then less often",
+                    req.partition_count(),
+                    self.leader.describe(),
+                    if self.failures > 1 {
+                        format!(" ({} times in {}s)", self.failures, (now - since).as_secs())
+                    } else {
+                        String::new()
+                    },
+                    wait
+                );
+                self.last_warned = Some((now, kind));
+            } else {
+                crate::log_debug!(
+                    "fetch from {} failed again: {e:#}; retrying in {wait:?}",
+                    self.leader.describe()
+                );
+            }
         }
         self.leader.close();
         self.in_flight = None;
@@ -573,10 +657,25 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 delay(
                     &mut map,
                     &TopicPartition::new(topic.clone(), p.partition),
-                    self.params.backoff,
+                    wait,
                 );
             }
         }
+    }
+
+    /// A usable response arrived: the leader is reachable again.
+    fn fetch_succeeded(&mut self) {
+        if self.failures > 0 {
+            let since = self.failing_since.map_or(0, |t| t.elapsed().as_secs());
+            crate::log_info!(
+                "fetching from {} works again (after {} failed attempt(s) over {since}s)",
+                self.leader.describe(),
+                self.failures
+            );
+        }
+        self.failures = 0;
+        self.failing_since = None;
+        self.last_warned = None;
     }
 
     /// Receives the response to `req` and handles it partition by partition.
@@ -613,6 +712,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 return;
             }
         };
+        self.fetch_succeeded();
         let shared = self.shared.clone();
         if !resp.error.is_ok() {
             crate::log_warn!(
@@ -740,7 +840,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                     match &e {
                                         // Said once by the data dir, not per partition.
                                         AppendError::DiskFull(_) => {}
-                                        AppendError::Storage(_) | AppendError::InvalidData(_) => {
+                                        // Said once by the log manager, which fails it.
+                                        AppendError::Storage(_) => {}
+                                        AppendError::InvalidData(_) => {
                                             crate::log_error!(
                                                 "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
                                                 self.params.backoff
@@ -761,10 +863,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                     }
                                     // Offsets that do not follow the local log are what a
                                     // re-created topic looks like: ask the leader who it is.
-                                    if matches!(e, AppendError::OffsetMismatch(_)) {
-                                        Outcome::CheckIdentity
-                                    } else {
-                                        Outcome::Delay
+                                    match e {
+                                        AppendError::OffsetMismatch(_) => Outcome::CheckIdentity,
+                                        AppendError::Storage(e) => {
+                                            Outcome::Failed(format!("{e:#}"))
+                                        }
+                                        _ => Outcome::Delay,
                                     }
                                 }
                             }
@@ -804,6 +908,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         }
                     }
                     Outcome::Delay => delay(&mut map, &tp, self.params.backoff),
+                    Outcome::Failed(reason) => self.fail(&mut map, &tp, &reason),
                     Outcome::Unchanged => {}
                     other => follow_up.push((tp, fetch_offset, leader_epoch, other)),
                 }
@@ -888,9 +993,17 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         self.replica.after_truncations();
     }
 
+    /// A local storage error: the partition leaves this fetcher and is marked failed (the
+    /// manager retries it once its files are sound); the others go on.
+    fn fail(&mut self, map: &mut PartitionMap, tp: &TopicPartition, reason: &str) {
+        map.remove(tp);
+        self.replica.mark_failed(tp, reason);
+    }
+
     /// Removes the partition and asks the manager to look its leader up again.
     fn hand_back(&mut self, map: &mut PartitionMap, tp: &TopicPartition, reason: String) {
-        crate::log_info!("{tp}: {reason}; handing it back for a leader lookup");
+        crate::log_debug!("{tp}: {reason}; handing it back for a leader lookup");
+        self.handed_back.push((tp.clone(), reason.clone()));
         let leader_epoch = map.get(tp).map_or(-1, |s| s.current_leader_epoch);
         map.remove(tp);
         let _ = self.events.send(FetcherEvent::NeedsLeader {
@@ -984,8 +1097,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             d.epoch, d.end_offset
         );
         if let Err(e) = self.replica.truncate(tp, target, &reason) {
-            crate::log_error!("{tp}: truncation failed: {e:#}");
-            delay(map, tp, self.params.backoff);
+            self.fail(map, tp, &format!("truncation failed: {e:#}"));
+            return;
         }
         // On failure too: the log may be partly truncated, and its end is the truth.
         let delayed = map.get(tp).and_then(|s| s.delayed_until);
@@ -1160,10 +1273,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     );
                     match self.replica.truncate(&tp, target, &reason) {
                         Ok(()) => self.resume_at_log_end(&mut map, &tp, target),
-                        Err(e) => {
-                            crate::log_error!("{tp}: truncation failed: {e:#}");
-                            delay(&mut map, &tp, self.params.backoff);
-                        }
+                        Err(e) => self.fail(&mut map, &tp, &format!("truncation failed: {e:#}")),
                     }
                 }
                 Err(e) => {
@@ -1372,6 +1482,8 @@ mod tests {
         end: i64,
         truncations: Vec<(&'static str, i64)>,
         identity: Identity,
+        /// Partitions marked failed, and why.
+        failed: Vec<(TopicPartition, String)>,
     }
 
     impl ReplicaOps for MemReplica {
@@ -1419,6 +1531,9 @@ mod tests {
         }
         fn log_start_offset(&self, _: &TopicPartition) -> Option<i64> {
             Some(self.start)
+        }
+        fn mark_failed(&mut self, tp: &TopicPartition, reason: &str) {
+            self.failed.push((tp.clone(), reason.to_string()));
         }
         fn log_end_offset(&self, _: &TopicPartition) -> Option<i64> {
             Some(self.end)
@@ -1569,7 +1684,7 @@ mod tests {
     }
 
     #[test]
-    fn an_append_that_fails_midway_resumes_at_the_local_log_end() {
+    fn a_storage_error_midway_fails_the_partition_which_resumes_at_the_local_log_end() {
         let leader = MockLeader::new(6);
         let expect = leader_bytes(&leader);
         let replica = MemReplica {
@@ -1579,12 +1694,22 @@ mod tests {
         let (mut f, shared, _rx) = fetcher(leader, replica, 10);
         shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
         f.do_work();
-        assert_eq!(
-            shared.lock()[&tp()].fetch_offset,
-            5,
-            "the state follows what was written"
+        let failed = &f.replica().failed;
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert_eq!(failed[0].0, tp());
+        assert!(failed[0].1.contains("roll failed"), "{}", failed[0].1);
+        assert!(
+            !shared.lock().contains_key(&tp()),
+            "a failed partition leaves the fetcher"
         );
-        std::thread::sleep(Duration::from_millis(15));
+        // Once its storage is sound the manager adds it back at the local log end (what was
+        // written before the failure stays).
+        let end = f.replica().log_end_offset(&tp()).unwrap();
+        assert_eq!(end, 5, "the first batch was written before the roll failed");
+        shared.add_partitions([(
+            tp(),
+            PartitionFetchState::new(end, 0, FetchStatus::Fetching),
+        )]);
         for _ in 0..6 {
             f.do_work();
         }

@@ -37,6 +37,9 @@ pub struct BrokerEndPoint {
     data_dir: Option<PathBuf>,
     /// The deadline for a whole response (Kafka's `request.timeout.ms`).
     request_timeout: Duration,
+    /// Connections made so far: the first is said, reconnects are debug (the fetcher warns
+    /// of the failures and says when fetching works again).
+    connections: u64,
 }
 
 impl BrokerEndPoint {
@@ -66,6 +69,7 @@ impl BrokerEndPoint {
             shared,
             data_dir,
             request_timeout,
+            connections: 0,
         }
     }
 
@@ -94,7 +98,12 @@ impl BrokerEndPoint {
             let mut c = c;
             c.set_request_timeout(self.request_timeout);
             self.check_cluster(&mut c)?;
-            crate::log_info!("connected to broker {} at {}", self.broker_id, self.addr);
+            self.connections += 1;
+            if self.connections == 1 {
+                crate::log_info!("connected to broker {} at {}", self.broker_id, self.addr);
+            } else {
+                crate::log_debug!("reconnected to broker {} at {}", self.broker_id, self.addr);
+            }
             self.conn = Some(c);
         }
         self.conn.as_mut().context("connection vanished")

@@ -18,12 +18,13 @@ use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
 use crate::client::cluster::{self, ClusterMetadata};
 use crate::config::{Config, OnTopicRecreated, StartPosition};
-use crate::log::identity;
-use crate::log::manager::{LogManager, lock_log};
+use crate::log::manager::{FailureListener, LogManager, lock_log};
+use crate::log::{descriptors, identity};
 use crate::protocol::error::ErrorCode;
 use anyhow::{Context, Result, anyhow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::TcpStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
@@ -36,6 +37,29 @@ pub const FETCH_STOPPED_FILE: &str = "fetching-stopped";
 /// Written into the data dir while partitions are not followed because their topic was
 /// re-created and `on_topic_recreated = "stop"`: one `topic partition reason` line each.
 pub const STOPPED_PARTITIONS_FILE: &str = "fetching-stopped-partitions";
+
+/// Written into the data dir while partitions are failed by a local storage error: one
+/// `topic partition reason` line each; `status` shows them.
+pub const FAILED_PARTITIONS_FILE: &str = "failed-partitions";
+
+/// The longest a partition handed back again and again waits before it is reassigned to
+/// the same leader.
+const HAND_BACK_MAX: Duration = Duration::from_secs(30);
+
+/// The longest wait between metadata refreshes while some wanted partition has no fetcher.
+const INCOMPLETE_REFRESH_MAX: Duration = Duration::from_secs(5);
+
+/// Hand-backs of one partition in a row (each within a minute of the one before).
+#[derive(Debug, Clone, Copy)]
+struct HandBacks {
+    count: u32,
+    last: Instant,
+    /// Not reassigned to the leader it was handed back by before this.
+    not_before: Instant,
+}
+
+/// The longest wait between two checks of a failed partition's storage.
+const FAILED_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// How often metadata is refreshed when nothing asks for it (Kafka's metadata.max.age.ms
 /// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
@@ -165,7 +189,21 @@ impl Drop for TrackedConn {
 #[derive(Debug)]
 pub enum ManagerEvent {
     Fetcher(FetcherEvent),
+    /// A local storage error failed the partition (from the log manager).
+    PartitionFailed {
+        tp: TopicPartition,
+        reason: String,
+    },
     Shutdown,
+}
+
+/// A partition failed by a local storage error, until its storage is sound again.
+#[derive(Debug)]
+struct FailedPartition {
+    reason: String,
+    /// Checks of its storage that found it still unsound.
+    attempts: u32,
+    retry_at: Instant,
 }
 
 struct FetcherThread {
@@ -205,6 +243,13 @@ pub struct FetcherManager {
     wrong_cluster: Option<String>,
     /// What `fetching-stopped-partitions` last got written with.
     stopped_written: Option<String>,
+    failed: BTreeMap<TopicPartition, FailedPartition>,
+    /// What `failed-partitions` last got written with.
+    failed_written: Option<String>,
+    /// Partitions recently handed back: reassigning one to the same leader waits longer
+    /// each time, so a leader that answers NOT_LEADER_OR_FOLLOWER for everything (or a stale
+    /// metadata view) costs a few requests and lines a minute, not a storm.
+    hand_backs: BTreeMap<TopicPartition, HandBacks>,
 }
 
 /// The thread name of a fetcher, which is also how its events name it.
@@ -229,6 +274,13 @@ impl FetcherManager {
         let (events_tx, events_rx) = std::sync::mpsc::channel();
         let (fetcher_events, fetcher_rx) = std::sync::mpsc::channel::<FetcherEvent>();
         // Forward fetcher events into the manager's own channel.
+        let failures = events_tx.clone();
+        logs.set_failure_listener(FailureListener(Box::new(move |tp, reason| {
+            let _ = failures.send(ManagerEvent::PartitionFailed {
+                tp: tp.clone(),
+                reason: reason.to_string(),
+            });
+        })));
         let fwd = events_tx.clone();
         let _ = std::thread::Builder::new()
             .name("fetcher-events".into())
@@ -254,6 +306,9 @@ impl FetcherManager {
             meta_conn: None,
             wrong_cluster: None,
             stopped_written: None,
+            failed: BTreeMap::new(),
+            failed_written: None,
+            hand_backs: BTreeMap::new(),
         }
     }
 
@@ -288,6 +343,7 @@ impl FetcherManager {
     pub fn run(mut self) {
         let backoff = Duration::from_millis(self.cfg.fetch.backoff_ms as u64);
         let mut next_refresh = Instant::now();
+        let mut incomplete_rounds = 0u32;
         let mut failing_since: Option<Instant> = None;
         let mut last_warned: Option<Instant> = None;
         loop {
@@ -299,6 +355,21 @@ impl FetcherManager {
             };
             match event {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(ManagerEvent::PartitionFailed { tp, reason }) => {
+                    self.unassign(&tp);
+                    let retry_at = Instant::now() + self.failed_retry_delay(0);
+                    self.failed.insert(
+                        tp,
+                        FailedPartition {
+                            reason,
+                            attempts: 0,
+                            retry_at,
+                        },
+                    );
+                    self.record_failed();
+                    next_refresh = next_refresh.min(retry_at);
+                    continue;
+                }
                 Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader {
                     tp,
                     fetcher,
@@ -311,8 +382,25 @@ impl FetcherManager {
                         .map(|a| (fetcher_name(a.broker, a.fetcher_id), a.leader_epoch));
                     if current == Some((fetcher.clone(), leader_epoch)) {
                         if let Some(a) = self.assigned.remove(&tp) {
-                            self.handed_back.insert(tp, a);
+                            self.handed_back.insert(tp.clone(), a);
                         }
+                        let now = Instant::now();
+                        let hb = self.hand_backs.entry(tp).or_insert(HandBacks {
+                            count: 0,
+                            last: now,
+                            not_before: now,
+                        });
+                        if now - hb.last > Duration::from_secs(60) {
+                            hb.count = 0;
+                        }
+                        hb.count += 1;
+                        hb.last = now;
+                        hb.not_before = now
+                            + backoff
+                                .saturating_mul(1 << (hb.count - 1).min(16))
+                                .min(HAND_BACK_MAX.max(backoff));
+                        next_refresh = next_refresh.min(hb.not_before);
+                        continue;
                     } else {
                         crate::log_debug!(
                             "{tp}: ignoring a hand-back from {fetcher}, which no longer owns it"
@@ -352,7 +440,24 @@ impl FetcherManager {
                     false
                 }
             };
-            next_refresh = Instant::now() + if complete { METADATA_REFRESH } else { backoff };
+            // While some partition has no fetcher, look again soon, but less often each time.
+            incomplete_rounds = if complete { 0 } else { incomplete_rounds + 1 };
+            let retry = backoff
+                .saturating_mul(1 << incomplete_rounds.saturating_sub(1).min(16))
+                .min(INCOMPLETE_REFRESH_MAX.max(backoff));
+            next_refresh = Instant::now() + if complete { METADATA_REFRESH } else { retry };
+            if let Some(t) = self
+                .hand_backs
+                .iter()
+                .filter(|(tp, _)| !self.assigned.contains_key(*tp))
+                .map(|(_, hb)| hb.not_before)
+                .min()
+            {
+                next_refresh = next_refresh.min(t.max(Instant::now()));
+            }
+            if let Some(t) = self.failed.values().map(|f| f.retry_at).min() {
+                next_refresh = next_refresh.min(t);
+            }
         }
         self.shutdown_all();
     }
@@ -460,8 +565,13 @@ impl FetcherManager {
             return Ok(false);
         }
         let (wanted, mut complete) = self.wanted();
-        let wanted = self.check_topic_ids(wanted);
+        let mut wanted = self.check_topic_ids(wanted);
+        self.retry_failed();
+        wanted.retain(|(tp, _)| !self.failed.contains_key(tp));
         let n = self.cfg.fetch.fetchers_per_broker;
+        self.hand_backs
+            .retain(|_, hb| hb.last.elapsed() < Duration::from_secs(60));
+        let mut again = BTreeSet::new();
         let mut to_add: BTreeMap<(i32, usize), NewPartitions> = BTreeMap::new();
         for (tp, start) in wanted {
             let Some(leader) = self.metadata.leader(&tp) else {
@@ -481,6 +591,23 @@ impl FetcherManager {
             };
             if self.assigned.get(&tp) == Some(&target) {
                 continue;
+            }
+            // Handed back by this very leader and epoch: wait out its hand-back delay.
+            let same_as_before = self.handed_back.get(&tp).is_some_and(|old| {
+                (old.broker, old.leader_epoch) == (target.broker, target.leader_epoch)
+            });
+            if same_as_before
+                && self
+                    .hand_backs
+                    .get(&tp)
+                    .is_some_and(|hb| hb.not_before > Instant::now())
+            {
+                complete = false;
+                continue;
+            }
+            if same_as_before {
+                // Its hand-back was said; going back to the same leader is not news.
+                again.insert(tp.clone());
             }
             if let Some(old) = self.assigned.remove(&tp) {
                 if let Some(f) = self.fetchers.get(&(old.broker, old.fetcher_id)) {
@@ -505,11 +632,21 @@ impl FetcherManager {
                 .push((tp, start, target.leader_epoch));
         }
         let offsets = self.initial_offsets(&to_add);
+        // Each new log keeps a descriptor open: create only as many as the limit allows,
+        // the rest wait (said once) and are created once descriptors free up.
+        let mut budget = descriptors::log_budget();
+        let mut waiting = 0usize;
         for ((broker, fid), parts) in to_add {
             let mut states = Vec::new();
             for (tp, _, epoch) in parts {
                 if self.stop.is_stopping() {
                     break;
+                }
+                let new_log = self.logs.get(&tp).is_none();
+                if new_log && budget == 0 {
+                    waiting += 1;
+                    complete = false;
+                    continue;
                 }
                 match self.initial_state(&offsets, &tp, epoch) {
                     Ok(st) => {
@@ -524,7 +661,15 @@ impl FetcherManager {
                                 leader_epoch: epoch,
                             },
                         );
+                        if new_log {
+                            budget = budget.saturating_sub(1);
+                        }
                         states.push((tp, st));
+                    }
+                    Err(e) if descriptors::is_exhausted(&e) => {
+                        budget = 0;
+                        waiting += 1;
+                        complete = false;
                     }
                     Err(e) => {
                         complete = false;
@@ -536,15 +681,38 @@ impl FetcherManager {
             }
             if !states.is_empty() {
                 let shared = self.fetcher(broker, fid)?;
+                // A few partitions are named one by one; many (a first start) in one line.
+                let news = states.iter().filter(|(tp, _)| !again.contains(tp)).count();
+                let one_by_one = news <= 10;
                 for (tp, st) in &states {
-                    crate::log_info!(
+                    let line = format!(
                         "{tp}: fetching from broker {broker} at offset {} (leader epoch {})",
-                        st.fetch_offset,
-                        st.current_leader_epoch
+                        st.fetch_offset, st.current_leader_epoch
+                    );
+                    if one_by_one && !again.contains(tp) {
+                        crate::log_info!("{line}");
+                    } else {
+                        crate::log_debug!("{line}");
+                    }
+                }
+                if !one_by_one {
+                    crate::log_info!(
+                        "fetching {news} partitions from broker {broker} ({})",
+                        fetcher_name(broker, fid)
                     );
                 }
                 shared.add_partitions(states);
             }
+        }
+        if waiting > 0 {
+            self.report_error_once("descriptors".into(), || {
+                format!(
+                    "{waiting} partition(s) wait for a log: {}",
+                    descriptors::advice()
+                )
+            });
+        } else if self.reported.remove("descriptors") {
+            crate::log_info!("every waiting partition has its log now");
         }
         // New logs appear in the checkpoint files (and so in `status`) at once, not at the
         // next interval.
@@ -733,30 +901,73 @@ impl FetcherManager {
     /// the partitions not followed by `on_topic_recreated = "stop"`, for `status`.
     fn record_stopped(&mut self, stopped: BTreeMap<TopicPartition, String>) {
         let path = self.logs.data_dir().join(STOPPED_PARTITIONS_FILE);
-        let text: String = stopped
+        let reasons = stopped.iter().map(|(tp, why)| (tp, why.as_str()));
+        write_partition_list(&path, reasons, &mut self.stopped_written);
+    }
+
+    /// Keeps `failed-partitions` equal to the failed partitions, for `status`.
+    fn record_failed(&mut self) {
+        let path = self.logs.data_dir().join(FAILED_PARTITIONS_FILE);
+        let reasons = self.failed.iter().map(|(tp, f)| (tp, f.reason.as_str()));
+        write_partition_list(&path, reasons, &mut self.failed_written);
+    }
+
+    /// How long after its `attempts`-th unsuccessful check a failed partition is checked
+    /// again: the fetch backoff (at least a second), doubling, at most a minute.
+    fn failed_retry_delay(&self, attempts: u32) -> Duration {
+        let base =
+            Duration::from_millis(self.cfg.fetch.backoff_ms as u64).max(Duration::from_secs(1));
+        base.saturating_mul(1 << attempts.min(16))
+            .min(FAILED_RETRY_MAX)
+    }
+
+    /// Checks the storage of each failed partition that is due: sound again, it is followed
+    /// again (from its local log end); otherwise it is checked again later, less often.
+    fn retry_failed(&mut self) {
+        let now = Instant::now();
+        let due: Vec<TopicPartition> = self
+            .failed
             .iter()
-            .map(|(tp, why)| format!("{} {} {why}\n", tp.topic, tp.partition))
+            .filter(|(_, f)| f.retry_at <= now)
+            .map(|(tp, _)| tp.clone())
             .collect();
-        let unchanged = self.stopped_written.as_deref() == Some(text.as_str())
-            || (text.is_empty() && self.stopped_written.is_none() && !path.exists());
-        if unchanged {
+        if due.is_empty() {
             return;
         }
-        let written = if text.is_empty() {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-                _ => Ok(()),
+        for tp in due {
+            // No log at all (it was archived meanwhile): followed anew like any partition.
+            let checked = match self.logs.get(&tp) {
+                None => Ok(()),
+                Some(_) => self.logs.check_storage(&tp),
+            };
+            match checked {
+                Ok(()) => {
+                    self.failed.remove(&tp);
+                    crate::log_info!("{tp}: its local storage is sound again; fetching it again");
+                }
+                Err(e) => {
+                    let delay = {
+                        let f = &self.failed[&tp];
+                        self.failed_retry_delay(f.attempts + 1)
+                    };
+                    let reason = format!("{e:#}");
+                    if let Some(f) = self.failed.get_mut(&tp) {
+                        if f.reason != reason {
+                            crate::log_warn!(
+                                "{tp}: still failed: {reason}; checked again in {}s",
+                                delay.as_secs()
+                            );
+                            f.reason = reason;
+                        } else {
+                            crate::log_debug!("{tp}: still failed: {reason}");
+                        }
+                        f.attempts += 1;
+                        f.retry_at = now + delay;
+                    }
+                }
             }
-        } else {
-            crate::checkpoint::rewrite_atomic(&path, text.as_bytes())
-        };
-        match written {
-            Ok(()) => self.stopped_written = Some(text),
-            Err(e) => crate::log_error!(
-                "cannot record the stopped partitions in `{}`: {e:#}",
-                path.display()
-            ),
         }
+        self.record_failed();
     }
 
     /// The fetcher thread for (broker, fetcher id), started if needed.
@@ -944,6 +1155,35 @@ impl FetcherManager {
         let topic_id = self.metadata.topic_ids.get(&tp.topic).copied();
         self.logs.get_or_create(tp, offset, topic_id)?;
         Ok(PartitionFetchState::new(offset, epoch, FetchStatus::Fetching).with_topic_id(topic_id))
+    }
+}
+
+/// Keeps a data-dir file of `topic partition reason` lines equal to `entries` (removed when
+/// there are none); `written` caches what the file holds, so an unchanged list costs nothing.
+fn write_partition_list<'a>(
+    path: &Path,
+    entries: impl Iterator<Item = (&'a TopicPartition, &'a str)>,
+    written: &mut Option<String>,
+) {
+    let text: String = entries
+        .map(|(tp, why)| format!("{} {} {why}\n", tp.topic, tp.partition))
+        .collect();
+    let unchanged = written.as_deref() == Some(text.as_str())
+        || (text.is_empty() && written.is_none() && !path.exists());
+    if unchanged {
+        return;
+    }
+    let result = if text.is_empty() {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    } else {
+        crate::checkpoint::rewrite_atomic(path, text.as_bytes())
+    };
+    match result {
+        Ok(()) => *written = Some(text),
+        Err(e) => crate::log_error!("cannot record partitions in `{}`: {e:#}", path.display()),
     }
 }
 

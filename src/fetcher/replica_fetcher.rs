@@ -274,6 +274,10 @@ impl ReplicaOps for ReplicaLogOps {
         }
     }
 
+    fn mark_failed(&mut self, tp: &TopicPartition, reason: &str) {
+        self.logs.mark_failed(tp, reason);
+    }
+
     fn skip_to(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
         self.checkpoint_due = true;
         lock_log(&self.log(tp)?).skip_lost_upstream(offset)

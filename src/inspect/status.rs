@@ -3,7 +3,9 @@
 
 use super::{json_string, partition_dirs};
 use crate::checkpoint::{self, TopicPartition};
-use crate::fetcher::manager::{FETCH_STOPPED_FILE, STOPPED_PARTITIONS_FILE};
+use crate::fetcher::manager::{
+    FAILED_PARTITIONS_FILE, FETCH_STOPPED_FILE, STOPPED_PARTITIONS_FILE,
+};
 use crate::log::partition::list_segment_bases;
 use crate::log::producer_state::{self, ProducerState};
 use crate::log::segment::{self, MAX_BATCH_SIZE};
@@ -50,6 +52,8 @@ pub struct DataDirStatus {
     pub fetching_stopped: Option<String>,
     /// Bytes free on the data dir's filesystem (appends pause below `log.min_free_bytes`).
     pub free_bytes: Option<u64>,
+    /// Partitions a local storage error failed, and why (their directory may be gone).
+    pub failed: Vec<(TopicPartition, String)>,
 }
 
 /// The data-dir level facts: cluster id, archived histories, a stop.
@@ -71,7 +75,27 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         archived,
         fetching_stopped,
         free_bytes: fs2::available_space(data_dir).ok(),
+        failed: read_partition_list(&data_dir.join(FAILED_PARTITIONS_FILE))
+            .into_iter()
+            .collect(),
     }
+}
+
+/// A data-dir file of `topic partition reason` lines (none when it does not exist).
+fn read_partition_list(path: &Path) -> BTreeMap<TopicPartition, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ' ');
+            let topic = it.next()?;
+            let partition = it.next()?.parse().ok()?;
+            Some((
+                TopicPartition::new(topic, partition),
+                it.next()?.to_string(),
+            ))
+        })
+        .collect()
 }
 
 /// (path, bytes) of the regular files in `dir` (none when it does not exist), by name.
@@ -198,20 +222,7 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
     let hw = read_checkpoint(&data_dir.join(checkpoint::REPLICATION_OFFSET), &mut notes);
     let rp = read_checkpoint(&data_dir.join(checkpoint::RECOVERY_POINT), &mut notes);
     let ls = read_checkpoint(&data_dir.join(checkpoint::LOG_START_OFFSET), &mut notes);
-    let stopped: BTreeMap<TopicPartition, String> =
-        std::fs::read_to_string(data_dir.join(STOPPED_PARTITIONS_FILE))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.splitn(3, ' ');
-                let topic = it.next()?;
-                let partition = it.next()?.parse().ok()?;
-                Some((
-                    TopicPartition::new(topic, partition),
-                    it.next()?.to_string(),
-                ))
-            })
-            .collect();
+    let stopped = read_partition_list(&data_dir.join(STOPPED_PARTITIONS_FILE));
     let mut out = Vec::new();
     for tp in partition_dirs(data_dir)? {
         let dir = data_dir.join(tp.dir_name());
@@ -350,15 +361,28 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             )
         })
         .collect();
+    let failed: Vec<String> = dd
+        .failed
+        .iter()
+        .map(|(tp, why)| {
+            format!(
+                "{{\"topic\": {}, \"partition\": {}, \"reason\": {}}}",
+                json_string(&tp.topic),
+                tp.partition,
+                json_string(why)
+            )
+        })
+        .collect();
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}]}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}]}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
         opt(dd.free_bytes, "null"),
         items.join(", "),
-        archived.join(", ")
+        archived.join(", "),
+        failed.join(", ")
     )
 }
 
@@ -372,6 +396,9 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     }
     if let Some(free) = dd.free_bytes {
         s.push_str(&format!("free space: {free} bytes\n"));
+    }
+    for (tp, why) in &dd.failed {
+        s.push_str(&format!("{tp}: FAILED: {why}\n"));
     }
     s.push_str(&format!(
         "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",

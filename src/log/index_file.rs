@@ -6,9 +6,9 @@
 //! thousands of partitions stays far below the usual descriptor limits.
 //! Invariant: the file holds exactly `written` whole entries.
 
+use super::fault::{self, Step};
 use anyhow::{Context, Result, bail};
 use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
@@ -121,10 +121,21 @@ impl IndexFile {
             .open(&self.path)
             .with_context(|| format!("failed to open {} `{}`", self.what, self.path.display()))?;
         if !pending.is_empty() {
-            f.write_all_at(pending, (self.written * self.entry_size) as u64)
-                .with_context(|| {
+            let at = (self.written * self.entry_size) as u64;
+            if let Err(e) = fault::write_all_at(Step::Index, &f, pending, at) {
+                // Part of an entry may be on disk: the file goes back to its whole entries
+                // (the invariant above), and the entries stay pending for the next flush.
+                if let Err(ce) = f.set_len(at) {
+                    crate::log_error!(
+                        "failed to cut {} `{}` back to {at} bytes: {ce}; it is rebuilt at the next start",
+                        self.what,
+                        self.path.display()
+                    );
+                }
+                return Err(e).with_context(|| {
                     format!("failed to write {} `{}`", self.what, self.path.display())
-                })?;
+                });
+            }
             self.written += pending.len() / self.entry_size;
             self.unsynced = true;
         }
@@ -262,6 +273,14 @@ impl<E: Entry> Entries<E> {
     pub fn truncate(&mut self, keep: usize) -> Result<()> {
         self.list.truncate(keep);
         self.file.truncate(keep)
+    }
+
+    /// Drops the entries added after the first `keep` that are not yet in the file (an
+    /// append that failed takes its entries back; the file is not touched).
+    pub fn drop_pending(&mut self, keep: usize) {
+        if self.resident {
+            self.list.truncate(keep.max(self.file.written()));
+        }
     }
 
     /// Empties the index, without reading an evicted one back first.

@@ -245,6 +245,8 @@ pub fn load(
         producers: Default::default(),
         last_snapshot: None,
         retired: false,
+        failed: None,
+        dir_id: super::partition::dir_identity(&dir),
     };
     // Open transactions: from the newest producer snapshot below the first segment recovery
     // scanned, walking the batches after it; the `.txnindex` of every scanned segment is

@@ -43,6 +43,19 @@ pub struct LogManager {
     checkpoint_lock: Mutex<BTreeMap<&'static str, Vec<u8>>>,
     /// Free space of the data dir's filesystem; appends pause while it is full.
     disk: DiskSpace,
+    /// Told of each partition marked failed (the fetcher manager, which stops fetching it).
+    on_failed: Mutex<Option<FailureListener>>,
+}
+
+/// Called with a partition and why, when a storage error marks it failed.
+pub struct FailureListener(pub Box<FailureFn>);
+
+pub type FailureFn = dyn Fn(&TopicPartition, &str) + Send;
+
+impl std::fmt::Debug for FailureListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailureListener")
+    }
 }
 
 fn read_hints(path: &Path) -> BTreeMap<TopicPartition, i64> {
@@ -64,6 +77,21 @@ impl LogManager {
         let ls = read_hints(&data_dir.join(checkpoint::LOG_START_OFFSET));
         let hw = read_hints(&data_dir.join(checkpoint::REPLICATION_OFFSET));
         let mut logs = BTreeMap::new();
+        for e in fs::read_dir(data_dir)
+            .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
+            .filter_map(|e| e.ok())
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(super::partition::CREATING_SUFFIX) {
+                // A partition directory a crash interrupted before anything was fetched.
+                fs::remove_dir_all(e.path())
+                    .with_context(|| format!("failed to remove `{}`", e.path().display()))?;
+                crate::log_info!(
+                    "removed `{}`, left half-made by a crash",
+                    e.path().display()
+                );
+            }
+        }
         let mut entries: Vec<_> = fs::read_dir(data_dir)
             .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
             .filter_map(|e| e.ok())
@@ -106,6 +134,7 @@ impl LogManager {
             logs: RwLock::new(logs),
             checkpoint_lock: Mutex::new(BTreeMap::new()),
             disk: DiskSpace::new(data_dir, 0),
+            on_failed: Mutex::new(None),
         })
     }
 
@@ -122,6 +151,45 @@ impl LogManager {
 
     pub fn disk(&self) -> &DiskSpace {
         &self.disk
+    }
+
+    /// Who is told when a partition fails (one listener; a later call replaces it).
+    pub fn set_failure_listener(&self, f: FailureListener) {
+        *self
+            .on_failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(f);
+    }
+
+    /// Kafka's `markPartitionFailed` for a local storage error: the partition is neither
+    /// appended to nor flushed until [`Self::check_storage`] finds it sound again, the
+    /// listener stops fetching it, and the other partitions go on. Said once per failure.
+    pub fn mark_failed(&self, tp: &TopicPartition, reason: &str) {
+        if let Some(log) = self.get(tp)
+            && !lock_log(&log).mark_failed(reason)
+        {
+            return;
+        }
+        crate::log_error!(
+            "{tp}: local storage error: {reason}; the partition is marked failed and not fetched until its files are sound again (the other partitions go on)"
+        );
+        if let Some(f) = self
+            .on_failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            (f.0)(tp, reason);
+        }
+    }
+
+    /// Whether a failed partition's files are sound again (see
+    /// [`PartitionLog::check_storage`]); on success it may be fetched again.
+    pub fn check_storage(&self, tp: &TopicPartition) -> Result<()> {
+        let log = self
+            .get(tp)
+            .with_context(|| format!("{tp}: no local log"))?;
+        lock_log(&log).check_storage()
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<SharedLog> {
@@ -161,7 +229,7 @@ impl LogManager {
             start_offset,
             topic_id,
         )?;
-        crate::log_info!("{tp}: created an empty local log starting at offset {start_offset}");
+        crate::log_debug!("{tp}: created an empty local log starting at offset {start_offset}");
         let shared = Arc::new(Mutex::new(log));
         logs.insert(tp.clone(), shared.clone());
         Ok(shared)
@@ -173,7 +241,7 @@ impl LogManager {
     fn flush_one(log: &SharedLog) -> Result<()> {
         let ticket = {
             let mut l = lock_log(log);
-            if l.retired {
+            if l.retired || l.failed.is_some() {
                 return Ok(());
             }
             l.begin_flush()?
@@ -191,7 +259,7 @@ impl LogManager {
         let mut first_err = None;
         for (tp, log) in self.all() {
             if let Err(e) = Self::flush_one(&log) {
-                crate::log_error!("{tp}: flush failed: {e:#}");
+                self.mark_failed(&tp, &format!("flush failed: {e:#}"));
                 first_err.get_or_insert(e);
             }
         }
@@ -201,12 +269,13 @@ impl LogManager {
     /// Flushes every log, then rewrites the three checkpoint files atomically (those whose
     /// content changed).
     pub fn checkpoint(&self) -> Result<()> {
-        self.checkpoint_with(false)
+        self.checkpoint_with(false).map(|_| ())
     }
 
     /// [`Self::checkpoint`]; `final_snapshots` also writes a producer snapshot at every log
     /// end that lacks one, so the next start walks nothing to rebuild open transactions.
-    fn checkpoint_with(&self, final_snapshots: bool) -> Result<()> {
+    /// Returns the partitions that are failed (their figures are the last synced ones).
+    fn checkpoint_with(&self, final_snapshots: bool) -> Result<Vec<TopicPartition>> {
         let mut written = self
             .checkpoint_lock
             .lock()
@@ -214,19 +283,28 @@ impl LogManager {
         let mut hw = BTreeMap::new();
         let mut rp = BTreeMap::new();
         let mut ls = BTreeMap::new();
-        let mut first_err = None;
+        let mut failed = Vec::new();
         for (tp, shared) in self.all() {
             let flushed = Self::flush_one(&shared);
             let mut log = lock_log(&shared);
             if log.retired {
                 continue; // archived meanwhile: its directory and figures are no longer the log's
             }
-            let flushed = flushed
-                .and_then(|_| log.checkpoint_epochs())
-                .and_then(|_| log.snapshot_producer_state(final_snapshots));
+            // A failed partition keeps the figures it had: they name only what was synced.
+            let flushed = if log.failed.is_some() {
+                Ok(())
+            } else {
+                flushed
+                    .and_then(|_| log.checkpoint_epochs())
+                    .and_then(|_| log.snapshot_producer_state(final_snapshots))
+            };
             if let Err(e) = flushed {
-                crate::log_error!("{tp}: flush before checkpoint failed: {e:#}");
-                first_err.get_or_insert(e);
+                drop(log);
+                self.mark_failed(&tp, &format!("flush before checkpoint failed: {e:#}"));
+                log = lock_log(&shared);
+            }
+            if log.failed.is_some() {
+                failed.push(tp.clone());
             }
             // Only what is fsynced is claimed: every figure is capped by the recovery point.
             let s = log.summary();
@@ -245,7 +323,7 @@ impl LogManager {
                 written.insert(name, content);
             }
         }
-        first_err.map_or(Ok(()), Err)
+        Ok(failed)
     }
 
     /// Moves the whole partition directory of `tp` aside to
@@ -300,6 +378,9 @@ impl LogManager {
             if log.retired {
                 continue; // archived meanwhile: its paths now belong to the new log
             }
+            if log.failed.is_some() {
+                continue;
+            }
             if let Err(e) = log.apply_retention(now) {
                 crate::log_error!("{tp}: retention failed: {e:#}");
             }
@@ -307,17 +388,31 @@ impl LogManager {
     }
 
     /// Final checkpoint and the clean-shutdown marker. After this, a restart trusts the logs.
-    pub fn shutdown(&self) -> Result<()> {
-        self.checkpoint_with(true)?;
+    /// Returns whether it was marked clean (not when a partition is failed).
+    pub fn shutdown(&self) -> Result<bool> {
+        let failed = self.checkpoint_with(true)?;
+        if let Some(tp) = failed.first() {
+            // A failed partition's files may be past what it synced: the next start must
+            // recover them, so this shutdown is not marked clean.
+            crate::log_warn!(
+                "{} partition(s) failed ({tp} first): the shutdown is not marked clean, so the next start recovers the logs past their recovery points",
+                failed.len()
+            );
+            return Ok(false);
+        }
         let marker = self.data_dir.join(CLEAN_SHUTDOWN_FILE);
         checkpoint::rewrite_atomic(&marker, b"")?;
-        Ok(())
+        Ok(true)
     }
 
-    pub fn summaries(&self) -> Vec<(TopicPartition, LogSummary)> {
+    /// Each log's figures, and why it is failed when it is.
+    pub fn summaries(&self) -> Vec<(TopicPartition, LogSummary, Option<String>)> {
         self.all()
             .into_iter()
-            .map(|(tp, l)| (tp, lock_log(&l).summary()))
+            .map(|(tp, l)| {
+                let log = lock_log(&l);
+                (tp, log.summary(), log.failed().map(str::to_string))
+            })
             .collect()
     }
 }

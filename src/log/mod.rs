@@ -11,9 +11,11 @@
 //! it at start-up and recovers it after a crash; [`manager::LogManager`] holds every partition's
 //! log behind its own mutex and writes the data-dir checkpoint files.
 
+pub mod descriptors;
 pub mod disk;
 pub mod diverged;
 pub mod epoch_cache;
+pub mod fault;
 pub mod identity;
 pub mod index_file;
 pub mod loader;

@@ -188,6 +188,11 @@ impl OffsetIndex {
         self.entries.truncate(keep)
     }
 
+    /// Takes back the entries added since the index held `keep` (not yet written).
+    pub fn truncate_entries(&mut self, keep: usize) {
+        self.entries.drop_pending(keep)
+    }
+
     pub fn clear(&mut self) -> Result<()> {
         self.entries.clear()
     }

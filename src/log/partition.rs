@@ -18,10 +18,15 @@ use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::protocol::uuid::Uuid;
 use crate::record::{BatchHeader, check_follows};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// The suffix of a partition directory being made (`.<topic>-<partition>.creating`); one
+/// left by a crash holds nothing fetched and is removed at the next start.
+pub const CREATING_SUFFIX: &str = ".creating";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
@@ -76,6 +81,12 @@ pub struct PartitionLog {
     pub(super) last_snapshot: Option<i64>,
     /// Set when the directory was archived: nothing may flush or checkpoint this log again.
     pub(super) retired: bool,
+    /// Why the partition failed (a local storage error), while it is failed: nothing
+    /// appends to, flushes or cuts it until [`Self::check_storage`] finds its files sound.
+    pub(super) failed: Option<String>,
+    /// (device, inode) of the directory when the log was opened: a directory removed or
+    /// replaced under the daemon no longer holds this log.
+    pub(super) dir_id: Option<(u64, u64)>,
 }
 
 /// A flush begun under the partition lock and finished outside it: the fsyncs run on
@@ -130,16 +141,72 @@ impl PartitionLog {
         topic_id: Option<Uuid>,
     ) -> Result<Self> {
         let dir = data_dir.join(tp.dir_name());
-        fs::create_dir_all(&dir)
-            .with_context(|| format!("failed to create `{}`", dir.display()))?;
-        if let Some(id) = topic_id {
-            identity::write_topic_id(&dir, id)?;
-        }
-        let seg = Segment::create(&dir, start_offset, config.index_interval_bytes, now_ms())?;
-        fsync_dir(&dir)?;
-        fsync_dir(data_dir)?;
+        let existed = dir.exists();
+        // A new directory is made under a name no reader takes for a partition, then renamed
+        // into place: the loader, `status` and `verify` see it whole or not at all.
+        let build = if existed {
+            dir.clone()
+        } else {
+            data_dir.join(format!(".{}{CREATING_SUFFIX}", tp.dir_name()))
+        };
+        let mut renamed = false;
+        let made = (|| {
+            if !existed && build.exists() {
+                fs::remove_dir_all(&build)
+                    .with_context(|| format!("failed to remove `{}`", build.display()))?;
+            }
+            fs::create_dir_all(&build)
+                .with_context(|| format!("failed to create `{}`", build.display()))?;
+            if let Some(id) = topic_id {
+                identity::write_topic_id(&build, id)?;
+            }
+            drop(Segment::create(
+                &build,
+                start_offset,
+                config.index_interval_bytes,
+                now_ms(),
+            )?);
+            fsync_dir(&build)?;
+            if !existed {
+                fs::rename(&build, &dir).with_context(|| {
+                    format!(
+                        "failed to rename `{}` to `{}`",
+                        build.display(),
+                        dir.display()
+                    )
+                })?;
+                renamed = true;
+            }
+            fsync_dir(data_dir)?;
+            let (seg, _) = Segment::open(
+                &dir,
+                start_offset,
+                config.index_interval_bytes,
+                now_ms(),
+                false,
+                true,
+            )?;
+            Ok::<_, anyhow::Error>(seg)
+        })();
+        // Out of descriptors or space, what was made goes again.
+        let seg = match made {
+            Ok(seg) => seg,
+            Err(e) => {
+                if !existed {
+                    let made = if renamed { &dir } else { &build };
+                    if let Err(re) = fs::remove_dir_all(made) {
+                        crate::log_error!(
+                            "failed to remove the half-made `{}`: {re}",
+                            made.display()
+                        );
+                    }
+                }
+                return Err(e);
+            }
+        };
         let mut segments = BTreeMap::new();
         segments.insert(start_offset, seg);
+        let dir_id = dir_identity(&dir);
         Ok(PartitionLog {
             tp: tp.clone(),
             dir,
@@ -155,6 +222,8 @@ impl PartitionLog {
             producers: ProducerState::default(),
             last_snapshot: None,
             retired: false,
+            failed: None,
+            dir_id,
         })
     }
 
@@ -224,6 +293,36 @@ impl PartitionLog {
         }
     }
 
+    /// Why the partition is failed, while it is.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Marks the partition failed; false when it already was.
+    pub fn mark_failed(&mut self, reason: &str) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        self.failed = Some(reason.to_string());
+        true
+    }
+
+    /// Whether the log's files are still sound after a storage error: its directory is the
+    /// one it was loaded from, and the active segment is there, writable, and as long as
+    /// its batches (the bytes of a write that failed part-way are cut off). Clears the
+    /// failure when they are.
+    pub fn check_storage(&mut self) -> Result<()> {
+        if dir_identity(&self.dir) != self.dir_id {
+            bail!(
+                "the partition directory `{}` is gone or was replaced",
+                self.dir.display()
+            );
+        }
+        self.active_mut().check_file()?;
+        self.failed = None;
+        Ok(())
+    }
+
     /// Whether `h` must go to a new segment, given `pending` bytes about to be written to the
     /// active one. Positions in the offset index are u32, so a segment never passes 2 GiB.
     fn should_roll(&self, h: &BatchHeader, pending: u64, now: i64) -> bool {
@@ -245,7 +344,14 @@ impl PartitionLog {
         old.flush()?;
         old.close_file();
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now)?;
-        fsync_dir(&self.dir)?;
+        if let Err(e) = fsync_dir(&self.dir) {
+            // Not named by the directory for sure: made again by the next roll.
+            drop(seg);
+            if let Err(de) = super::segment::delete_files(&self.dir, base) {
+                crate::log_error!("{de:#}");
+            }
+            return Err(e);
+        }
         self.segments.insert(base, seg);
         crate::log_info!("{}: rolled new segment at offset {base}", self.tp);
         Ok(())
@@ -262,6 +368,20 @@ impl PartitionLog {
         let Some(first) = headers.first() else {
             return Ok(());
         };
+        if let Some(why) = &self.failed {
+            return Err(AppendError::Storage(anyhow::anyhow!(
+                "{} is failed: {why}",
+                self.tp
+            )));
+        }
+        // Bytes written to the open files of a directory someone removed would be lost
+        // without an error: one stat per append makes that a storage error at once.
+        if dir_identity(&self.dir) != self.dir_id {
+            return Err(AppendError::Storage(anyhow::anyhow!(
+                "the partition directory `{}` is gone or was replaced",
+                self.dir.display()
+            )));
+        }
         let leo = self.log_end_offset();
         let data_end = self.data_end_offset();
         if first.last_offset < leo || data_end.is_some_and(|e| first.base_offset < e) {
@@ -305,11 +425,37 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Writes batches to the active segment, then applies them to the epoch cache, the
+    /// producer state and the `.txnindex`. Any error puts all of it back as it was before:
+    /// the segment is cut to its last whole batch and its indexes to their entries then.
     fn write_chunk(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<()> {
         if headers.is_empty() {
             return Ok(());
         }
+        let mark = self.active().mark();
         self.active_mut().append(bytes, headers)?;
+        // Only a control batch can write a `.txnindex` entry, the one step that can fail
+        // after the bytes are in: the state to restore is copied only then.
+        let before = headers.iter().any(BatchHeader::is_control).then(|| {
+            let txn_len = self.active().txn_index.len_bytes();
+            (self.epochs.clone(), self.producers.clone(), txn_len)
+        });
+        let applied = self.apply_appended(bytes, headers);
+        if let Err(e) = applied {
+            self.active_mut().rollback(mark);
+            if let Some((epochs, producers, txn_len)) = before {
+                self.epochs = epochs;
+                self.producers = producers;
+                if let Err(ce) = txn_len.and_then(|len| self.active_mut().txn_index.cut_back(len)) {
+                    crate::log_error!("{ce:#}; it is rebuilt at the next start");
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn apply_appended(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<()> {
         let mut pos = 0;
         for h in headers {
             if h.partition_leader_epoch >= 0 {
@@ -789,4 +935,9 @@ pub fn list_segment_bases(dir: &Path) -> Result<Vec<i64>> {
     }
     bases.sort_unstable();
     Ok(bases)
+}
+
+/// (device, inode) of a directory, when it can be read.
+pub(super) fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }

@@ -9,6 +9,7 @@
 //! rebuilds both indexes. Who touches it: only its [`super::partition::PartitionLog`], under the
 //! partition's lock.
 
+use super::fault::{self, Step};
 use super::offset_index::OffsetIndex;
 use super::time_index::TimeIndex;
 use super::txn_index::TxnIndex;
@@ -16,7 +17,7 @@ use crate::record::{BatchHeader, BatchIter, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// The largest tail recovery cuts as a torn write without keeping it aside: a crash tears at
@@ -175,6 +176,18 @@ pub struct Segment {
 }
 
 /// What recovery found in one segment.
+/// Where a segment ended at one moment, to put it back there after a failed write.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentMark {
+    size: u64,
+    next_offset: i64,
+    index_entries: usize,
+    time_entries: usize,
+    bytes_since_last_index_entry: u64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryResult {
     pub valid_bytes: u64,
@@ -195,8 +208,25 @@ impl Segment {
         )
     }
 
-    /// Creates a new empty segment (files truncated if they exist).
+    /// Creates a new empty segment (files truncated if they exist). When any of its files
+    /// cannot be made, those already made are removed again before the error is reported: a
+    /// segment exists whole or not at all.
     pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> Result<Self> {
+        Self::create_files(dir, base_offset, index_interval_bytes, now_ms).inspect_err(|_| {
+            if let Err(e) = delete_files(dir, base_offset) {
+                crate::log_error!(
+                    "{e:#}; the half-made segment at {base_offset} is removed at the next start"
+                );
+            }
+        })
+    }
+
+    fn create_files(
         dir: &Path,
         base_offset: i64,
         index_interval_bytes: u64,
@@ -210,13 +240,18 @@ impl Segment {
             .truncate(true)
             .open(&lp)
             .with_context(|| format!("failed to create segment `{}`", lp.display()))?;
+        let offset_index = OffsetIndex::create(&ip, base_offset)?;
+        if let Some(e) = fault::hit(Step::Roll) {
+            return Err(e).with_context(|| format!("failed to create `{}`", tp.display()));
+        }
+        let time_index = TimeIndex::create(&tp, base_offset)?;
         Ok(Segment {
             base_offset,
             log_path: lp,
             log: Some(log),
             size: 0,
-            offset_index: OffsetIndex::create(&ip, base_offset)?,
-            time_index: TimeIndex::create(&tp, base_offset)?,
+            offset_index,
+            time_index,
             txn_index: {
                 // A new segment has no aborted transactions, whatever a stale file says.
                 let mut t = TxnIndex::new(dir.join(file_name(base_offset, "txnindex")));
@@ -522,38 +557,71 @@ impl Segment {
         if self.size + bytes.len() as u64 > u64::from(u32::MAX) {
             bail!("segment `{}` would pass 4 GiB", self.log_path.display());
         }
-        let size = self.size;
-        let written = self.file()?.write_all_at(bytes, size);
-        if let Err(e) = written {
-            // A write that failed part-way (ENOSPC, EIO) may have left part of a batch: the
-            // file is cut back to its last whole batch before the error is reported, so no
-            // reader ever sees torn bytes.
-            let path = self.log_path.clone();
-            let cut = self.file().and_then(|f| {
-                f.set_len(size)
-                    .with_context(|| format!("failed to cut `{}` back", path.display()))
-            });
-            if let Err(ce) = cut {
-                crate::log_error!(
-                    "{ce:#}: bytes past {size} are not whole batches; recovery cuts them at the next start"
-                );
-            }
-            return Err(e).with_context(|| {
+        let mark = self.mark();
+        let written = fault::write_all_at(Step::Append, self.file()?, bytes, mark.size)
+            .with_context(|| {
                 format!(
                     "failed to append {} bytes to `{}`",
                     bytes.len(),
                     self.log_path.display()
                 )
             });
-        }
-        let mut pos = self.size;
-        for h in headers {
-            self.index_batch(h, pos as u32)?;
-            pos += h.size_in_bytes as u64;
+        let indexed = written.and_then(|()| {
+            let mut pos = mark.size;
+            for h in headers {
+                self.index_batch(h, pos as u32)?;
+                pos += h.size_in_bytes as u64;
+            }
+            Ok(())
+        });
+        if let Err(e) = indexed {
+            // A write that failed part-way (ENOSPC, EIO) may have left part of a batch: the
+            // file is cut back to its last whole batch before the error is reported, so no
+            // reader ever sees torn bytes.
+            self.rollback(mark);
+            return Err(e);
         }
         self.size += bytes.len() as u64;
         self.next_offset = last.last_offset + 1;
         Ok(())
+    }
+
+    /// Where the segment ends now, for [`Self::rollback`].
+    pub fn mark(&self) -> SegmentMark {
+        SegmentMark {
+            size: self.size,
+            next_offset: self.next_offset,
+            index_entries: self.offset_index.entries(),
+            time_entries: self.time_index.entries(),
+            bytes_since_last_index_entry: self.bytes_since_last_index_entry,
+            max_timestamp: self.max_timestamp,
+            offset_of_max_timestamp: self.offset_of_max_timestamp,
+        }
+    }
+
+    /// Puts the segment back where `mark` was taken, in memory and on disk: the file is cut
+    /// to the end of its last whole batch then, the indexes to their entries then. A cut that
+    /// fails is logged (recovery cuts the bytes at the next start) and the segment's size
+    /// stays the mark's, so nothing past it is ever read.
+    pub fn rollback(&mut self, mark: SegmentMark) {
+        let path = self.log_path.clone();
+        let cut = self.file().and_then(|f| {
+            f.set_len(mark.size)
+                .with_context(|| format!("failed to cut `{}` back", path.display()))
+        });
+        if let Err(ce) = cut {
+            crate::log_error!(
+                "{ce:#}: bytes past {} are not whole batches; recovery cuts them at the next start",
+                mark.size
+            );
+        }
+        self.offset_index.truncate_entries(mark.index_entries);
+        self.time_index.truncate_entries(mark.time_entries);
+        self.size = mark.size;
+        self.next_offset = mark.next_offset;
+        self.bytes_since_last_index_entry = mark.bytes_since_last_index_entry;
+        self.max_timestamp = mark.max_timestamp;
+        self.offset_of_max_timestamp = mark.offset_of_max_timestamp;
     }
 
     /// Writes pending index entries and fsyncs the log and both indexes.
@@ -726,6 +794,46 @@ impl Segment {
             self.log = Some(f);
         }
         self.log.as_ref().context("segment file vanished")
+    }
+
+    /// Whether the segment's file is still the one this segment writes: there, the same
+    /// inode as the open descriptor, writable, and exactly as long as its whole batches. Bytes
+    /// past them (a write that failed part-way and could not be cut back then) are cut off.
+    pub fn check_file(&mut self) -> Result<()> {
+        let path = self.log_path.clone();
+        let on_disk =
+            fs::metadata(&path).with_context(|| format!("segment `{}` is gone", path.display()))?;
+        if let Some(f) = &self.log {
+            let open = f
+                .metadata()
+                .with_context(|| format!("failed to stat `{}`", path.display()))?;
+            if (open.dev(), open.ino()) != (on_disk.dev(), on_disk.ino()) {
+                bail!(
+                    "segment `{}` was removed or replaced under the daemon",
+                    path.display()
+                );
+            }
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("segment `{}` cannot be written", path.display()))?;
+        match on_disk.len().cmp(&self.size) {
+            std::cmp::Ordering::Greater => f.set_len(self.size).with_context(|| {
+                format!(
+                    "failed to cut `{}` back to {} bytes",
+                    path.display(),
+                    self.size
+                )
+            }),
+            std::cmp::Ordering::Less => bail!(
+                "segment `{}` holds {} bytes, fewer than the {} of its batches",
+                path.display(),
+                on_disk.len(),
+                self.size
+            ),
+            std::cmp::Ordering::Equal => Ok(()),
+        }
     }
 
     /// For a segment that is no longer active, after [`Self::flush`]: closes its log file and

@@ -152,6 +152,11 @@ impl TimeIndex {
         self.entries.truncate(keep)
     }
 
+    /// Takes back the entries added since the index held `keep` (not yet written).
+    pub fn truncate_entries(&mut self, keep: usize) {
+        self.entries.drop_pending(keep)
+    }
+
     /// Writes the entries not yet in the file; `sync` fsyncs it as well.
     pub fn flush(&mut self, sync: bool) -> Result<()> {
         self.entries.flush(sync)

@@ -80,6 +80,26 @@ impl TxnIndex {
         Ok(())
     }
 
+    /// The file's length now (0 when there is none), for [`Self::cut_back`].
+    pub fn len_bytes(&self) -> Result<u64> {
+        match fs::metadata(&self.path) {
+            Ok(m) => Ok(m.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e).with_context(|| format!("failed to stat `{}`", self.path.display())),
+        }
+    }
+
+    /// Cuts the file back to `len` bytes (what [`Self::len_bytes`] said before an append).
+    pub fn cut_back(&mut self, len: u64) -> Result<()> {
+        match OpenOptions::new().write(true).open(&self.path) {
+            Ok(f) => f
+                .set_len(len)
+                .with_context(|| format!("failed to cut `{}` back", self.path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && len == 0 => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("failed to open `{}`", self.path.display())),
+        }
+    }
+
     /// The file to fsync when entries were written since the last flush.
     pub fn take_dirty(&mut self) -> Result<Option<File>> {
         if !std::mem::take(&mut self.dirty) {

@@ -244,6 +244,23 @@ pub fn write_config(
     p
 }
 
+/// Writes a config that follows every partition of `topic` from `bootstrap`.
+pub fn topic_config(
+    dir: &Path,
+    data_dir: &Path,
+    bootstrap: &str,
+    topic: &str,
+    extra: &str,
+) -> PathBuf {
+    write_config(
+        dir,
+        data_dir,
+        bootstrap,
+        &format!("[[follow]]\ntopic = \"{topic}\"\n"),
+        extra,
+    )
+}
+
 /// The daemon as a child process; its stderr goes to a file in the test dir.
 pub struct Daemon {
     child: Option<Child>,
@@ -258,13 +275,27 @@ impl Daemon {
     /// Starts the daemon with extra environment variables (test hooks such as
     /// `RF_TEST_PAUSE_AT`).
     pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_wrapped(config, env, &[])
+    }
+
+    /// Starts the daemon under a wrapper command (`prlimit --nofile=…`, …): `wrapper[0]`
+    /// runs with the rest of `wrapper`, then the daemon's own command line.
+    pub fn start_wrapped(config: &Path, env: &[(&str, &str)], wrapper: &[&str]) -> Daemon {
         let log_path = config.with_extension(format!("log.{}", std::process::id()));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .expect("daemon log");
-        let child = Command::new(bin())
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let child = cmd
             .args(["run", "--config"])
             .arg(config)
             .env("RF_LOG", "info")

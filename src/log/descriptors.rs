@@ -1,0 +1,68 @@
+//! File descriptors: the process's soft limit, how many are open, and whether an error is
+//! the limit being reached (EMFILE, or ENFILE for the whole system). Each partition keeps
+//! its active segment open, so the number of partitions a daemon can create is bounded by
+//! the limit; new logs are created only while [`RESERVE`] descriptors stay free for
+//! checkpoints, flushes and connections.
+
+/// Descriptors kept free for checkpoint files, index flushes and broker connections.
+pub const RESERVE: u64 = 64;
+
+/// The soft `RLIMIT_NOFILE` ("Max open files" in `/proc/self/limits`); `None` when unknown
+/// or unlimited.
+pub fn soft_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Descriptors open in this process now.
+pub fn open_count() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as u64)
+}
+
+/// How many more partition logs may be created now (`u64::MAX` when nothing is known).
+pub fn log_budget() -> u64 {
+    match (soft_limit(), open_count()) {
+        (Some(limit), Some(open)) => limit.saturating_sub(open).saturating_sub(RESERVE),
+        _ => u64::MAX,
+    }
+}
+
+/// Whether `e` (anywhere in its chain) is the descriptor limit: EMFILE or ENFILE.
+pub fn is_exhausted(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|code| code == 24 || code == 23)
+    })
+}
+
+/// What an operator reads when the limit is reached.
+pub fn advice() -> String {
+    let limit = soft_limit().map_or_else(|| "unknown".to_string(), |l| l.to_string());
+    format!(
+        "the open-file limit ({limit}, with {RESERVE} kept free) is reached: each partition keeps its active segment open; raise it (LimitNOFILE= in the systemd unit, `ulimit -n`, or `prlimit --pid`) and the waiting partitions are created by themselves"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_and_the_open_count_are_read_and_emfile_is_recognised() {
+        let limit = soft_limit().expect("Linux reports a limit");
+        let open = open_count().unwrap();
+        assert!(open > 0 && open < limit, "{open} of {limit}");
+        let e = anyhow::Error::from(std::io::Error::from_raw_os_error(24)).context("opening");
+        assert!(is_exhausted(&e));
+        let other = anyhow::Error::from(std::io::Error::from_raw_os_error(5)).context("opening");
+        assert!(!is_exhausted(&other));
+    }
+}

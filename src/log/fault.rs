@@ -1,0 +1,337 @@
+//! The storage seam: every write step of the log (a segment append, a roll, an index write, a
+//! checkpoint write) asks here whether it is to fail, so tests can fail each one once and
+//! check that the files are left as they were before that write.
+//!
+//! Production never arms it. Tests arm it in-process ([`arm`], per thread) or for a daemon
+//! with `RF_TEST_FAIL_WRITE=<step>:<n>[,<step>:<n>…]` (steps `append`, `roll`, `index`,
+//! `checkpoint`): the n-th write of that step in the process fails once, part-way where the
+//! step writes bytes, as a full or failing disk would make it. Checking costs one relaxed
+//! atomic load while nothing is armed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Writing batches to a segment's `.log`.
+    Append,
+    /// Creating the files of a new segment.
+    Roll,
+    /// Writing pending entries to an `.index` or `.timeindex`.
+    Index,
+    /// Writing a checkpoint file (data-dir checkpoints, leader-epoch checkpoint, snapshots).
+    Checkpoint,
+}
+
+impl Step {
+    fn parse(s: &str) -> Option<Step> {
+        Some(match s {
+            "append" => Step::Append,
+            "roll" => Step::Roll,
+            "index" => Step::Index,
+            "checkpoint" => Step::Checkpoint,
+            _ => return None,
+        })
+    }
+}
+
+/// (step, writes of that step still to let through before failing one).
+type Armed = Vec<(Step, u32)>;
+
+static ANY_ARMED: AtomicBool = AtomicBool::new(false);
+
+fn process_armed() -> &'static Mutex<Armed> {
+    static ARMED: OnceLock<Mutex<Armed>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        let armed: Armed = std::env::var("RF_TEST_FAIL_WRITE")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|item| {
+                let (step, n) = item.split_once(':').unwrap_or((item, "1"));
+                Some((
+                    Step::parse(step.trim())?,
+                    n.trim().parse::<u32>().ok()?.max(1) - 1,
+                ))
+            })
+            .collect();
+        if !armed.is_empty() {
+            ANY_ARMED.store(true, Ordering::Relaxed);
+        }
+        Mutex::new(armed)
+    })
+}
+
+thread_local! {
+    static THREAD_ARMED: std::cell::RefCell<Armed> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Reads `RF_TEST_FAIL_WRITE`; called once at start-up so the first write pays nothing.
+pub fn init() {
+    let _ = process_armed();
+}
+
+/// Fails the `n`-th (from 1) next write of `step` on this thread, once.
+pub fn arm(step: Step, n: u32) {
+    ANY_ARMED.store(true, Ordering::Relaxed);
+    THREAD_ARMED.with(|a| a.borrow_mut().push((step, n.max(1) - 1)));
+}
+
+/// Counts down the first entry for `step`; true (and the entry is spent) when it reaches 0.
+fn take(armed: &mut Armed, step: Step) -> bool {
+    let Some(i) = armed.iter().position(|(s, _)| *s == step) else {
+        return false;
+    };
+    if armed[i].1 == 0 {
+        armed.remove(i);
+        true
+    } else {
+        armed[i].1 -= 1;
+        false
+    }
+}
+
+/// Whether this write of `step` is to fail: `Some(error)` to report after writing at most
+/// part of the bytes.
+pub fn hit(step: Step) -> Option<std::io::Error> {
+    if !ANY_ARMED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let fail = THREAD_ARMED.with(|a| take(&mut a.borrow_mut(), step))
+        || take(
+            &mut process_armed()
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            step,
+        );
+    fail.then(|| std::io::Error::other(format!("injected {step:?} failure (RF_TEST_FAIL_WRITE)")))
+}
+
+/// `file.write_all_at(bytes, at)`, unless this write of `step` is to fail: then only the first
+/// half of `bytes` is written and the injected error returned.
+pub fn write_all_at(
+    step: Step,
+    file: &std::fs::File,
+    bytes: &[u8],
+    at: u64,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    match hit(step) {
+        None => file.write_all_at(bytes, at),
+        Some(e) => {
+            file.write_all_at(&bytes[..bytes.len() / 2], at)?;
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::TopicPartition;
+    use crate::log::{AppendError, LogConfig, PartitionLog, loader};
+    use crate::record::BatchHeader;
+    use crate::record::records::{NewRecord, build_v2_batch};
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn an_armed_step_fails_its_nth_write_once_and_only_on_this_thread() {
+        arm(Step::Roll, 2);
+        assert!(hit(Step::Append).is_none());
+        assert!(hit(Step::Roll).is_none(), "the first roll passes");
+        std::thread::spawn(|| assert!(hit(Step::Roll).is_none(), "another thread"))
+            .join()
+            .unwrap();
+        assert!(hit(Step::Roll).is_some(), "the second fails");
+        assert!(hit(Step::Roll).is_none(), "once");
+    }
+
+    /// Batches of 4 records each, from offset `from`.
+    fn batches(from: i64, count: usize) -> (Vec<u8>, Vec<BatchHeader>) {
+        let mut bytes = Vec::new();
+        let mut headers = Vec::new();
+        let v = [b'v'; 100];
+        for i in 0..count as i64 {
+            let recs: Vec<NewRecord<'_>> = (0..4)
+                .map(|j| NewRecord {
+                    key: Some(b"k"),
+                    value: Some(&v),
+                    timestamp: 1000 + from + i * 4 + j,
+                })
+                .collect();
+            let b = build_v2_batch(from + i * 4, 3, &recs);
+            headers.push(BatchHeader::parse(&b, usize::MAX).unwrap());
+            bytes.extend_from_slice(&b);
+        }
+        (bytes, headers)
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("seam", 0)
+    }
+
+    fn config(segment_bytes: u64) -> LogConfig {
+        LogConfig {
+            segment_bytes,
+            index_interval_bytes: 200,
+            ..LogConfig::default()
+        }
+    }
+
+    /// Every file under `dir` and its bytes.
+    fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(files(&p));
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+        out
+    }
+
+    fn reload(data: &Path, segment_bytes: u64) -> PartitionLog {
+        let hints = loader::CheckpointHints {
+            recovery_point: Some(0),
+            log_start_offset: None,
+            high_watermark: None,
+        };
+        loader::load(data, &tp(), config(segment_bytes), hints, false)
+            .unwrap()
+            .unwrap()
+            .0
+    }
+
+    /// The concatenated `.log` files of the partition.
+    fn log_bytes(data: &Path) -> Vec<u8> {
+        let dir = data.join(tp().dir_name());
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        logs.iter()
+            .flat_map(|p| std::fs::read(p).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_failed_segment_append_leaves_every_file_as_it_was_and_the_next_append_goes_on() {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
+        let (b1, h1) = batches(0, 5);
+        log.append(&b1, &h1).unwrap();
+        log.flush().unwrap();
+        let before = files(d.path());
+        let (b2, h2) = batches(20, 5);
+        arm(Step::Append, 1);
+        let e = log.append(&b2, &h2).unwrap_err();
+        assert!(matches!(e, AppendError::Storage(_)), "{e}");
+        assert_eq!(log.log_end_offset(), 20, "in memory too");
+        log.flush().unwrap();
+        assert_eq!(
+            files(d.path()),
+            before,
+            "half a batch was written, then cut back"
+        );
+        log.append(&b2, &h2).unwrap();
+        log.flush().unwrap();
+        drop(log);
+        let log = reload(d.path(), 1 << 20);
+        assert_eq!(log.log_end_offset(), 40);
+        assert_eq!(log_bytes(d.path()), [b1, b2].concat());
+    }
+
+    #[test]
+    fn a_failed_roll_leaves_no_half_made_segment_and_the_next_append_rolls() {
+        let d = tempfile::tempdir().unwrap();
+        let (b1, h1) = batches(0, 4);
+        // The active segment holds exactly these batches: the next one must roll.
+        let mut log =
+            PartitionLog::create(d.path(), &tp(), config(b1.len() as u64), 0, None).unwrap();
+        log.append(&b1, &h1).unwrap();
+        log.flush().unwrap();
+        let before = files(d.path());
+        let (b2, h2) = batches(16, 2);
+        arm(Step::Roll, 1);
+        let e = log.append(&b2, &h2).unwrap_err();
+        assert!(matches!(e, AppendError::Storage(_)), "{e}");
+        assert_eq!(
+            files(d.path()),
+            before,
+            "the new segment's files are gone again"
+        );
+        assert_eq!(log.segments().count(), 1);
+        log.append(&b2, &h2).unwrap();
+        assert_eq!(log.segments().count(), 2, "rolled this time");
+        log.flush().unwrap();
+        drop(log);
+        let log = reload(d.path(), b1.len() as u64);
+        assert_eq!(log.log_end_offset(), 24);
+        assert_eq!(log_bytes(d.path()), [b1, b2].concat());
+    }
+
+    #[test]
+    fn a_failed_index_write_cuts_the_index_back_and_the_next_flush_writes_every_entry() {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
+        let (b1, h1) = batches(0, 6);
+        log.append(&b1, &h1).unwrap();
+        log.flush().unwrap();
+        let before = files(d.path());
+        let (b2, h2) = batches(24, 6);
+        log.append(&b2, &h2).unwrap();
+        let index = d
+            .path()
+            .join(tp().dir_name())
+            .join(super::super::segment::file_name(0, "index"));
+        let entries_before = before[&index].len();
+        arm(Step::Index, 1);
+        assert!(log.flush().is_err());
+        assert_eq!(
+            std::fs::read(&index).unwrap().len(),
+            entries_before,
+            "half an entry was written, then cut back to the whole ones"
+        );
+        log.flush().unwrap();
+        let after = std::fs::read(&index).unwrap();
+        assert!(
+            after.len() > entries_before && after.len().is_multiple_of(8),
+            "{}",
+            after.len()
+        );
+        assert!(after.starts_with(&before[&index]));
+        drop(log);
+        // A clean load trusts the index: it must match the batches.
+        let hints = loader::CheckpointHints {
+            recovery_point: Some(48),
+            log_start_offset: None,
+            high_watermark: None,
+        };
+        let (log, _) = loader::load(d.path(), &tp(), config(1 << 20), hints, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.log_end_offset(), 48);
+        assert_eq!(
+            std::fs::read(&index).unwrap(),
+            after,
+            "not rebuilt: it was whole"
+        );
+    }
+
+    #[test]
+    fn a_failed_checkpoint_write_leaves_the_old_file_and_no_temporary() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("recovery-point-offset-checkpoint");
+        crate::checkpoint::rewrite_atomic(&p, b"old").unwrap();
+        arm(Step::Checkpoint, 1);
+        assert!(crate::checkpoint::rewrite_atomic(&p, b"new contents").is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        assert_eq!(files(d.path()).len(), 1, "no temporary file left");
+        crate::checkpoint::rewrite_atomic(&p, b"new contents").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new contents");
+    }
+}
