@@ -21,7 +21,6 @@ use super::epoch_cache::EpochCache;
 use super::partition::{LogConfig, PartitionLog, list_segment_bases, now_ms};
 use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
-use crate::record::BatchIter;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
@@ -215,10 +214,10 @@ pub fn load(
             crate::log_warn!("{e:#}; rebuilding the leader-epoch cache of {tp} from its log");
             let mut cache = EpochCache::default();
             for seg in segments.values() {
-                let bytes = seg.read_at(0, seg.size() as usize)?;
-                for (h, _, _) in BatchIter::new(&bytes, segment::MAX_BATCH_SIZE) {
+                seg.for_each_batch(0, |h, _| {
                     cache.assign(h.partition_leader_epoch, h.base_offset);
-                }
+                    Ok(true)
+                })?;
             }
             cache.dirty = true;
             cache

@@ -22,6 +22,7 @@ pub mod offset_index;
 pub mod partition;
 pub mod producer_state;
 pub mod segment;
+pub mod segment_reader;
 pub mod time_index;
 pub mod txn_index;
 
