@@ -164,23 +164,26 @@ impl SegmentReader {
         if len <= BUFFER_SIZE {
             return self.fill(pos, len);
         }
-        self.whole.clear();
-        self.whole.try_reserve_exact(len).with_context(|| {
-            format!(
-                "no memory for the {len}-byte batch at byte {pos} of `{}`",
-                self.path.display()
-            )
-        })?;
-        self.whole.resize(len, 0);
-        self.file
-            .read_exact_at(&mut self.whole, pos)
-            .with_context(|| {
+        // The buffer only grows: zero-filling it again for every batch would cost as much as
+        // reading it.
+        if self.whole.len() < len {
+            let more = len - self.whole.len();
+            self.whole.try_reserve_exact(more).with_context(|| {
                 format!(
-                    "failed to read {len} bytes at byte {pos} of `{}`",
+                    "no memory for the {len}-byte batch at byte {pos} of `{}`",
                     self.path.display()
                 )
             })?;
-        Ok(&self.whole)
+            self.whole.resize(len, 0);
+        }
+        let whole = self.whole.get_mut(..len).unwrap_or_default();
+        self.file.read_exact_at(whole, pos).with_context(|| {
+            format!(
+                "failed to read {len} bytes at byte {pos} of `{}`",
+                self.path.display()
+            )
+        })?;
+        Ok(whole)
     }
 
     /// Verifies the checksum of the batch last yielded, streaming its bytes through the
