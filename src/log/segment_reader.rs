@@ -236,6 +236,8 @@ impl SegmentReader {
             if self.buf.len() < n {
                 self.buf.resize(n, 0);
             }
+            // Nothing buffered until the read succeeds: a failed one leaves no stale bytes.
+            self.buf_len = 0;
             let target = self.buf.get_mut(..n).unwrap_or_default();
             self.file.read_exact_at(target, at).with_context(|| {
                 format!(
