@@ -348,11 +348,10 @@ impl FetcherManager {
         let mut last_warned: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let event = if next_refresh <= now {
-                Err(RecvTimeoutError::Timeout)
-            } else {
-                self.events_rx.recv_timeout(next_refresh - now)
-            };
+            // Events are read even when a refresh is due, so none (shutdown) waits on rounds.
+            let event = self
+                .events_rx
+                .recv_timeout(next_refresh.saturating_duration_since(now));
             match event {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(ManagerEvent::PartitionFailed { tp, reason }) => {
@@ -445,17 +444,26 @@ impl FetcherManager {
             let retry = backoff
                 .saturating_mul(1 << incomplete_rounds.saturating_sub(1).min(16))
                 .min(INCOMPLETE_REFRESH_MAX.max(backoff));
-            next_refresh = Instant::now() + if complete { METADATA_REFRESH } else { retry };
+            let now = Instant::now();
+            next_refresh = now + if complete { METADATA_REFRESH } else { retry };
+            // Only waits still to come: one already due is seen to by the next round.
             if let Some(t) = self
                 .hand_backs
                 .iter()
                 .filter(|(tp, _)| !self.assigned.contains_key(*tp))
                 .map(|(_, hb)| hb.not_before)
+                .filter(|t| *t > now)
                 .min()
             {
-                next_refresh = next_refresh.min(t.max(Instant::now()));
+                next_refresh = next_refresh.min(t);
             }
-            if let Some(t) = self.failed.values().map(|f| f.retry_at).min() {
+            if let Some(t) = self
+                .failed
+                .values()
+                .map(|f| f.retry_at)
+                .filter(|t| *t > now)
+                .min()
+            {
                 next_refresh = next_refresh.min(t);
             }
         }

@@ -3,10 +3,12 @@
 
 use crate::checkpoint::TopicPartition;
 use crate::log::partition::list_segment_bases;
-use crate::log::segment::{self, MAX_BATCH_SIZE};
+use crate::log::segment;
+use crate::log::segment_reader::SegmentReader;
+use crate::record::SetEnd;
 use crate::record::records::{ControlType, control_marker, decode_records};
-use crate::record::{BatchIter, SetEnd};
 use anyhow::{Context, Result, bail};
+use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
@@ -57,17 +59,21 @@ pub fn dump(
     let first = bases.iter().rposition(|b| *b <= from).unwrap_or(0);
     for base in bases.iter().skip(first) {
         let path = dir.join(segment::file_name(*base, "log"));
-        let bytes =
-            std::fs::read(&path).with_context(|| format!("failed to read `{}`", path.display()))?;
+        let file =
+            File::open(&path).with_context(|| format!("failed to read `{}`", path.display()))?;
+        let mut reader = SegmentReader::from_file(file, &path)?;
         writeln!(out, "# segment {}", path.display())?;
-        let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
-        for (h, pos, b) in it.by_ref() {
+        while let Some((h, pos)) = reader.next_batch()? {
             summary.log_end = Some(h.last_offset + 1);
             if h.last_offset < from {
                 continue;
             }
             summary.batches += 1;
-            let crc = if h.verify_crc(b).is_ok() { "ok" } else { "BAD" };
+            // Only the batches whose records are shown are held whole; the others stream
+            // through the CRC check.
+            let shown = h.magic == 2 && h.attributes & 0x07 == 0;
+            let (crc, b) = reader.checked_batch(shown)?;
+            let crc = if crc.is_ok() { "ok" } else { "BAD" };
             if crc == "BAD" {
                 summary.damaged += 1;
             }
@@ -100,7 +106,7 @@ pub fn dump(
                 h.producer_epoch,
                 h.base_sequence
             )?;
-            if h.magic == 2 && h.attributes & 0x07 == 0 && crc == "ok" {
+            if shown && crc == "ok" {
                 match decode_records(&h, b) {
                     Ok(records) => {
                         for r in records.iter().filter(|r| r.offset >= from) {
@@ -124,7 +130,7 @@ pub fn dump(
                 }
             }
         }
-        match it.end() {
+        match reader.end() {
             Some(SetEnd::Partial { bytes }) => {
                 summary.damaged += 1;
                 writeln!(out, "# partial batch of {bytes} bytes at the end")?

@@ -6,15 +6,14 @@ use crate::checkpoint::{self, TopicPartition};
 use crate::fetcher::manager::{
     FAILED_PARTITIONS_FILE, FETCH_STOPPED_FILE, STOPPED_PARTITIONS_FILE,
 };
+use crate::log::offset_index::OffsetIndex;
 use crate::log::partition::list_segment_bases;
 use crate::log::producer_state::{self, ProducerState};
-use crate::log::segment::{self, MAX_BATCH_SIZE};
+use crate::log::segment;
+use crate::log::segment_reader::SegmentReader;
 use crate::log::{diverged, identity};
-use crate::record::BatchIter;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,72 +137,36 @@ fn last_stable_offset(dir: &Path, bases: &[i64], leo: i64) -> Result<i64> {
             continue;
         }
         let path = dir.join(segment::file_name(*base, "log"));
-        let file =
-            File::open(&path).with_context(|| format!("failed to open `{}`", path.display()))?;
-        let mut batches = Vec::new();
-        segment::walk_batches(&file, &path, 0, |h, pos| {
-            if h.last_offset >= from && h.producer_id >= 0 {
-                batches.push((*h, pos));
-            }
-            Ok(true)
-        })?;
-        for (h, pos) in batches {
-            let mut bytes = Vec::new();
-            if h.is_control() {
-                bytes = vec![0u8; h.size_in_bytes];
-                std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, pos)
-                    .with_context(|| format!("failed to read `{}`", path.display()))?;
-            }
-            state.update(&h, &bytes);
-        }
+        state.replay(&mut SegmentReader::open(&path)?, from)?;
     }
     Ok(state.last_stable_offset(leo))
 }
 
-/// The offset after the last whole batch of a segment: scans from the last sane entry of its
-/// offset index (or from the start) to the end of the file.
+/// The offset after the last whole batch of a segment: scans the headers from the last sane
+/// entry of its offset index (or from the start) to the end of the file.
 pub fn segment_end_offset(dir: &Path, base: i64) -> Result<i64> {
     let log_path = dir.join(segment::file_name(base, "log"));
-    let mut f = File::open(&log_path)
-        .with_context(|| format!("failed to open `{}`", log_path.display()))?;
-    let size = f
-        .metadata()
-        .with_context(|| format!("failed to stat `{}`", log_path.display()))?
-        .len();
-    let mut from = 0u64;
-    if let Ok(idx) = std::fs::read(dir.join(segment::file_name(base, "index"))) {
-        let n = idx.len() / 8;
-        if n > 0
-            && let Some(e) = idx.get((n - 1) * 8..n * 8)
-        {
-            let pos = u64::from(u32::from_be_bytes([e[4], e[5], e[6], e[7]]));
-            if pos < size {
-                from = pos;
-            }
-        }
-    }
-    let mut tail = Vec::new();
-    f.seek(SeekFrom::Start(from))
-        .and_then(|_| f.read_to_end(&mut tail))
-        .with_context(|| format!("failed to read `{}`", log_path.display()))?;
-    let mut end = base;
-    let mut it = BatchIter::new(&tail, MAX_BATCH_SIZE);
-    for (h, _, _) in it.by_ref() {
-        end = h.last_offset + 1;
-    }
+    let reader = SegmentReader::open(&log_path)?;
+    let index = dir.join(segment::file_name(base, "index"));
+    let from = OffsetIndex::open_evicted(&index, base, reader.size())
+        .ok()
+        .and_then(|i| i.last_entry())
+        .map_or(0, |(_, pos)| u64::from(pos));
+    let end = end_offset(reader.starting_at(from))?.unwrap_or(base);
     if from > 0 && end == base {
         // The index pointed somewhere odd: scan the whole segment.
-        return segment_end_from_start(&log_path, base);
+        return Ok(end_offset(SegmentReader::open(&log_path)?)?.unwrap_or(base));
     }
     Ok(end)
 }
 
-fn segment_end_from_start(log_path: &Path, base: i64) -> Result<i64> {
-    let bytes = std::fs::read(log_path)
-        .with_context(|| format!("failed to read `{}`", log_path.display()))?;
-    Ok(BatchIter::new(&bytes, MAX_BATCH_SIZE)
-        .last()
-        .map_or(base, |(h, _, _)| h.last_offset + 1))
+/// The offset after the last whole batch `reader` yields.
+fn end_offset(mut reader: SegmentReader) -> Result<Option<i64>> {
+    let mut end = None;
+    while let Some((h, _)) = reader.next_batch()? {
+        end = Some(h.last_offset + 1);
+    }
+    Ok(end)
 }
 
 fn read_checkpoint(path: &Path, notes: &mut Vec<String>) -> BTreeMap<TopicPartition, i64> {

@@ -9,13 +9,15 @@ use super::partition_dirs;
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::partition::list_segment_bases;
 use crate::log::producer_state::ProducerState;
-use crate::log::segment::{self, MAX_BATCH_SIZE};
+use crate::log::segment;
+use crate::log::segment_reader::SegmentReader;
 use crate::log::txn_index::AbortedTxn;
-use crate::log::{diverged, identity, txn_index};
+use crate::log::{diverged, identity, offset_index, time_index, txn_index};
 use crate::record::records::{ControlType, control_marker};
-use crate::record::{BatchIter, SetEnd, check_follows};
+use crate::record::{SetEnd, check_follows};
 use anyhow::Result;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
 use std::path::Path;
 use std::path::PathBuf;
 
@@ -29,18 +31,6 @@ pub struct VerifyReport {
     pub extents: BTreeMap<TopicPartition, (i64, i64)>,
     /// Archived histories checked.
     pub archived: usize,
-}
-
-fn be_u32(b: &[u8]) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(b.get(..4).unwrap_or(&[0; 4]));
-    u32::from_be_bytes(a)
-}
-
-fn be_i64(b: &[u8]) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(b.get(..8).unwrap_or(&[0; 8]));
-    i64::from_be_bytes(a)
 }
 
 /// Adds a file's problems: the first few in full, then a count, so one damaged index does
@@ -60,24 +50,85 @@ fn report_capped(problems: &mut Vec<String>, file: &Path, bad: Vec<String>) {
     }
 }
 
+/// An offset or time index read whole to be checked (its size is bounded by the segment's
+/// index cadence, not by its bytes): its entries, and its length or why it is unreadable.
+struct IndexToCheck<E> {
+    path: PathBuf,
+    entry_size: usize,
+    len: std::io::Result<usize>,
+    entries: Vec<E>,
+}
+
+impl<E> IndexToCheck<E> {
+    /// Reads the `.<suffix>` file of the segment at `base` in `dir`.
+    fn read(
+        dir: &Path,
+        base: i64,
+        suffix: &str,
+        entry_size: usize,
+        decode: impl FnOnce(&[u8]) -> Vec<E>,
+    ) -> Self {
+        let path = dir.join(segment::file_name(base, suffix));
+        let (len, entries) = match std::fs::read(&path) {
+            Ok(b) => (Ok(b.len()), decode(&b)),
+            Err(e) => (Err(e), Vec::new()),
+        };
+        IndexToCheck {
+            path,
+            entry_size,
+            len,
+            entries,
+        }
+    }
+
+    /// Adds the file's problems: unreadable, or not a whole number of entries, then the
+    /// entries found `bad`.
+    fn report(&self, bad: Vec<String>, problems: &mut Vec<String>) {
+        match &self.len {
+            Ok(len) => {
+                if len % self.entry_size != 0 {
+                    problems.push(format!(
+                        "{}: size {len} is not a multiple of {}",
+                        self.path.display(),
+                        self.entry_size
+                    ));
+                }
+                report_capped(problems, &self.path, bad);
+            }
+            Err(e) => problems.push(format!("{}: unreadable: {e}", self.path.display())),
+        }
+    }
+}
+
+/// A reader of the `.log`-format file `path`; `None`, with the problem noted, when it cannot
+/// be opened.
+fn open_log(path: &Path, r: &mut VerifyReport) -> Option<SegmentReader> {
+    let opened = File::open(path)
+        .map_err(|e| format!("{}: unreadable: {e}", path.display()))
+        .and_then(|f| SegmentReader::from_file(f, path).map_err(|e| format!("{e:#}")));
+    opened.map_err(|problem| r.problems.push(problem)).ok()
+}
+
 /// Checks a record-set file that is not a segment (a `diverged/` copy): every batch whole,
 /// its CRC valid, the ordering rule kept, and the range its name gives.
 fn verify_record_file(path: &Path, first: i64, last: i64, r: &mut VerifyReport) {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => {
-            r.problems
-                .push(format!("{}: unreadable: {e}", path.display()));
-            return;
-        }
+    let Some(mut reader) = open_log(path, r) else {
+        return;
     };
-    let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
     let mut prev = None;
     let mut seen = None;
-    for (h, pos, b) in it.by_ref() {
-        if let Err(e) = h.verify_crc(b) {
-            r.problems
-                .push(format!("{}: byte {pos}: {e}", path.display()));
+    loop {
+        let (h, pos) = match reader.next_batch() {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => return r.problems.push(format!("{e:#}")),
+        };
+        match reader.check_crc() {
+            Ok(Err(e)) => r
+                .problems
+                .push(format!("{}: byte {pos}: {e}", path.display())),
+            Ok(Ok(())) => {}
+            Err(e) => return r.problems.push(format!("{e:#}")),
         }
         if let Err(e) = check_follows(prev, &h) {
             r.problems
@@ -86,7 +137,7 @@ fn verify_record_file(path: &Path, first: i64, last: i64, r: &mut VerifyReport) 
         prev = Some(h.last_offset);
         seen = Some((seen.map_or(h.base_offset, |(f, _)| f), h.last_offset));
     }
-    if !matches!(it.end(), Some(SetEnd::Complete)) {
+    if !matches!(reader.end(), Some(SetEnd::Complete)) {
         r.problems.push(format!(
             "{}: does not end with a whole batch",
             path.display()
@@ -147,25 +198,50 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
         r.segments += 1;
         first_base.get_or_insert(base);
         let log_path = dir.join(segment::file_name(base, "log"));
-        let bytes = match std::fs::read(&log_path) {
-            Ok(b) => b,
-            Err(e) => {
-                r.problems
-                    .push(format!("{}: unreadable: {e}", log_path.display()));
-                continue;
-            }
+        let Some(mut reader) = open_log(&log_path, r) else {
+            continue;
         };
-        // batch start position → (last offset, max timestamp)
-        let mut starts: HashMap<u32, (i64, i64)> = HashMap::new();
+        // The index entries are read first, so that the walk records only what they ask
+        // about: memory grows with the indexes, not with the batches of the segment.
+        let idx = IndexToCheck::read(dir, base, "index", offset_index::ENTRY_SIZE, |b| {
+            offset_index::decode_entries(b, base).collect()
+        });
+        // batch start position an entry names → the last offset of the batch there
+        let mut starts: HashMap<u32, Option<i64>> =
+            idx.entries.iter().map(|&(_, p)| (p, None)).collect();
+        let tix = IndexToCheck::read(dir, base, "timeindex", time_index::ENTRY_SIZE, |b| {
+            time_index::decode_entries(b, base).collect()
+        });
+        // last offset an entry names → the largest timestamp up to the batch ending there
+        let mut by_last: HashMap<i64, Option<i64>> =
+            tix.entries.iter().map(|&(_, o)| (o, None)).collect();
         // (producer id, offset) of every ABORT marker in the segment
         let mut aborts: BTreeSet<(i64, i64)> = BTreeSet::new();
         let mut expected = Vec::new();
-        let mut by_last: HashMap<i64, i64> = HashMap::new();
-        let mut it = BatchIter::new(&bytes, MAX_BATCH_SIZE);
         let mut max_ts = -1;
-        for (h, pos, b) in it.by_ref() {
+        let mut read_failed = false;
+        loop {
+            let (h, pos) = match reader.next_batch() {
+                Ok(Some(b)) => b,
+                Ok(None) => break,
+                Err(e) => {
+                    r.problems.push(format!("{e:#}"));
+                    read_failed = true;
+                    break;
+                }
+            };
             r.batches += 1;
-            if let Err(e) = h.verify_crc(b) {
+            // Control batches are read whole (their marker is needed); the others only
+            // stream through the CRC check.
+            let (crc, b) = match reader.checked_batch(h.is_control()) {
+                Ok(checked) => checked,
+                Err(e) => {
+                    r.problems.push(format!("{e:#}"));
+                    read_failed = true;
+                    break;
+                }
+            };
+            if let Err(e) = &crc {
                 r.problems
                     .push(format!("{}: byte {pos}: {e}", log_path.display()));
             }
@@ -190,27 +266,34 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
             {
                 exact = false;
             }
-            if h.verify_crc(b).is_ok()
+            if crc.is_ok()
                 && let Some(a) = replay.update(&h, b)
             {
                 expected.push(a);
             }
             prev_last = Some(h.last_offset);
             max_ts = max_ts.max(h.max_timestamp);
-            starts.insert(pos as u32, (h.last_offset, h.max_timestamp));
-            by_last.insert(h.last_offset, max_ts);
+            if let Some(last) = starts.get_mut(&(pos as u32)) {
+                *last = Some(h.last_offset);
+            }
+            if let Some(t) = by_last.get_mut(&h.last_offset) {
+                *t = Some(max_ts);
+            }
         }
-        match it.end() {
+        if read_failed {
+            // The rest of the segment is unknown: its indexes cannot be judged, nor the
+            // transactions after it.
+            exact = false;
+            continue;
+        }
+        match reader.end() {
             Some(SetEnd::Partial { bytes: n }) => {
-                let at = bytes.len() - n;
-                let announced = bytes
-                    .get(at + 8..at + 12)
-                    .map(|b| i64::from(i32::from_be_bytes([b[0], b[1], b[2], b[3]])) + 12);
+                let at = reader.position();
                 r.problems.push(format!(
                     "{}: partial batch at byte {at} ({n} bytes, after offset {}{}): a write torn by a crash, a damaged size field, or a file cut short",
                     log_path.display(),
                     prev_last.map_or_else(|| "none".to_string(), |l| l.to_string()),
-                    announced.map_or_else(String::new, |a| format!(
+                    reader.announced_size().map_or_else(String::new, |a| format!(
                         "; its size field announces {a} bytes"
                     ))
                 ))
@@ -221,33 +304,17 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
             )),
             _ => {}
         }
-        let idx_path = dir.join(segment::file_name(base, "index"));
-        match std::fs::read(&idx_path) {
-            Ok(idx) => {
-                if idx.len() % 8 != 0 {
-                    r.problems.push(format!(
-                        "{}: size {} is not a multiple of 8",
-                        idx_path.display(),
-                        idx.len()
-                    ));
-                }
-                let mut bad = Vec::new();
-                for (i, e) in idx.chunks_exact(8).enumerate() {
-                    let off = base + i64::from(be_u32(e));
-                    let pos = be_u32(e.get(4..).unwrap_or_default());
-                    match starts.get(&pos) {
-                        Some(&(last, _)) if last == off => {}
-                        Some(&(last, _)) => bad.push(format!("entry {i} says offset {off} at byte {pos}, but the batch there ends at {last}")),
-                        None if pos as usize >= bytes.len() => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, past the end of the log ({} bytes)", bytes.len())),
-                        None => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, which is not a batch start")),
-                    }
-                }
-                report_capped(&mut r.problems, &idx_path, bad);
+        let log_size = reader.size();
+        let mut bad = Vec::new();
+        for (i, &(off, pos)) in idx.entries.iter().enumerate() {
+            match starts.get(&pos).copied().flatten() {
+                Some(last) if last == off => {}
+                Some(last) => bad.push(format!("entry {i} says offset {off} at byte {pos}, but the batch there ends at {last}")),
+                None if u64::from(pos) >= log_size => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, past the end of the log ({log_size} bytes)")),
+                None => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, which is not a batch start")),
             }
-            Err(e) => r
-                .problems
-                .push(format!("{}: unreadable: {e}", idx_path.display())),
         }
+        idx.report(bad, &mut r.problems);
         let txn_path = dir.join(segment::file_name(base, "txnindex"));
         match txn_index::read(&txn_path) {
             Ok(entries) => {
@@ -280,37 +347,20 @@ fn verify_log_dir(dir: &Path, r: &mut VerifyReport) -> Result<(i64, i64)> {
             }
             Err(e) => r.problems.push(format!("{e:#}")),
         }
-        let tix_path = dir.join(segment::file_name(base, "timeindex"));
-        match std::fs::read(&tix_path) {
-            Ok(tix) => {
-                if tix.len() % 12 != 0 {
-                    r.problems.push(format!(
-                        "{}: size {} is not a multiple of 12",
-                        tix_path.display(),
-                        tix.len()
-                    ));
-                }
-                let mut prev_ts = i64::MIN;
-                let mut bad = Vec::new();
-                for (i, e) in tix.chunks_exact(12).enumerate() {
-                    let ts = be_i64(e);
-                    let off = base + i64::from(be_u32(e.get(8..).unwrap_or_default()));
-                    if ts <= prev_ts {
-                        bad.push(format!("entry {i}: timestamp {ts} does not increase"));
-                    }
-                    prev_ts = ts;
-                    match by_last.get(&off) {
-                        Some(&t) if t >= ts => {}
-                        Some(&t) => bad.push(format!("entry {i}: timestamp {ts} at offset {off} exceeds the largest timestamp {t} up to that batch")),
-                        None => bad.push(format!("entry {i}: offset {off} is not the last offset of a whole batch")),
-                    }
-                }
-                report_capped(&mut r.problems, &tix_path, bad);
+        let mut prev_ts = i64::MIN;
+        let mut bad = Vec::new();
+        for (i, &(ts, off)) in tix.entries.iter().enumerate() {
+            if ts <= prev_ts {
+                bad.push(format!("entry {i}: timestamp {ts} does not increase"));
             }
-            Err(e) => r
-                .problems
-                .push(format!("{}: unreadable: {e}", tix_path.display())),
+            prev_ts = ts;
+            match by_last.get(&off).copied().flatten() {
+                Some(t) if t >= ts => {}
+                Some(t) => bad.push(format!("entry {i}: timestamp {ts} at offset {off} exceeds the largest timestamp {t} up to that batch")),
+                None => bad.push(format!("entry {i}: offset {off} is not the last offset of a whole batch")),
+            }
         }
+        tix.report(bad, &mut r.problems);
     }
     if exact {
         for (path, got, want) in expected_txn {

@@ -22,8 +22,11 @@ pub mod loader;
 pub mod manager;
 pub mod offset_index;
 pub mod partition;
+#[cfg(test)]
+mod partition_tests;
 pub mod producer_state;
 pub mod segment;
+pub mod segment_reader;
 pub mod time_index;
 pub mod txn_index;
 

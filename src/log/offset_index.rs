@@ -39,6 +39,16 @@ impl Entry for OffsetEntry {
     }
 }
 
+/// The entries in the bytes of an offset index file, absolute: (offset, position), in file
+/// order; bytes after the last whole entry are left out. For readers of the file that check
+/// it rather than trust it (`verify`).
+pub fn decode_entries(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = (i64, u32)> + '_ {
+    bytes.chunks_exact(ENTRY_SIZE).map(move |b| {
+        let OffsetEntry(rel, pos) = OffsetEntry::decode(b);
+        (base_offset + i64::from(rel), pos)
+    })
+}
+
 #[derive(Debug)]
 pub struct OffsetIndex {
     /// Invariant: relative offsets and positions strictly increase.
@@ -215,6 +225,17 @@ mod tests {
         idx.append(105, 4096).unwrap();
         idx.flush(true).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), [0, 0, 0, 5, 0, 0, 0x10, 0]);
+    }
+
+    #[test]
+    fn decode_entries_reads_the_golden_bytes_and_leaves_a_partial_entry_out() {
+        let bytes = [
+            0, 0, 0, 5, 0, 0, 0x10, 0, 0, 0, 0, 9, 0, 0, 0x20, 0, 0, 0, 1,
+        ];
+        assert_eq!(
+            decode_entries(&bytes, 100).collect::<Vec<_>>(),
+            vec![(105, 4096), (109, 8192)]
+        );
     }
 
     #[test]

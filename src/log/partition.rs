@@ -498,24 +498,7 @@ impl PartitionLog {
             if (next <= from || seg.next_offset() <= from) && !rebuild {
                 continue; // wholly before the snapshot, and its index is trusted
             }
-            let mut entries = Vec::new();
-            let mut control = Vec::new();
-            seg.for_each_batch(0, |h, pos| {
-                if h.last_offset >= from && h.producer_id >= 0 {
-                    control.push((*h, pos));
-                }
-                Ok(true)
-            })?;
-            for (h, pos) in control {
-                let bytes = if h.is_control() {
-                    seg.read_at(pos, h.size_in_bytes)?
-                } else {
-                    Vec::new()
-                };
-                if let Some(a) = state.update(&h, &bytes) {
-                    entries.push(a);
-                }
-            }
+            let entries = state.replay(&mut seg.reader(0)?, from)?;
             if rebuild {
                 seg.txn_index.rewrite(&entries)?;
             }

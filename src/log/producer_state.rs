@@ -27,6 +27,7 @@ use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::segment_reader::SegmentReader;
 use super::txn_index::AbortedTxn;
 
 const VERSION: i16 = 1;
@@ -108,6 +109,27 @@ impl ProducerState {
             self.dirty = true;
         }
         None
+    }
+
+    /// Applies the batches `reader` yields from the first whose last offset is at or above
+    /// `from`, reading the bytes of control batches only; returns the `.txnindex` entries of
+    /// the ABORT markers met.
+    pub fn replay(&mut self, reader: &mut SegmentReader, from: i64) -> Result<Vec<AbortedTxn>> {
+        let mut aborted = Vec::new();
+        while let Some((h, _)) = reader.next_batch()? {
+            if h.last_offset < from || h.producer_id < 0 {
+                continue;
+            }
+            let bytes: &[u8] = if h.is_control() {
+                reader.batch_bytes()?
+            } else {
+                &[]
+            };
+            if let Some(a) = self.update(&h, bytes) {
+                aborted.push(a);
+            }
+        }
+        Ok(aborted)
     }
 
     /// The first offset of the oldest open transaction, else `log_end`.

@@ -11,13 +11,13 @@
 
 use super::fault::{self, Step};
 use super::offset_index::OffsetIndex;
+use super::segment_reader::SegmentReader;
 use super::time_index::TimeIndex;
 use super::txn_index::TxnIndex;
-use crate::record::{BatchHeader, BatchIter, SetEnd};
+use crate::record::{BatchHeader, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The largest tail recovery cuts as a torn write without keeping it aside: a crash tears at
@@ -44,60 +44,6 @@ pub fn delete_files(dir: &Path, base: i64) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).with_context(|| format!("failed to delete `{}`", p.display())),
         }
-    }
-    Ok(())
-}
-
-/// Calls `f` with the header and byte position of every whole batch of a log file from byte
-/// `from` on, until it returns `false`, reading only headers (a buffered sequential read: memory does not grow with the
-/// file). Stops at the first batch that is not whole or whose header does not parse.
-pub fn walk_batches(
-    file: &File,
-    path: &Path,
-    from: u64,
-    f: impl FnMut(&BatchHeader, u64) -> Result<bool>,
-) -> Result<()> {
-    let size = file
-        .metadata()
-        .with_context(|| format!("failed to stat `{}`", path.display()))?
-        .len();
-    walk_batches_to(file, path, from, size, f)
-}
-
-fn walk_batches_to(
-    file: &File,
-    path: &Path,
-    from: u64,
-    size: u64,
-    mut f: impl FnMut(&BatchHeader, u64) -> Result<bool>,
-) -> Result<()> {
-    let file = file
-        .try_clone()
-        .with_context(|| format!("failed to open `{}`", path.display()))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
-    reader
-        .seek(SeekFrom::Start(from))
-        .with_context(|| format!("failed to seek `{}`", path.display()))?;
-    let mut pos = from;
-    let mut prefix = [0u8; crate::record::batch::V2_HEADER_SIZE];
-    while pos < size {
-        let want = prefix.len().min((size - pos) as usize);
-        reader
-            .read_exact(&mut prefix[..want])
-            .with_context(|| format!("failed to read `{}`", path.display()))?;
-        let Ok(h) = BatchHeader::parse_prefix(&prefix[..want], MAX_BATCH_SIZE) else {
-            break;
-        };
-        if pos + h.size_in_bytes as u64 > size {
-            break;
-        }
-        if !f(&h, pos)? {
-            break;
-        }
-        reader
-            .seek_relative(h.size_in_bytes as i64 - want as i64)
-            .with_context(|| format!("failed to seek `{}`", path.display()))?;
-        pos += h.size_in_bytes as u64;
     }
     Ok(())
 }
@@ -362,7 +308,7 @@ impl Segment {
             .last_entry()
             .unwrap_or((self.base_offset, 0));
         let from = u64::from(from);
-        let tail = self.read_at(from, (self.size - from) as usize)?;
+        let mut reader = self.reader(from)?;
         self.next_offset = self.base_offset;
         // Every batch from the last entry's position on counts, that batch included.
         self.bytes_since_last_index_entry = 0;
@@ -376,8 +322,7 @@ impl Segment {
                 self.offset_of_max_timestamp = self.base_offset;
             }
         }
-        let mut it = BatchIter::new(&tail, MAX_BATCH_SIZE);
-        for (h, _, _) in it.by_ref() {
+        while let Some((h, _)) = reader.next_batch()? {
             self.bytes_since_last_index_entry += h.size_in_bytes as u64;
             self.next_offset = h.last_offset + 1;
             if h.max_timestamp > self.max_timestamp {
@@ -385,10 +330,8 @@ impl Segment {
                 self.offset_of_max_timestamp = h.last_offset;
             }
         }
-        match it.end() {
-            Some(SetEnd::Partial { .. } | SetEnd::Corrupt { .. }) => {
-                Ok(Some(from + it.position() as u64))
-            }
+        match reader.end() {
+            Some(SetEnd::Partial { .. } | SetEnd::Corrupt { .. }) => Ok(Some(reader.position())),
             _ => Ok(None),
         }
     }
@@ -402,81 +345,15 @@ impl Segment {
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = self.base_offset;
         self.next_offset = self.base_offset;
-        let file = self
-            .file()?
-            .try_clone()
-            .with_context(|| format!("failed to reopen `{}`", self.log_path.display()))?;
-        let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-        reader
-            .seek(SeekFrom::Start(0))
-            .with_context(|| format!("failed to seek `{}`", self.log_path.display()))?;
-        let mut valid: u64 = 0;
+        let mut reader = self.reader(0)?;
         let mut batches = 0;
         let mut reason = None;
         let mut epochs = Vec::new();
-        let mut header = [0u8; 17];
-        let mut buf = Vec::new();
         let mut last_offset: Option<i64> = None;
-        // A partial batch at the end, as a crash mid-append leaves one.
-        let mut torn = false;
-        loop {
-            if valid == self.size {
-                break;
-            }
-            let want = header.len().min((self.size - valid) as usize);
-            match reader.read_exact(&mut header[..want]) {
-                Ok(()) if want == header.len() => {}
-                Ok(()) => {
-                    reason = Some(format!("partial batch header at byte {valid}"));
-                    torn = true;
-                    break;
-                }
-                // A read that fails is the disk's fault, not a torn write: nothing is cut.
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!(
-                            "failed to read `{}` at byte {valid}",
-                            self.log_path.display()
-                        )
-                    });
-                }
-            }
-            let h = match BatchHeader::parse(&header, MAX_BATCH_SIZE) {
-                Ok(h) => h,
-                Err(crate::record::BatchError::Truncated { needed, .. }) => {
-                    if valid + needed as u64 > self.size {
-                        reason = Some(format!(
-                            "partial batch at byte {valid}: {needed} bytes announced, {} present",
-                            self.size - valid
-                        ));
-                        torn = true;
-                        break;
-                    }
-                    buf.clear();
-                    buf.extend_from_slice(&header);
-                    buf.resize(needed, 0);
-                    if reader.read_exact(&mut buf[header.len()..]).is_err() {
-                        reason = Some(format!("unreadable batch at byte {valid}"));
-                        break;
-                    }
-                    match BatchHeader::parse(&buf, MAX_BATCH_SIZE) {
-                        Ok(h) => h,
-                        Err(e) => {
-                            reason = Some(format!("{e} at byte {valid}"));
-                            break;
-                        }
-                    }
-                }
-                Err(e) => {
-                    reason = Some(format!("{e} at byte {valid}"));
-                    break;
-                }
-            };
-            if h.size_in_bytes <= header.len() {
-                buf.clear();
-                buf.extend_from_slice(&header[..h.size_in_bytes]);
-            }
-            if let Err(e) = h.verify_crc(&buf) {
+        // A read that fails is the disk's fault, not a torn write: the error is returned and
+        // nothing is cut.
+        while let Some((h, valid)) = reader.next_batch()? {
+            if let Err(e) = reader.check_crc()? {
                 reason = Some(format!("{e} at byte {valid}"));
                 break;
             }
@@ -497,8 +374,32 @@ impl Segment {
             }
             last_offset = Some(h.last_offset);
             self.next_offset = h.last_offset + 1;
-            valid += h.size_in_bytes as u64;
             batches += 1;
+        }
+        let valid = reader.position();
+        // A partial batch at the end, as a crash mid-append leaves one: fewer bytes than a
+        // header's first 17, or fewer than the size field announces.
+        let mut torn = false;
+        if reason.is_none() {
+            let present = self.size - valid;
+            match reader.end() {
+                Some(_) if present > 0 && present < 17 => {
+                    reason = Some(format!("partial batch header at byte {valid}"));
+                    torn = true;
+                }
+                Some(SetEnd::Partial { .. }) => {
+                    let needed = reader.announced_size().unwrap_or(present);
+                    reason = Some(format!(
+                        "partial batch at byte {valid}: {needed} bytes announced, {present} present"
+                    ));
+                    torn = true;
+                }
+                Some(SetEnd::Corrupt { reason: why, .. }) => {
+                    let e = crate::record::BatchError::Corrupt(why.clone());
+                    reason = Some(format!("{e} at byte {valid}"));
+                }
+                _ => {}
+            }
         }
         let truncated = self.size - valid;
         // A crash tears at most the batch being written, and only in the segment that was
@@ -724,23 +625,37 @@ impl Segment {
         Ok(removed)
     }
 
-    /// Calls `f` with the header and byte position of every whole batch from byte `from`
-    /// on (see [`walk_batches`]).
+    /// Calls `f` with the header and byte position of every whole batch from byte `from` on,
+    /// until it returns `false`, reading only headers (memory does not grow with the segment).
+    /// Stops at the first batch that is not whole or whose header does not parse.
     pub fn for_each_batch(
         &self,
         from: u64,
-        f: impl FnMut(&BatchHeader, u64) -> Result<bool>,
+        mut f: impl FnMut(&BatchHeader, u64) -> Result<bool>,
     ) -> Result<()> {
+        let mut reader = self.reader(from)?;
+        while let Some((h, pos)) = reader.next_batch()? {
+            if !f(&h, pos)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A streaming reader of the segment's batches from byte `from` (a batch start) to its end.
+    pub fn reader(&self, from: u64) -> Result<SegmentReader> {
         let file = match &self.log {
             Some(f) => f.try_clone(),
             None => File::open(&self.log_path),
         }
         .with_context(|| format!("failed to open `{}`", self.log_path.display()))?;
-        walk_batches_to(&file, &self.log_path, from, self.size, f)
+        Ok(SegmentReader::new(file, &self.log_path, from, self.size))
     }
 
-    /// Reads `len` bytes at `pos`.
-    pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+    /// Reads `len` bytes at `pos` (tests; everything else streams through [`Self::reader`]).
+    #[cfg(test)]
+    pub(crate) fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; len];
         let read = match &self.log {
             Some(f) => f.read_exact_at(&mut buf, pos),
@@ -884,6 +799,7 @@ pub(crate) fn append_raw(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::BatchIter;
     use crate::record::records::{NewRecord, build_v2_batch};
 
     fn batch(base: i64, n: usize, ts: i64) -> (Vec<u8>, BatchHeader) {
@@ -1036,6 +952,47 @@ mod tests {
                 .join("damaged")
                 .join(format!("{}.{}", file_name(0, "log"), batch_len * 4));
         assert_eq!(fs::read(kept).unwrap(), bytes[batch_len * 4..]);
+    }
+
+    #[test]
+    fn recovery_tells_a_torn_tail_from_a_damaged_size_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = {
+            let mut seg = Segment::create(dir.path(), 0, 4096, 0).unwrap();
+            fill(&mut seg, 3)
+        };
+        let (next, _) = batch(30, 10, 5000);
+        let at = all.len();
+        let mut bad_size = next.clone();
+        bad_size[8..12].copy_from_slice(&5i32.to_be_bytes());
+        let cases = [
+            (
+                next[..16].to_vec(),
+                format!("partial batch header at byte {at}"),
+            ),
+            (
+                next[..100].to_vec(),
+                format!(
+                    "partial batch at byte {at}: {} bytes announced, 100 present",
+                    next.len()
+                ),
+            ),
+            (
+                bad_size,
+                format!("corrupt batch: size 5 at offset 30 is below the minimum 14 at byte {at}"),
+            ),
+        ];
+        for (tail, reason) in cases {
+            fs::write(
+                dir.path().join(file_name(0, "log")),
+                [&all[..], &tail].concat(),
+            )
+            .unwrap();
+            let (seg, r) = Segment::open(dir.path(), 0, 4096, 0, true, true).unwrap();
+            let r = r.unwrap();
+            assert_eq!(r.reason.as_deref(), Some(reason.as_str()));
+            assert_eq!((r.batches, seg.size()), (3, at as u64));
+        }
     }
 
     #[test]

@@ -36,6 +36,16 @@ impl Entry for TimeEntry {
     }
 }
 
+/// The entries in the bytes of a time index file, absolute: (timestamp, offset), in file
+/// order; bytes after the last whole entry are left out. For readers of the file that check
+/// it rather than trust it (`verify`).
+pub fn decode_entries(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = (i64, i64)> + '_ {
+    bytes.chunks_exact(ENTRY_SIZE).map(move |b| {
+        let TimeEntry(ts, rel) = TimeEntry::decode(b);
+        (ts, base_offset + i64::from(rel))
+    })
+}
+
 #[derive(Debug)]
 pub struct TimeIndex {
     /// Invariant: timestamps strictly increase, offsets never decrease.
@@ -177,6 +187,17 @@ mod tests {
         assert_eq!(
             std::fs::read(&p).unwrap(),
             [0, 0, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0, 0, 0, 5]
+        );
+    }
+
+    #[test]
+    fn decode_entries_reads_the_golden_bytes_and_leaves_a_partial_entry_out() {
+        let bytes = [
+            0, 0, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0, 0, 0, 5, 0, 0, 0, 0,
+        ];
+        assert_eq!(
+            decode_entries(&bytes, 100).collect::<Vec<_>>(),
+            vec![(1_700_000_000_000, 105)]
         );
     }
 

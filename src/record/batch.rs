@@ -125,17 +125,35 @@ impl BatchHeader {
     /// Parses the header at the start of `bytes` and checks that the whole batch is present,
     /// without verifying its checksum. `max_size` bounds the announced size.
     pub fn parse(bytes: &[u8], max_size: usize) -> Result<BatchHeader, BatchError> {
-        Self::parse_inner(bytes, max_size, true)
+        Self::parse_inner(bytes, max_size, true, None)
     }
 
     /// Parses a header from the first bytes of a batch (at least [`V2_HEADER_SIZE`] of them,
     /// or the whole batch when it is shorter), for walking a file without reading whole
     /// batches. The checksum cannot be verified from this.
     pub fn parse_prefix(prefix: &[u8], max_size: usize) -> Result<BatchHeader, BatchError> {
-        Self::parse_inner(prefix, max_size, false)
+        Self::parse_inner(prefix, max_size, false, None)
     }
 
-    fn parse_inner(bytes: &[u8], max_size: usize, whole: bool) -> Result<BatchHeader, BatchError> {
+    /// Parses the header of a batch of which `available` bytes exist (in a file, from the
+    /// batch's start) and `prefix` holds the first `min(available, V2_HEADER_SIZE)` or more:
+    /// decides exactly as [`Self::parse`] would on all `available` bytes — a batch that is not
+    /// all there is `Truncated`, whatever its header says — without reading them.
+    pub fn parse_header_of(
+        prefix: &[u8],
+        available: u64,
+        max_size: usize,
+    ) -> Result<BatchHeader, BatchError> {
+        let available = usize::try_from(available).unwrap_or(usize::MAX);
+        Self::parse_inner(prefix, max_size, false, Some(available))
+    }
+
+    fn parse_inner(
+        bytes: &[u8],
+        max_size: usize,
+        whole: bool,
+        available: Option<usize>,
+    ) -> Result<BatchHeader, BatchError> {
         if bytes.len() < LOG_OVERHEAD {
             return Err(BatchError::Truncated {
                 needed: LOG_OVERHEAD,
@@ -171,6 +189,15 @@ impl BatchHeader {
             return Err(BatchError::Corrupt(format!(
                 "magic {magic} at offset {offset}"
             )));
+        }
+        // `parse` finds a batch that is not all there before it looks inside its header.
+        if let Some(available) = available
+            && available < total
+        {
+            return Err(BatchError::Truncated {
+                needed: total,
+                available,
+            });
         }
         let needed = if whole {
             total
@@ -259,15 +286,67 @@ impl BatchHeader {
 
     /// Verifies the checksum of the batch whose bytes are `batch` (exactly `size_in_bytes`).
     pub fn verify_crc(&self, batch: &[u8]) -> Result<(), BatchError> {
-        let computed = if self.magic == 2 {
-            crc32c::crc32c(batch.get(V2_ATTRIBUTES_OFFSET..).unwrap_or_default())
+        let mut check = CrcCheck::new(self);
+        check.update(batch);
+        check.finish()
+    }
+}
+
+/// The checksum of one batch computed from its bytes handed over piece by piece, in order
+/// from the batch's first byte, so that a batch need not be held whole to be verified.
+pub struct CrcCheck {
+    header: BatchHeader,
+    /// Bytes of the batch seen so far.
+    seen: usize,
+    state: CrcState,
+}
+
+enum CrcState {
+    /// CRC-32C of bytes 21.. (magic 2).
+    Castagnoli(u32),
+    /// CRC-32 IEEE of bytes 16.. (magic 0 and 1).
+    Ieee(crc32fast::Hasher),
+}
+
+impl CrcCheck {
+    pub fn new(header: &BatchHeader) -> Self {
+        let state = if header.magic == 2 {
+            CrcState::Castagnoli(0)
         } else {
-            crc32fast::hash(batch.get(MAGIC_OFFSET..).unwrap_or_default())
+            CrcState::Ieee(crc32fast::Hasher::new())
         };
-        if computed != self.crc {
+        CrcCheck {
+            header: *header,
+            seen: 0,
+            state,
+        }
+    }
+
+    /// Adds the next bytes of the batch.
+    pub fn update(&mut self, piece: &[u8]) {
+        let covered_from = match self.state {
+            CrcState::Castagnoli(_) => V2_ATTRIBUTES_OFFSET,
+            CrcState::Ieee(_) => MAGIC_OFFSET,
+        };
+        let skip = covered_from.saturating_sub(self.seen).min(piece.len());
+        self.seen += piece.len();
+        let covered = piece.get(skip..).unwrap_or_default();
+        match &mut self.state {
+            CrcState::Castagnoli(crc) => *crc = crc32c::crc32c_append(*crc, covered),
+            CrcState::Ieee(h) => h.update(covered),
+        }
+    }
+
+    /// Compares the checksum of the bytes added with the one the header stores.
+    pub fn finish(self) -> Result<(), BatchError> {
+        let computed = match self.state {
+            CrcState::Castagnoli(crc) => crc,
+            CrcState::Ieee(h) => h.finalize(),
+        };
+        if computed != self.header.crc {
             return Err(BatchError::Corrupt(format!(
                 "CRC mismatch in batch at offset {}: stored {:08x}, computed {:08x}",
-                self.base_offset, self.crc, computed
+                self.header.base_offset, self.header.crc, computed
             )));
         }
         Ok(())
@@ -354,6 +433,53 @@ pub(crate) mod tests {
         }
         let h = BatchHeader::parse(&unhex(LEGACY_E), usize::MAX).unwrap();
         assert_eq!(h.max_timestamp, 1_700_000_000_000);
+    }
+
+    #[test]
+    fn a_crc_checked_piece_by_piece_is_the_whole_batch_crc() {
+        for hexs in [BATCH_C, LEGACY_E, LEGACY_E0] {
+            let b = unhex(hexs);
+            let h = BatchHeader::parse(&b, usize::MAX).unwrap();
+            for piece in 1..=b.len() {
+                let mut check = CrcCheck::new(&h);
+                b.chunks(piece).for_each(|c| check.update(c));
+                assert_eq!(check.finish(), Ok(()), "{hexs} in pieces of {piece}");
+            }
+            let mut c = b.clone();
+            let last = c.len() - 1;
+            c[last] ^= 0x01;
+            let mut check = CrcCheck::new(&h);
+            c.chunks(7).for_each(|p| check.update(p));
+            assert_eq!(check.finish(), h.verify_crc(&c));
+            assert!(h.verify_crc(&c).is_err());
+        }
+    }
+
+    /// `parse_header_of` on a prefix decides as `parse` does on all the bytes there are.
+    #[test]
+    fn a_header_read_from_a_prefix_is_judged_as_the_whole_batch() {
+        let mut bad_delta = unhex(BATCH_C);
+        bad_delta[23..27].copy_from_slice(&(-3i32).to_be_bytes());
+        let mut bad_magic = unhex(BATCH_C);
+        bad_magic[16] = 9;
+        let mut tiny = unhex(BATCH_C);
+        tiny[8..12].copy_from_slice(&3i32.to_be_bytes());
+        let mut legacy = unhex(LEGACY_E);
+        legacy.extend_from_slice(&unhex(BATCH_C));
+        let cases = [unhex(BATCH_C), bad_delta, bad_magic, tiny, legacy];
+        for (b, max) in cases.iter().flat_map(|b| [(b, 70), (b, 1 << 20)]) {
+            for available in 0..=b.len() {
+                let whole = BatchHeader::parse(&b[..available], max);
+                let prefix = &b[..available.min(V2_HEADER_SIZE)];
+                let got = BatchHeader::parse_header_of(prefix, available as u64, max);
+                match (&whole, &got) {
+                    (Ok(w), Ok(g)) => assert_eq!(w, g),
+                    (Err(BatchError::Truncated { .. }), Err(BatchError::Truncated { .. })) => {}
+                    (Err(BatchError::Corrupt(w)), Err(BatchError::Corrupt(g))) => assert_eq!(w, g),
+                    _ => panic!("{available} bytes: parse says {whole:?}, prefix {got:?}"),
+                }
+            }
+        }
     }
 
     #[test]
