@@ -21,6 +21,7 @@ pub mod manager;
 pub mod offset_index;
 pub mod partition;
 pub mod producer_state;
+pub mod repair;
 pub mod segment;
 pub mod time_index;
 pub mod txn_index;
