@@ -596,13 +596,25 @@ pub fn rewrite_segment(
     })
 }
 
-/// The gaps at segment boundaries of a loaded log: (first missing offset, next segment's
-/// base) wherever a segment ends below the base of the one after it.
-pub fn boundary_gaps(log: &PartitionLog) -> Vec<(i64, i64)> {
+/// Offsets missing between two segments of a loaded log: the segment based at `prev` ends
+/// at `from`, below `next`, the base of the one after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    pub prev: i64,
+    pub from: i64,
+    pub next: i64,
+}
+
+/// The gaps at segment boundaries of a loaded log.
+pub fn boundary_gaps(log: &PartitionLog) -> Vec<Gap> {
     let segs: Vec<&Segment> = log.segments().collect();
     segs.windows(2)
         .filter_map(|w| match w {
-            [a, b] if a.next_offset() < b.base_offset => Some((a.next_offset(), b.base_offset)),
+            [a, b] if a.next_offset() < b.base_offset => Some(Gap {
+                prev: a.base_offset,
+                from: a.next_offset(),
+                next: b.base_offset,
+            }),
             _ => None,
         })
         .collect()
@@ -883,7 +895,14 @@ mod tests {
         fs::write(staging.join(segment::file_name(gone, "log")), &saved["log"]).unwrap();
         assert!(!list_segment_bases(&dir).unwrap().contains(&gone));
         let log = reload(data.path());
-        assert_eq!(boundary_gaps(&log), vec![(gone, bases[2])]);
+        assert_eq!(
+            boundary_gaps(&log),
+            vec![Gap {
+                prev: bases[0],
+                from: gone,
+                next: bases[2]
+            }]
+        );
         drop(log);
         fill_hole(&dir, gone, &cfg(), &mut source(&all)).unwrap();
         assert!(!staging.exists());
