@@ -167,6 +167,17 @@ fn check_cluster_at_start(cfg: &Config) -> Result<()> {
     }
 }
 
+/// `replica-follower repair`: holding the data-dir lock as `run` does (so never beside a
+/// running daemon), re-fetches what the leaders hold and the replica lacks or holds damaged;
+/// one line per step goes to `out`.
+pub fn repair(cfg: &Config, out: &mut dyn std::io::Write) -> Result<crate::repair::RepairSummary> {
+    if !cfg.data_dir.is_dir() {
+        bail!("data dir `{}` does not exist", cfg.data_dir.display());
+    }
+    let _lock = lock_data_dir(&cfg.data_dir)?;
+    crate::repair::repair_data_dir(cfg, out)
+}
+
 /// Runs the daemon with a validated configuration until SIGTERM/SIGINT.
 pub fn run(cfg: Config) -> Result<()> {
     let cfg = Arc::new(cfg);
