@@ -257,7 +257,8 @@ impl Daemon {
 
     /// Starts the daemon with extra environment variables (test hooks such as
     /// `RF_TEST_PAUSE_AT`).
-    /// Where the daemons run with `config` by this test process log (they append).
+    /// Where the daemons run with `config` by this test process log (they append): the
+    /// path [`Daemon::start_with_env`] opens.
     pub fn log_path_for(config: &Path) -> PathBuf {
         config.with_extension(format!("log.{}", std::process::id()))
     }
@@ -269,7 +270,7 @@ impl Daemon {
     }
 
     pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Daemon {
-        let log_path = Daemon::log_path_for(config);
+        let log_path = config.with_extension(format!("log.{}", std::process::id()));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
