@@ -1,8 +1,9 @@
 //! `replica-follower run`: start-up, the periodic flush/checkpoint task, signals, shutdown.
 //!
 //! Start-up: load the config; take the exclusive lock on `<data_dir>/.lock` (a second daemon
-//! on the same directory is refused); load and recover every local log; start the checkpoint
-//! task and the fetcher manager; tell systemd READY=1.
+//! on the same directory is refused); load and recover every local log; fill the holes the
+//! leader can fill ([`crate::repair::fill_holes_at_start`]); start the checkpoint task and the
+//! fetcher manager; tell systemd READY=1.
 //! Shutdown (SIGTERM/SIGINT): stop the manager and its fetchers (their sockets are shut down,
 //! so a fetch in flight ends at once), stop the checkpoint task, flush every log, write the
 //! checkpoints and the clean-shutdown marker, exit 0.
@@ -142,7 +143,13 @@ fn check_cluster_at_start(cfg: &Config) -> Result<()> {
         return Ok(());
     };
     let topics: Vec<String> = cfg.follow.iter().map(|f| f.topic.clone()).collect();
-    match cluster::bootstrap_metadata(&cfg.bootstrap_servers, &cfg.client_id, &topics) {
+    let timeout = Duration::from_millis(cfg.fetch.request_timeout_ms as u64);
+    match cluster::bootstrap_metadata_within(
+        &cfg.bootstrap_servers,
+        &cfg.client_id,
+        &topics,
+        timeout,
+    ) {
         Ok(md) => match md.cluster_id {
             Some(seen) if seen != expected => bail!(
                 "data dir `{}` replicates cluster {expected}, but the brokers at {} report cluster id {seen}; refusing to start, nothing was fetched or changed (point bootstrap_servers at cluster {expected}, or use a new data dir for cluster {seen})",
@@ -167,6 +174,17 @@ fn check_cluster_at_start(cfg: &Config) -> Result<()> {
     }
 }
 
+/// `replica-follower repair`: holding the data-dir lock as `run` does (so never beside a
+/// running daemon), re-fetches what the leaders hold and the replica lacks or holds damaged;
+/// one line per step goes to `out`.
+pub fn repair(cfg: &Config, out: &mut dyn std::io::Write) -> Result<crate::repair::RepairSummary> {
+    if !cfg.data_dir.is_dir() {
+        bail!("data dir `{}` does not exist", cfg.data_dir.display());
+    }
+    let _lock = lock_data_dir(&cfg.data_dir)?;
+    crate::repair::repair_data_dir(cfg, out)
+}
+
 /// Runs the daemon with a validated configuration until SIGTERM/SIGINT.
 pub fn run(cfg: Config) -> Result<()> {
     let cfg = Arc::new(cfg);
@@ -189,6 +207,9 @@ pub fn run(cfg: Config) -> Result<()> {
         LogManager::open(&cfg.data_dir, cfg.log_config())?
             .with_min_free_bytes(cfg.log.min_free_bytes),
     );
+    // A segment lost from the middle looks like a gap: the leader says whether it is a hole,
+    // and fills it, before anything is fetched (every request within the request timeout).
+    crate::repair::fill_holes_at_start(&cfg, &logs);
     // Checkpoint right away so the files describe what was just loaded and recovered.
     logs.checkpoint()?;
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;

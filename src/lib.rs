@@ -9,8 +9,10 @@
 //!    retention; atomic checkpoint files.
 //! 5. [`fetcher`] — the shutdownable thread, the abstract fetch loop, the replica fetcher
 //!    plugged into it, and the manager that assigns partitions to fetcher threads.
-//! 6. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task.
-//! 7. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
+//! 6. [`repair`] — holes and damaged segments found against the leader and re-fetched into
+//!    place (`repair`, `verify --against-leader`, the daemon's start-up hole check).
+//! 7. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task.
+//! 8. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
 //!
 //! [`config`] turns the TOML file into a validated [`config::Config`]; `main.rs` only parses
 //! the command line and dispatches.
@@ -33,3 +35,4 @@ pub mod inspect;
 pub mod log;
 pub mod protocol;
 pub mod record;
+pub mod repair;

@@ -16,6 +16,8 @@ Usage:
   replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]
   replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
   replica-follower verify --data-dir DIR
+  replica-follower verify --config FILE [--against-leader]
+  replica-follower repair --config FILE
   replica-follower check-config --config FILE
 
 Run `replica-follower <command> --help` for a command's details; `--version` for the version.
@@ -37,7 +39,10 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\n\nOffsets before time MS (-1 latest, -2 earliest) from the local log, one a line,\nnewest first, at most N (default 1).\n"
         }
         "verify" => {
-            "replica-follower verify --data-dir DIR\n\nChecks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong.\n"
+            "replica-follower verify --data-dir DIR\nreplica-follower verify --config FILE [--against-leader]\n\nChecks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
+        }
+        "repair" => {
+            "replica-follower repair --config FILE\n\nWith the daemon stopped (it takes the data-dir lock as `run` does), compares each\nfollowed partition with its leader as `verify --against-leader` does and re-fetches\nexactly what is missing or damaged: a hole becomes a segment of its own, named by its\nfirst offset; a segment with damaged or differing batches is rewritten from the\nleader's batches for its offset range (its old bytes kept in damaged/). Every fetched\nbatch is CRC-checked before it is written; files are written to a staging folder,\nfsynced and renamed into place; no other segment is touched. Prints one line per step.\nExit 0 when everything was repaired or nothing needed it, 1 when something could not\nbe (the leader no longer has it, the leader is unreachable, ...), 2 on a bad config.\n"
         }
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
@@ -150,7 +155,8 @@ fn main() -> ExitCode {
         "status" => (&["data-dir"], &["json"]),
         "dump" => (&["data-dir", "topic", "partition", "from"], &[]),
         "offsets" => (&["data-dir", "topic", "partition", "time", "max"], &[]),
-        "verify" => (&["data-dir"], &[]),
+        "verify" => (&["data-dir", "config"], &["against-leader"]),
+        "repair" => (&["config"], &[]),
         other => return usage_error(&format!("unknown command `{other}`")),
     };
     let args = match parse(argv, spec.0, spec.1) {
@@ -261,7 +267,24 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             ))
         }
         "verify" => {
-            let dir = PathBuf::from(args.req("data-dir")?);
+            let against_leader = args.flags.iter().any(|f| f == "against-leader");
+            let dir = match (args.values.get("data-dir"), args.values.get("config")) {
+                (Some(_), Some(_)) => {
+                    return Err("`verify` takes --data-dir or --config, not both".into());
+                }
+                (None, None) => return Err("`verify` needs --data-dir DIR or --config FILE".into()),
+                (Some(_), None) if against_leader => {
+                    return Err(
+                        "--against-leader needs --config FILE (its brokers are asked)".into(),
+                    );
+                }
+                (Some(dir), None) => PathBuf::from(dir),
+                (None, Some(_)) => match load_config(args)? {
+                    Err(code) => return Ok(code),
+                    Ok(cfg) if against_leader => return Ok(verify_against_leader(&cfg)),
+                    Ok(cfg) => cfg.data_dir,
+                },
+            };
             match inspect::verify::verify(&dir) {
                 Ok(r) if r.problems.is_empty() => {
                     let archived = if r.archived > 0 {
@@ -287,6 +310,45 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 Err(e) => Ok(runtime(Err(e))),
             }
         }
+        "repair" => Ok(match load_config(args)? {
+            Ok(cfg) => {
+                let stdout = std::io::stdout();
+                match daemon::repair(&cfg, &mut stdout.lock()) {
+                    Ok(s) => {
+                        println!(
+                            "{} partition(s) compared: {} hole(s) filled, {} segment(s) rewritten, {} left unrepaired",
+                            s.partitions, s.holes_filled, s.segments_rewritten, s.unrepaired
+                        );
+                        if s.unrepaired == 0 {
+                            ExitCode::SUCCESS
+                        } else {
+                            ExitCode::from(1)
+                        }
+                    }
+                    Err(e) => runtime(Err(e)),
+                }
+            }
+            Err(code) => code,
+        }),
         other => Err(format!("unknown command `{other}`")),
+    }
+}
+
+/// `verify --config FILE --against-leader`: 0 when nothing is wrong, 1 otherwise.
+fn verify_against_leader(cfg: &Config) -> ExitCode {
+    let stdout = std::io::stdout();
+    match inspect::against_leader::verify(cfg, &mut stdout.lock()) {
+        Ok(r) if r.problems == 0 => {
+            println!("ok: {} partition(s) match their leader", r.partitions);
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            println!(
+                "{} problem(s) found against the leader in {} partition(s) compared",
+                r.problems, r.partitions
+            );
+            ExitCode::from(1)
+        }
+        Err(e) => runtime(Err(e)),
     }
 }

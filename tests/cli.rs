@@ -3,24 +3,20 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(support::bin())
-        .args(args)
-        .output()
-        .expect("run binary");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::run_cli as run;
 
 #[test]
 fn help_on_every_subcommand() {
-    for cmd in ["run", "status", "dump", "offsets", "verify", "check-config"] {
+    for cmd in [
+        "run",
+        "status",
+        "dump",
+        "offsets",
+        "verify",
+        "repair",
+        "check-config",
+    ] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, Some(0), "{cmd} --help");
         assert!(
@@ -340,4 +336,50 @@ fn a_new_partition_shows_in_the_checkpoints_without_waiting_for_the_interval() {
         },
     );
     assert_eq!(d.stop().code(), Some(0));
+}
+
+#[test]
+fn verify_against_the_leader_and_repair_check_their_usage_and_name_an_unreachable_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    // Nothing listens on port 1.
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        "127.0.0.1:1",
+        "[[follow]]\ntopic = \"t\"\n",
+        "[fetch]\nrequest_timeout_ms = 2000\n",
+    );
+    let (d, c) = (data.to_str().unwrap(), cfg.to_str().unwrap());
+    let missing = dir.path().join("missing.toml");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        &["verify", "--data-dir", d, "--against-leader"][..],
+        &["verify", "--data-dir", d, "--config", c],
+        &["verify", "--against-leader"],
+        &["repair"],
+        &["repair", "--data-dir", d],
+        &["repair", "--config", c, "--against-leader"],
+        &["repair", "--config", missing],
+        &["verify", "--config", missing, "--against-leader"],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+    }
+    for args in [
+        &["verify", "--config", c, "--against-leader"][..],
+        &["repair", "--config", c],
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, Some(1), "{args:?}: {out}{err}");
+        assert!(
+            err.contains("127.0.0.1:1"),
+            "{args:?} names the broker: {err}"
+        );
+    }
+    // Without --against-leader, --config only names the data dir to verify locally.
+    let (code, out, _) = run(&["verify", "--config", c]);
+    assert_eq!(code, Some(1), "an empty data dir fails: {out}");
+    assert!(out.contains("holds no partition"), "{out}");
 }

@@ -1,6 +1,10 @@
-//! The loader keeps every segment: a segment (its .log, .index and .timeindex) deleted from
-//! the middle of a stopped replica leaves a gap. Start-up keeps every later segment file
-//! (same inode), deletes nothing, and the daemon follows on after the last one.
+//! A segment (its .log, .index and .timeindex) deleted from the middle of a stopped replica
+//! leaves a gap, which the loader keeps. Start-up asks the leader about it before fetching:
+//! the leader still holds those offsets, so the daemon re-fetches them into a segment of
+//! their own (logged with the partition and range), keeps every later segment file (same
+//! inode), deletes nothing, and follows on after the last one: byte-identical to the leader.
+//! A leader that does not answer makes the check say so once and be skipped within the
+//! request timeout; the daemon starts fetching all the same.
 
 mod support;
 
@@ -8,22 +12,11 @@ use replica_follower::checkpoint::TopicPartition;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use std::time::Instant;
+use support::test_leader::TestLeader;
 use support::{Daemon, Leader};
 
 const TOPIC: &str = "gap";
-
-/// The `.log` files of a partition dir by base offset.
-fn segments(dir: &Path) -> BTreeMap<i64, PathBuf> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .map(|p| {
-            let base = p.file_stem().unwrap().to_str().unwrap().parse().unwrap();
-            (base, p)
-        })
-        .collect()
-}
 
 /// Every file of the partition dir whose name starts with a base offset above `base`.
 fn files_after(dir: &Path, base: i64) -> BTreeMap<PathBuf, u64> {
@@ -46,32 +39,14 @@ fn files_after(dir: &Path, base: i64) -> BTreeMap<PathBuf, u64> {
 }
 
 #[test]
-fn a_segment_deleted_from_the_middle_leaves_a_gap_and_every_later_segment_stays() {
+fn a_segment_deleted_from_the_middle_is_refilled_at_start_up_and_every_later_segment_stays() {
     let mut leader = Leader::start("tansu", 1);
-    leader.create_topic(TOPIC, 1);
     let tp = TopicPartition::new(TOPIC, 0);
-    let mut end = 0;
-    for i in 0..4 {
-        end = leader.produce(TOPIC, 0, 150, "none", i).1 + 1;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 4096\nflush_interval_ms = 100\n",
-    );
-    let mut d = Daemon::start(&cfg);
-    support::wait_until(Duration::from_secs(30), "catch-up", || {
-        support::log_end(&data, TOPIC, 0) == end
-    });
-    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    let (_dir, data, cfg, end) = support::stopped_replica_of(&mut leader, TOPIC, 4);
     support::assert_byte_identical(&leader.bootstrap, &data, &tp, 0);
 
     let pdir = data.join(tp.dir_name());
-    let segs = segments(&pdir);
+    let segs = support::segment_logs(&pdir);
     assert!(
         segs.len() >= 5,
         "segment_bytes 4096 should roll many segments: {segs:?}"
@@ -79,16 +54,8 @@ fn a_segment_deleted_from_the_middle_leaves_a_gap_and_every_later_segment_stays(
     let bases: Vec<i64> = segs.keys().copied().collect();
     let gone = bases[bases.len() / 2];
     let next = bases[bases.len() / 2 + 1];
-    let mut old_bytes = Vec::new();
-    let mut gone_bytes = Vec::new();
-    for (&base, p) in &segs {
-        let b = std::fs::read(p).unwrap();
-        if base == gone {
-            gone_bytes = b;
-        } else {
-            old_bytes.extend_from_slice(&b);
-        }
-    }
+    let old_bytes = support::local_log_bytes(&data, &tp);
+    let gone_bytes = std::fs::read(&segs[&gone]).unwrap();
     assert!(!gone_bytes.is_empty());
     let stem = format!("{gone:020}");
     for ext in ["log", "index", "timeindex", "txnindex"] {
@@ -111,7 +78,7 @@ fn a_segment_deleted_from_the_middle_leaves_a_gap_and_every_later_segment_stays(
         .collect();
 
     // Restart on the replica with a gap, then produce more.
-    let from = d.log_text().len();
+    let from = Daemon::logged_so_far(&cfg);
     let mut d = Daemon::start(&cfg);
     support::wait_until(
         Duration::from_secs(15),
@@ -152,32 +119,35 @@ fn a_segment_deleted_from_the_middle_leaves_a_gap_and_every_later_segment_stays(
             p.display()
         );
     }
-    let segs_now = segments(&pdir);
-    assert!(
-        !segs_now.contains_key(&gone),
-        "nothing re-created the deleted segment"
-    );
-    assert!(segs_now.contains_key(&next));
-    for base in bases.iter().filter(|&&b| b != gone) {
+    let segs_now = support::segment_logs(&pdir);
+    for base in &bases {
         assert!(
             segs_now.contains_key(base),
-            "segment {base} is gone:\n{log}"
+            "segment {base} is missing:\n{log}"
         );
     }
+    assert_eq!(
+        std::fs::read(&segs_now[&gone]).unwrap(),
+        gone_bytes,
+        "the hole is filled with exactly the deleted segment's batches:\n{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "WARN [main] {TOPIC}-0: offsets {gone}..{} are missing",
+            next - 1
+        )) && log.contains(&format!("{TOPIC}-0: filled from the leader: new segment")),
+        "the refill is logged with partition and range:\n{log}"
+    );
 
     let local = support::local_log_bytes(&data, &tp);
     let fresh = support::leader_bytes(&leader.bootstrap, &tp, end);
     assert!(!fresh.is_empty());
-    assert_eq!(
-        local.len(),
-        old_bytes.len() + fresh.len(),
-        "old bytes minus the deleted segment, then the new batches"
-    );
     assert!(local.starts_with(&old_bytes), "the old bytes are kept");
     assert!(
         local[old_bytes.len()..] == fresh[..],
         "then exactly the leader's new batches"
     );
+    support::assert_byte_identical(&leader.bootstrap, &data, &tp, 0);
     let st = support::partition_status(&data, TOPIC, 0).unwrap();
     assert_eq!(st["log_start_offset"].as_i64(), Some(0), "{st}");
 
@@ -186,4 +156,68 @@ fn a_segment_deleted_from_the_middle_leaves_a_gap_and_every_later_segment_stays(
     assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
     let (ok, out) = support::verify(&data);
     assert!(ok, "verify after stop:\n{out}");
+}
+
+#[test]
+fn a_leader_that_does_not_answer_skips_the_hole_check_once_and_the_daemon_goes_on() {
+    const HUNG: &str = "hung";
+    let leader = TestLeader::start(HUNG, 1);
+    leader.append(0, 300, 10);
+    let (_dir, data, cfg) = support::follow_until(
+        &leader.addr(),
+        HUNG,
+        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\nrequest_timeout_ms = 1000\n[log]\nsegment_bytes = 2048\n",
+        300,
+    );
+    let pdir = data.join(format!("{HUNG}-0"));
+    let bases: Vec<i64> = support::segment_logs(&pdir).keys().copied().collect();
+    let gone = bases[bases.len() / 2];
+    for ext in ["log", "index", "timeindex"] {
+        std::fs::remove_file(pdir.join(format!("{gone:020}.{ext}"))).unwrap();
+    }
+
+    // Metadata requests are read and never answered: the broker accepts, then hangs.
+    leader.silence_api(Some(3));
+    let from = Daemon::logged_so_far(&cfg);
+    let started = Instant::now();
+    let mut d = Daemon::start(&cfg);
+    let log = || d_log(&cfg, from);
+    support::wait_until(
+        Duration::from_secs(15),
+        "the daemon to start following",
+        || log().contains("following 1 topic(s)"),
+    );
+    let took = started.elapsed();
+    let text = log();
+    assert!(
+        took < Duration::from_secs(8),
+        "start-up took {took:?}; each request is bounded by the 1 s timeout:\n{text}"
+    );
+    assert_eq!(
+        text.matches("start-up hole check skipped").count(),
+        1,
+        "said once:\n{text}"
+    );
+    leader.silence_api(None);
+    leader.append(0, 50, 10);
+    support::wait_until(Duration::from_secs(30), "fetching after the hang", || {
+        support::log_end(&data, HUNG, 0) == 350
+    });
+    assert!(d.is_running());
+    assert!(
+        !support::segment_logs(&pdir).contains_key(&gone),
+        "the hole check runs at start-up only"
+    );
+    assert_eq!(d.stop().code(), Some(0), "{}", log());
+    let (ok, out) = support::verify(&data);
+    assert!(ok, "{out}");
+}
+
+/// What the daemons run with `config` logged from byte `from` on.
+fn d_log(config: &Path, from: usize) -> String {
+    std::fs::read_to_string(Daemon::log_path_for(config))
+        .unwrap_or_default()
+        .get(from..)
+        .unwrap_or_default()
+        .to_string()
 }

@@ -100,7 +100,14 @@ fn a_dripping_broker_times_out_within_the_request_deadline_with_bounded_memory()
         .lines()
         .filter(|l| l.contains("request deadline"))
         .count();
-    assert_eq!(timeouts, 3, "one WARN per dripped fetch");
+    // Said when it starts, not once per retry: the next two dripped fetches time out too
+    // (at debug), and the recovery names the three failed attempts.
+    assert_eq!(timeouts, 1, "one WARN for the dripping broker");
+    assert!(
+        d.log_text()[log_before..].contains("works again (after 3 failed attempt(s)"),
+        "{}",
+        &d.log_text()[log_before..]
+    );
     assert!(d.is_running());
     assert_eq!(d.stop().code(), Some(0));
     for p in 0..2 {

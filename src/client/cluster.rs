@@ -1,7 +1,7 @@
 //! The cluster as a follower sees it: brokers, and for each partition its leader and epoch.
 //! Also the request helpers that carry partition lists: ListOffsets and OffsetForLeaderEpoch.
 
-use super::connection::BrokerConnection;
+use super::connection::{BrokerConnection, DEFAULT_REQUEST_TIMEOUT};
 use crate::protocol::TopicPartition;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::list_offsets::{self, ListOffsetsPartition};
@@ -88,9 +88,20 @@ pub fn bootstrap_metadata(
     client_id: &str,
     topics: &[String],
 ) -> Result<ClusterMetadata> {
+    bootstrap_metadata_within(addrs, client_id, topics, DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// [`bootstrap_metadata`] with `request_timeout` as the deadline of every response (the
+/// connection's version handshake included).
+pub fn bootstrap_metadata_within(
+    addrs: &[String],
+    client_id: &str,
+    topics: &[String],
+    request_timeout: Duration,
+) -> Result<ClusterMetadata> {
     let mut errors = Vec::new();
     for a in addrs {
-        match BrokerConnection::connect(a, client_id, 64 << 20)
+        match BrokerConnection::connect_with_timeout(a, client_id, 64 << 20, request_timeout)
             .and_then(|mut c| fetch_metadata(&mut c, topics))
         {
             Ok(m) => return Ok(m),

@@ -53,7 +53,35 @@ impl BrokerConnection {
         max_response_bytes: usize,
         register: impl FnOnce(&TcpStream),
     ) -> Result<Self> {
-        let (connect_timeout, request_timeout) = (DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT);
+        Self::open(
+            addr,
+            client_id,
+            max_response_bytes,
+            DEFAULT_REQUEST_TIMEOUT,
+            register,
+        )
+    }
+
+    /// Connects with `request_timeout` as the deadline of every response, the version
+    /// handshake's included: a broker that accepts the connection and never answers holds
+    /// the caller no longer than that.
+    pub fn connect_with_timeout(
+        addr: &str,
+        client_id: &str,
+        max_response_bytes: usize,
+        request_timeout: Duration,
+    ) -> Result<Self> {
+        Self::open(addr, client_id, max_response_bytes, request_timeout, |_| {})
+    }
+
+    fn open(
+        addr: &str,
+        client_id: &str,
+        max_response_bytes: usize,
+        request_timeout: Duration,
+        register: impl FnOnce(&TcpStream),
+    ) -> Result<Self> {
+        let connect_timeout = DEFAULT_CONNECT_TIMEOUT.min(request_timeout);
         let addrs: Vec<_> = addr
             .to_socket_addrs()
             .with_context(|| format!("broker {addr}: cannot resolve address"))?

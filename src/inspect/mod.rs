@@ -1,7 +1,9 @@
-//! Read-only views of a data directory: `status`, `dump`, `offsets`, `verify`.
+//! Read-only views of a data directory: `status`, `dump`, `offsets`, `verify` (and
+//! `verify --against-leader`, which also asks the leaders).
 //! They never take the data-dir lock and never write, so they work while the daemon runs
 //! (a batch being appended at that moment shows up as a partial tail and is left out).
 
+pub mod against_leader;
 pub mod dump;
 pub mod offsets;
 pub mod status;

@@ -274,6 +274,18 @@ impl Daemon {
 
     /// Starts the daemon with extra environment variables (test hooks such as
     /// `RF_TEST_PAUSE_AT`).
+    /// Where the daemons run with `config` by this test process log (they append): the
+    /// path [`Daemon::start_with_env`] opens.
+    pub fn log_path_for(config: &Path) -> PathBuf {
+        config.with_extension(format!("log.{}", std::process::id()))
+    }
+
+    /// How much the daemons run with `config` have logged so far: where the next one's
+    /// lines begin in [`Daemon::log_text`].
+    pub fn logged_so_far(config: &Path) -> usize {
+        std::fs::metadata(Daemon::log_path_for(config)).map_or(0, |m| m.len() as usize)
+    }
+
     pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Daemon {
         Daemon::start_wrapped(config, env, &[])
     }
@@ -870,4 +882,72 @@ pub fn hash_tree(dir: &Path) -> BTreeMap<PathBuf, (u64, u64, u64)> {
     let mut out = BTreeMap::new();
     walk(dir, dir, &mut out);
     out
+}
+
+/// Runs the binary with `args`: (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin()).args(args).output().expect("run binary");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `.log` files of a partition dir by base offset.
+pub fn segment_logs(dir: &Path) -> BTreeMap<i64, PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("list {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .filter_map(|p| {
+            let base = p.file_stem()?.to_str()?.parse().ok()?;
+            Some((base, p))
+        })
+        .collect()
+}
+
+/// A stopped replica of partition 0 of `topic` on a real `leader`: `rounds` × 150 records
+/// produced (uncompressed, 50 a batch), followed with 4 KiB segments until caught up, then
+/// SIGTERM. Returns (temp dir, data dir, config path, log end).
+pub fn stopped_replica_of(
+    leader: &mut Leader,
+    topic: &str,
+    rounds: u64,
+) -> (tempfile::TempDir, PathBuf, PathBuf, i64) {
+    leader.create_topic(topic, 1);
+    let mut end = 0;
+    for i in 0..rounds {
+        end = leader.produce(topic, 0, 150, "none", i).1 + 1;
+    }
+    let (dir, data, cfg) = follow_until(
+        &leader.bootstrap,
+        topic,
+        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 4096\nflush_interval_ms = 100\n",
+        end,
+    );
+    (dir, data, cfg, end)
+}
+
+/// Follows `topic` from `bootstrap` with the `extra` config sections in a new temporary
+/// directory until partition 0's log ends at `end`, then stops the daemon (SIGTERM, exit 0).
+/// Returns (temp dir, data dir, config path).
+pub fn follow_until(
+    bootstrap: &str,
+    topic: &str,
+    extra: &str,
+    end: i64,
+) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let follow = format!("[[follow]]\ntopic = \"{topic}\"\n");
+    let cfg = write_config(dir.path(), &data, bootstrap, &follow, extra);
+    let mut d = Daemon::start(&cfg);
+    wait_until(
+        Duration::from_secs(30),
+        &format!("catch-up to {end}"),
+        || log_end(&data, topic, 0) == end,
+    );
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    (dir, data, cfg)
 }
