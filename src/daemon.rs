@@ -46,26 +46,6 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
     Ok(f)
 }
 
-/// Sends a state line to systemd's notify socket, when there is one.
-fn sd_notify(state: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let sock = match std::os::unix::net::UnixDatagram::unbound() {
-        Ok(s) => s,
-        Err(_) => return,
-    };
-    let p = path.to_string_lossy();
-    if p.starts_with('@') {
-        // Abstract sockets need platform-specific addressing; systemd uses a path by default.
-        crate::log_debug!("NOTIFY_SOCKET {p} is abstract; not notifying");
-        return;
-    }
-    if let Err(e) = sock.send_to(state.as_bytes(), &*p) {
-        crate::log_warn!("sd_notify to {p} failed: {e}");
-    }
-}
-
 /// The flag and wake-up of the checkpoint task.
 struct TaskSignal {
     running: AtomicBool,
@@ -220,7 +200,7 @@ pub fn run(cfg: Config) -> Result<()> {
         .name("fetcher-manager".into())
         .spawn(move || manager.run())
         .context("failed to start the fetcher manager")?;
-    sd_notify("READY=1");
+    crate::notify::notify("READY=1\nSTATUS=following");
     crate::log_info!(
         "following {} topic(s) from {}",
         cfg.follow.len(),
@@ -229,7 +209,7 @@ pub fn run(cfg: Config) -> Result<()> {
 
     let sig = signals.forever().next();
     crate::log_info!("received signal {}; shutting down", sig.unwrap_or(0));
-    sd_notify("STOPPING=1");
+    crate::notify::notify("STOPPING=1\nSTATUS=stopping");
     // Interrupt whatever the manager waits on (metadata, ListOffsets), then tell it to stop
     // its fetchers.
     stop_manager.stop();

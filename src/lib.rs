@@ -33,6 +33,7 @@ pub mod daemon;
 pub mod fetcher;
 pub mod inspect;
 pub mod log;
+pub mod notify;
 pub mod protocol;
 pub mod record;
 pub mod repair;

@@ -63,7 +63,24 @@ fn a_full_disk_pauses_without_tearing_and_resumes_when_space_returns() {
         "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\npartition_max_bytes = 16384\n\
          [log]\nmin_free_bytes = 0\nsegment_bytes = 32768\n[checkpoint]\ninterval_ms = 200\n",
     );
-    let mut d = support::Daemon::start(&cfg);
+    // systemd's side of the notify protocol: the daemon's STATUS= lines arrive here.
+    let sock_path = dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    notify.set_nonblocking(true).unwrap();
+    let mut statuses: Vec<String> = Vec::new();
+    let read_statuses = |statuses: &mut Vec<String>| {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = notify.recv(&mut buf) {
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            statuses.extend(
+                msg.lines()
+                    .filter_map(|l| l.strip_prefix("STATUS="))
+                    .map(str::to_string),
+            );
+        }
+    };
+    let mut d =
+        support::Daemon::start_with_env(&cfg, &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())]);
     let waited = std::time::Instant::now();
     while !d.log_text().contains("disk full") {
         if waited.elapsed() > Duration::from_secs(20) {
@@ -85,6 +102,11 @@ fn a_full_disk_pauses_without_tearing_and_resumes_when_space_returns() {
     assert!(
         st["free_bytes"].as_u64().is_some_and(|f| f < 64 << 10),
         "status shows the free space: {st}"
+    );
+    read_statuses(&mut statuses);
+    assert!(
+        statuses.last().is_some_and(|s| s.contains("disk full")),
+        "systemd's STATUS= says the disk is full: {statuses:?}"
     );
     let stuck_at = support::log_end(&data, TOPIC, 0);
     assert!(stuck_at > 0 && stuck_at < leader.log_end(0), "{stuck_at}");
@@ -111,6 +133,12 @@ fn a_full_disk_pauses_without_tearing_and_resumes_when_space_returns() {
         || support::log_end(&data, TOPIC, 0) == leader.log_end(0),
     );
     assert!(d.log_text().contains("disk space is back"));
+    read_statuses(&mut statuses);
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("following"),
+        "STATUS= after the remount: {statuses:?}"
+    );
     assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
     assert_whole(&data);
     assert_eq!(

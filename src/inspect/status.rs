@@ -6,6 +6,7 @@ use crate::checkpoint::{self, TopicPartition};
 use crate::fetcher::manager::{
     FAILED_PARTITIONS_FILE, FETCH_STOPPED_FILE, STOPPED_PARTITIONS_FILE,
 };
+use crate::log::disk::DISK_FULL_FILE;
 use crate::log::offset_index::OffsetIndex;
 use crate::log::partition::list_segment_bases;
 use crate::log::producer_state::{self, ProducerState};
@@ -53,6 +54,8 @@ pub struct DataDirStatus {
     pub free_bytes: Option<u64>,
     /// Partitions a local storage error failed, and why (their directory may be gone).
     pub failed: Vec<(TopicPartition, String)>,
+    /// Why appends are paused for lack of space, while they are.
+    pub disk_full: Option<String>,
 }
 
 /// The data-dir level facts: cluster id, archived histories, a stop.
@@ -77,6 +80,9 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         failed: read_partition_list(&data_dir.join(FAILED_PARTITIONS_FILE))
             .into_iter()
             .collect(),
+        disk_full: std::fs::read_to_string(data_dir.join(DISK_FULL_FILE))
+            .ok()
+            .map(|s| s.trim().to_string()),
     }
 }
 
@@ -339,13 +345,14 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}]}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
         opt(dd.free_bytes, "null"),
         items.join(", "),
         archived.join(", "),
-        failed.join(", ")
+        failed.join(", "),
+        str_or_null(&dd.disk_full)
     )
 }
 
@@ -359,6 +366,9 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     }
     if let Some(free) = dd.free_bytes {
         s.push_str(&format!("free space: {free} bytes\n"));
+    }
+    if let Some(why) = &dd.disk_full {
+        s.push_str(&format!("DISK FULL: {why}\n"));
     }
     for (tp, why) in &dd.failed {
         s.push_str(&format!("{tp}: FAILED: {why}\n"));

@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// Written into the data dir while appends are paused for lack of space (the reason);
+/// `status` shows it.
+pub const DISK_FULL_FILE: &str = "disk-full";
+
 /// How often free space is looked up while appending, and while the disk is full.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 const RECHECK_WHEN_FULL: Duration = Duration::from_secs(2);
@@ -35,6 +39,8 @@ struct State {
 
 impl DiskSpace {
     pub fn new(dir: &Path, min_free: u64) -> Self {
+        // Left by a daemon that stopped while the disk was full: the state is found anew.
+        let _ = std::fs::remove_file(dir.join(DISK_FULL_FILE));
         DiskSpace {
             dir: dir.to_path_buf(),
             min_free,
@@ -75,6 +81,7 @@ impl DiskSpace {
                     crate::log_error!(
                         "{why}; fetching is paused for every partition of this data dir until space returns (no space left)"
                     );
+                    self.published(Some(&why));
                     st.full = Some(why);
                 }
                 (Some(free), true) if free >= usable_from => {
@@ -84,6 +91,7 @@ impl DiskSpace {
                     );
                     st.full = None;
                     st.free_at_failure = None;
+                    self.published(None);
                 }
                 _ => {}
             }
@@ -109,9 +117,30 @@ impl DiskSpace {
             crate::log_error!(
                 "{why}; fetching is paused for every partition of this data dir until space returns"
             );
+            self.published(Some(&why));
             st.full = Some(why);
             st.checked = Some(Instant::now());
             st.free_at_failure = free;
+        }
+    }
+
+    /// Tells systemd (STATUS=) and `status` (the `disk-full` file, best effort: a disk
+    /// with no byte left may refuse even that) that the data dir is full, or no longer.
+    fn published(&self, full: Option<&str>) {
+        crate::notify::disk_status(full);
+        let path = self.dir.join(DISK_FULL_FILE);
+        let written = match full {
+            Some(why) => crate::checkpoint::rewrite_atomic(&path, why.as_bytes()),
+            None => match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+                _ => Ok(()),
+            },
+        };
+        if let Err(e) = written {
+            crate::log_debug!(
+                "cannot record the disk state in `{}`: {e:#}",
+                path.display()
+            );
         }
     }
 
@@ -128,4 +157,44 @@ pub fn is_no_space(e: &anyhow::Error) -> bool {
             io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn below_the_threshold_appends_are_refused_and_the_data_dir_says_why() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(DISK_FULL_FILE), "stale").unwrap();
+        let space = DiskSpace::new(d.path(), u64::MAX / 2);
+        assert!(
+            !d.path().join(DISK_FULL_FILE).exists(),
+            "a stale mark from an earlier run goes"
+        );
+        let why = space.admit(100).unwrap_err();
+        assert!(
+            why.contains("disk full") && why.contains("log.min_free_bytes"),
+            "{why}"
+        );
+        assert_eq!(space.full().as_deref(), Some(why.as_str()));
+        let recorded = std::fs::read_to_string(d.path().join(DISK_FULL_FILE)).unwrap();
+        assert_eq!(recorded, why, "what `status` shows");
+        let mut notes = Vec::new();
+        let st = crate::inspect::status::collect_data_dir(d.path(), &mut notes);
+        assert_eq!(st.disk_full.as_deref(), Some(why.as_str()));
+        assert!(
+            crate::inspect::status::render_text(&st, &[]).contains("DISK FULL: disk full"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn with_space_above_the_threshold_appends_go_on() {
+        let d = tempfile::tempdir().unwrap();
+        let space = DiskSpace::new(d.path(), 1);
+        assert!(space.admit(100).is_ok());
+        assert!(space.full().is_none());
+        assert!(!d.path().join(DISK_FULL_FILE).exists());
+    }
 }
