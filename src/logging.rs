@@ -1,18 +1,24 @@
-//! Log lines on stderr: `2026-11-30T07:12:03.123Z INFO [thread] message`. Under systemd,
-//! journald stores them; the thread name says which fetcher or task spoke.
+//! Log lines on stderr: `2026-11-30T07:12:03.123Z INFO [thread] message`; the thread name
+//! says which fetcher or task spoke. When stderr is the journal (`JOURNAL_STREAM` names it),
+//! each line starts with the sd-daemon priority instead of a timestamp (`<4>WARN [thread]
+//! message`): journald keeps the time and the priority itself.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 static LEVEL: AtomicU8 = AtomicU8::new(2);
+static JOURNAL: AtomicBool = AtomicBool::new(false);
 
 /// 0 error, 1 warn, 2 info, 3 debug. Set from `RF_LOG` (error|warn|info|debug).
 pub fn init_from_env() {
-    let level = match std::env::var("RF_LOG").as_deref() {
+    let level = match std::env::var("RF_LOG")
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
         Ok("error") => 0,
-        Ok("warn") => 1,
+        Ok("warn" | "warning") => 1,
         Ok("debug") => 3,
-        Ok("info") | Err(_) => 2,
+        Ok("info") | Ok("") | Err(_) => 2,
         Ok(other) => {
             eprintln!(
                 "warning: RF_LOG=`{other}` is not one of error, warn, info, debug; using info"
@@ -21,6 +27,61 @@ pub fn init_from_env() {
         }
     };
     LEVEL.store(level, Ordering::Relaxed);
+    JOURNAL.store(stderr_is_journal(), Ordering::Relaxed);
+}
+
+/// Whether stderr is the journal stream systemd connected: `JOURNAL_STREAM` is
+/// `<device>:<inode>` of it (checked, so a child that inherited the variable but not the
+/// stream keeps timestamps).
+fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(v) = std::env::var("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = v.split_once(':') else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    std::fs::metadata("/proc/self/fd/2").is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
+/// The sd-daemon priority of a level name (`<3>` error … `<7>` debug).
+fn priority(level: &str) -> &'static str {
+    match level {
+        "ERROR" => "<3>",
+        "WARN" => "<4>",
+        "INFO" => "<6>",
+        _ => "<7>",
+    }
+}
+
+/// A duration as people write it: `250ms`, `1.2s`, `60s`, `2m30s`, `1h5m`.
+pub struct Human(pub std::time::Duration);
+
+impl std::fmt::Display for Human {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.0.as_millis();
+        if ms < 1000 {
+            return write!(f, "{ms}ms");
+        }
+        let secs = self.0.as_secs();
+        if secs < 10 {
+            let tenths = ms / 100;
+            return match tenths % 10 {
+                0 => write!(f, "{}s", tenths / 10),
+                t => write!(f, "{}.{t}s", tenths / 10),
+            };
+        }
+        match (secs / 3600, (secs / 60) % 60, secs % 60) {
+            (0, 0, s) => write!(f, "{s}s"),
+            (0, m, 0) => write!(f, "{m}m"),
+            (0, m, s) => write!(f, "{m}m{s}s"),
+            (h, 0, _) => write!(f, "{h}h"),
+            (h, m, _) => write!(f, "{h}h{m}m"),
+        }
+    }
 }
 
 pub fn enabled(level: u8) -> bool {
@@ -55,7 +116,11 @@ pub fn write(level: &str, args: std::fmt::Arguments<'_>) {
     let t = std::thread::current();
     let name = t.name().unwrap_or("main");
     // One write per line, so lines from several threads or processes never interleave.
-    let line = format!("{} {level} [{name}] {args}\n", format_utc(now));
+    let line = if JOURNAL.load(Ordering::Relaxed) {
+        format!("{}{level} [{name}] {args}\n", priority(level))
+    } else {
+        format!("{} {level} [{name}] {args}\n", format_utc(now))
+    };
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
@@ -78,6 +143,19 @@ macro_rules! log_debug {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let h = |ms: u64| super::Human(Duration::from_millis(ms)).to_string();
+        assert_eq!(h(250), "250ms");
+        assert_eq!(h(1000), "1s");
+        assert_eq!(h(1234), "1.2s");
+        assert_eq!(h(60_025), "1m");
+        assert_eq!(h(59_999), "59s");
+        assert_eq!(h(150_000), "2m30s");
+        assert_eq!(h(3_900_000), "1h5m");
+    }
     #[test]
     fn utc_formatting() {
         assert_eq!(super::format_utc(0), "1970-01-01T00:00:00.000Z");

@@ -383,3 +383,51 @@ fn verify_against_the_leader_and_repair_check_their_usage_and_name_an_unreachabl
     assert_eq!(code, Some(1), "an empty data dir fails: {out}");
     assert!(out.contains("holds no partition"), "{out}");
 }
+
+#[test]
+fn under_journald_lines_carry_the_priority_instead_of_a_timestamp() {
+    use std::os::unix::fs::MetadataExt;
+    let leader = support::test_leader::TestLeader::start("j", 1);
+    leader.append(0, 10, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = support::topic_config(dir.path(), &data, &leader.addr(), "j", "");
+    // The file the daemon's stderr goes to stands for the journal stream.
+    let log = cfg.with_extension(format!("log.{}", std::process::id()));
+    std::fs::write(&log, "").unwrap();
+    let m = std::fs::metadata(&log).unwrap();
+    let stream = format!("{}:{}", m.dev(), m.ino());
+    let mut d = support::Daemon::start_with_env(
+        &cfg,
+        &[("JOURNAL_STREAM", stream.as_str()), ("RF_LOG", "INFO")],
+    );
+    support::wait_until(Duration::from_secs(10), "caught up", || {
+        support::log_end(&data, "j", 0) == 10
+    });
+    assert_eq!(d.stop().code(), Some(0));
+    let text = d.log_text();
+    assert!(text.lines().count() > 3, "{text}");
+    for line in text.lines() {
+        assert!(
+            ["<3>ERROR ", "<4>WARN ", "<6>INFO "]
+                .iter()
+                .any(|p| line.starts_with(p)),
+            "no priority prefix, or a timestamp: {line}"
+        );
+    }
+    // Another stream than the journal's: timestamps as usual.
+    let dir2 = tempfile::tempdir().unwrap();
+    let cfg2 = support::topic_config(
+        dir2.path(),
+        &dir2.path().join("data"),
+        &leader.addr(),
+        "j",
+        "",
+    );
+    let mut d2 = support::Daemon::start_with_env(&cfg2, &[("JOURNAL_STREAM", "1:2")]);
+    support::wait_until(Duration::from_secs(10), "started", || {
+        d2.log_text().contains("following")
+    });
+    assert_eq!(d2.stop().code(), Some(0));
+    assert!(d2.log_text().starts_with("20"), "{}", d2.log_text());
+}

@@ -17,6 +17,7 @@
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
+use crate::logging::Human;
 use crate::protocol::error::{ErrorAction, ErrorCode};
 use crate::protocol::fetch::{
     DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
@@ -631,7 +632,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 .is_none_or(|(t, k)| now - *t >= Duration::from_secs(60) || *k != kind);
             if self.failures == 1 || loud {
                 crate::log_warn!(
-                    "fetch of {} partition(s) from {} failed{}: {e:#}; retrying in {:?}, then less often",
+                    "fetch of {} partition(s) from {} failed{}: {e:#}; retrying in {}, then less often",
                     req.partition_count(),
                     self.leader.describe(),
                     if self.failures > 1 {
@@ -639,13 +640,14 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     } else {
                         String::new()
                     },
-                    wait
+                    Human(wait)
                 );
                 self.last_warned = Some((now, kind));
             } else {
                 crate::log_debug!(
-                    "fetch from {} failed again: {e:#}; retrying in {wait:?}",
-                    self.leader.describe()
+                    "fetch from {} failed again: {e:#}; retrying in {}",
+                    self.leader.describe(),
+                    Human(wait)
                 );
             }
         }
@@ -797,8 +799,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 } else if data.error.is_ok() && data.high_watermark < fetch_offset {
                     match validated.remove(&tp) {
                         Some(Err(e)) => crate::log_error!(
-                            "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
-                            self.params.backoff
+                            "{tp} at offset {fetch_offset}: {e}; backing off {}",
+                            Human(self.params.backoff)
                         ),
                         _ => crate::log_debug!(
                             "{tp}: the leader's high watermark {} is below the fetch offset {fetch_offset}",
@@ -820,8 +822,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                             };
                             if let (Ok(_), Some(why)) = (&appended, &refused) {
                                 crate::log_error!(
-                                    "{tp} at offset {fetch_offset}: {why}; backing off {:?}",
-                                    self.params.backoff
+                                    "{tp} at offset {fetch_offset}: {why}; backing off {}",
+                                    Human(self.params.backoff)
                                 );
                             }
                             match appended {
@@ -844,13 +846,13 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                         AppendError::Storage(_) => {}
                                         AppendError::InvalidData(_) => {
                                             crate::log_error!(
-                                                "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
-                                                self.params.backoff
+                                                "{tp} at offset {fetch_offset}: {e}; backing off {}",
+                                                Human(self.params.backoff)
                                             )
                                         }
                                         AppendError::OffsetMismatch(_) => crate::log_warn!(
-                                            "{tp} at offset {fetch_offset}: {e}; backing off {:?}",
-                                            self.params.backoff
+                                            "{tp} at offset {fetch_offset}: {e}; backing off {}",
+                                            Human(self.params.backoff)
                                         ),
                                     }
                                     // A failed append may have written part of the response
@@ -879,17 +881,17 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         }
                         ErrorAction::Retry | ErrorAction::ResetSession => {
                             crate::log_warn!(
-                                "{tp}: leader answered {}; retrying in {:?}",
+                                "{tp}: leader answered {}; retrying in {}",
                                 data.error,
-                                self.params.backoff
+                                Human(self.params.backoff)
                             );
                             Outcome::Delay
                         }
                         ErrorAction::Fatal => {
                             crate::log_error!(
-                                "{tp}: leader answered {}; retrying in {:?}",
+                                "{tp}: leader answered {}; retrying in {}",
                                 data.error,
-                                self.params.backoff * 30
+                                Human(self.params.backoff * 30)
                             );
                             if let Some(s) = map.get_mut(&tp) {
                                 s.delayed_until = Some(Instant::now() + self.params.backoff * 30);
