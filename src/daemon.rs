@@ -200,7 +200,11 @@ pub fn run(cfg: Config) -> Result<()> {
         .name("fetcher-manager".into())
         .spawn(move || manager.run())
         .context("failed to start the fetcher manager")?;
-    crate::notify::notify("READY=1\nSTATUS=following");
+    // A full disk found before this keeps its STATUS= line.
+    match logs.disk().full() {
+        Some(_) => crate::notify::notify("READY=1"),
+        None => crate::notify::notify("READY=1\nSTATUS=following"),
+    }
     crate::log_info!(
         "following {} topic(s) from {}",
         cfg.follow.len(),

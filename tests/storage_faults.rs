@@ -44,14 +44,23 @@ fn each_write_step_failing_once_fails_the_partition_which_resumes_byte_identical
     leader.append(0, 200, 10);
     leader.append(1, 200, 10);
     let cfg = config(dir.path(), &data, &leader);
+    // Counted from a second after start-up: the logs exist by then, so every fault lands
+    // while following.
     let mut d = support::Daemon::start_with_env(
         &cfg,
-        &[("RF_TEST_FAIL_WRITE", "append:4,roll:2,index:3,checkpoint:5")],
+        &[
+            ("RF_TEST_FAIL_WRITE", "append:2,roll:1,index:2,checkpoint:2"),
+            ("RF_TEST_FAIL_AFTER_MS", "1000"),
+        ],
     );
+    support::wait_until(Duration::from_secs(10), "the logs created", || {
+        caught_up(&data, &leader, 0) && caught_up(&data, &leader, 1)
+    });
+    std::thread::sleep(Duration::from_millis(1200));
     // More data while it runs, so that appends, rolls and flushes keep happening.
     for _ in 0..10 {
-        leader.append(0, 100, 10);
-        leader.append(1, 100, 10);
+        leader.append(0, 400, 10);
+        leader.append(1, 400, 10);
         std::thread::sleep(Duration::from_millis(150));
     }
     support::wait_until(Duration::from_secs(30), "both partitions caught up", || {
@@ -59,9 +68,13 @@ fn each_write_step_failing_once_fails_the_partition_which_resumes_byte_identical
     });
     let log = d.log_text();
     for step in ["Append", "Roll", "Index", "Checkpoint"] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("injected {step} failure")))
+            .unwrap_or_else(|| panic!("the {step} fault never fired:\n{log}"));
         assert!(
-            log.contains(&format!("injected {step} failure")),
-            "the {step} fault never fired:\n{log}"
+            !line.contains(".creating"),
+            "fired while creating a log: {line}"
         );
     }
     let failures = log.matches("is marked failed").count();

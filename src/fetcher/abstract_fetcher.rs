@@ -407,6 +407,16 @@ fn delay(map: &mut PartitionMap, tp: &TopicPartition, backoff: Duration) {
     }
 }
 
+/// Marks an error as the local log's (not the leader's): the partition is failed.
+#[derive(Debug)]
+struct LocalFailure(&'static str);
+
+impl std::fmt::Display for LocalFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed", self.0)
+    }
+}
+
 /// What to do with a partition after its part of a response was looked at.
 enum Outcome {
     Advanced(i64),
@@ -468,17 +478,20 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             crate::log_info!("{first}: {why}; handing it back for a leader lookup");
             return;
         }
-        let names: Vec<String> = handed
-            .iter()
-            .take(3)
-            .map(|(tp, _)| tp.to_string())
-            .collect();
-        crate::log_info!(
-            "{} partitions handed back for a leader lookup ({}{}): {why}",
-            handed.len(),
-            names.join(", "),
-            if handed.len() > 3 { ", …" } else { "" }
-        );
+        // One line per reason, naming the first few partitions.
+        let mut by_reason: BTreeMap<&str, Vec<&TopicPartition>> = BTreeMap::new();
+        for (tp, why) in &handed {
+            by_reason.entry(why.as_str()).or_default().push(tp);
+        }
+        for (why, tps) in by_reason {
+            let names: Vec<String> = tps.iter().take(3).map(|tp| tp.to_string()).collect();
+            crate::log_info!(
+                "{} partition(s) handed back for a leader lookup ({}{}): {why}",
+                tps.len(),
+                names.join(", "),
+                if tps.len() > 3 { ", …" } else { "" }
+            );
+        }
     }
 
     pub fn replica(&self) -> &R {
@@ -618,39 +631,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
             return;
         }
-        self.failures += 1;
-        let wait = self.failure_backoff();
-        if shared.is_running() {
-            // Warned when it starts and once a minute while it lasts; the retries in between
-            // (each after a longer wait, up to a limit) are debug.
-            let now = Instant::now();
-            let since = *self.failing_since.get_or_insert(now);
-            let kind = e.to_string();
-            let loud = self
-                .last_warned
-                .as_ref()
-                .is_none_or(|(t, k)| now - *t >= Duration::from_secs(60) || *k != kind);
-            if self.failures == 1 || loud {
-                crate::log_warn!(
-                    "fetch of {} partition(s) from {} failed{}: {e:#}; retrying in {}, then less often",
-                    req.partition_count(),
-                    self.leader.describe(),
-                    if self.failures > 1 {
-                        format!(" ({} times in {}s)", self.failures, (now - since).as_secs())
-                    } else {
-                        String::new()
-                    },
-                    Human(wait)
-                );
-                self.last_warned = Some((now, kind));
-            } else {
-                crate::log_debug!(
-                    "fetch from {} failed again: {e:#}; retrying in {}",
-                    self.leader.describe(),
-                    Human(wait)
-                );
-            }
-        }
+        let what = format!(
+            "fetch of {} partition(s) from {}",
+            req.partition_count(),
+            self.leader.describe()
+        );
+        let wait = self.note_failure(&what, e);
         self.leader.close();
         self.in_flight = None;
         let mut map = shared.lock();
@@ -663,6 +649,39 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 );
             }
         }
+    }
+
+    /// Counts a request to the leader that got no usable answer and says so calmly: warned
+    /// when failures start, when their kind changes and once a minute; debug in between.
+    /// Returns how long to wait before the next try (doubling, see `failure_backoff`).
+    fn note_failure(&mut self, what: &str, e: &anyhow::Error) -> Duration {
+        self.failures += 1;
+        let wait = self.failure_backoff();
+        if !self.shared.is_running() {
+            return wait;
+        }
+        let now = Instant::now();
+        let since = *self.failing_since.get_or_insert(now);
+        let kind = e.to_string();
+        let loud = self
+            .last_warned
+            .as_ref()
+            .is_none_or(|(t, k)| now - *t >= Duration::from_secs(60) || *k != kind);
+        if self.failures == 1 || loud {
+            crate::log_warn!(
+                "{what} failed{}: {e:#}; retrying in {}, then less often",
+                if self.failures > 1 {
+                    format!(" ({} times in {})", self.failures, Human(now - since))
+                } else {
+                    String::new()
+                },
+                Human(wait)
+            );
+            self.last_warned = Some((now, kind));
+        } else {
+            crate::log_debug!("{what} failed again: {e:#}; retrying in {}", Human(wait));
+        }
+        wait
     }
 
     /// A usable response arrived: the leader is reachable again.
@@ -840,8 +859,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                     // are errors; offsets that do not follow are a warning (a
                                     // leader change or a re-created topic is looked into).
                                     match &e {
-                                        // Said once by the data dir, not per partition.
-                                        AppendError::DiskFull(_) => {}
+                                        // Said once by the data dir, or once a minute for
+                                        // the process, not per partition.
+                                        AppendError::DiskFull(_) | AppendError::Exhausted(_) => {}
                                         // Said once by the log manager, which fails it.
                                         AppendError::Storage(_) => {}
                                         AppendError::InvalidData(_) => {
@@ -1147,7 +1167,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 let reason = format!(
                     "OffsetOutOfRange: the leader's log ends at {leader_end}, below the local end {local_end}"
                 );
-                self.replica.truncate(tp, leader_end, &reason)?;
+                self.replica
+                    .truncate(tp, leader_end, &reason)
+                    .map_err(|e| e.context(LocalFailure("truncation")))?;
                 return Ok(Some((leader_end, "truncated to the leader's end")));
             }
             let earliest = self.leader.fetch_earliest_offset(tp, epoch);
@@ -1162,7 +1184,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     identity_changed = true;
                     return Ok(None);
                 }
-                self.replica.skip_to(tp, leader_start)?;
+                self.replica
+                    .skip_to(tp, leader_start)
+                    .map_err(|e| e.context(LocalFailure("skipping past offsets lost upstream")))?;
                 return Ok(Some((
                     leader_start,
                     "the leader's log now starts above the local end; local data kept",
@@ -1189,6 +1213,10 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     tp,
                     "leader moved while resolving OFFSET_OUT_OF_RANGE".into(),
                 );
+                true
+            }
+            Err(e) if e.downcast_ref::<LocalFailure>().is_some() => {
+                self.fail(map, tp, &format!("{e:#}"));
                 true
             }
             Err(e) => {
@@ -1221,10 +1249,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let diverging = match self.leader.supports_diverging_epoch() {
             Ok(d) => d,
             Err(e) => {
-                crate::log_warn!("cannot reach {}: {e:#}", self.leader.describe());
+                let what = format!("reaching {}", self.leader.describe());
+                let wait = self.note_failure(&what, &e);
                 self.leader.close();
                 for (tp, _) in &truncating {
-                    delay(&mut map, tp, self.params.backoff);
+                    delay(&mut map, tp, wait);
                 }
                 return;
             }
@@ -1279,9 +1308,15 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     }
                 }
                 Err(e) => {
-                    crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
+                    let wait = if is_transport(&e) {
+                        let what = format!("OffsetForLeaderEpoch to {}", self.leader.describe());
+                        self.note_failure(&what, &e)
+                    } else {
+                        crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
+                        self.params.backoff
+                    };
                     self.leader.close();
-                    delay(&mut map, &tp, self.params.backoff);
+                    delay(&mut map, &tp, wait);
                     if is_transport(&e) {
                         // The leader is unreachable: the rest back off instead of each waiting.
                         for (rest, _) in &truncating {
@@ -1289,7 +1324,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                 .get(rest)
                                 .is_some_and(|s| s.status == FetchStatus::Truncating)
                             {
-                                delay(&mut map, rest, self.params.backoff);
+                                delay(&mut map, rest, wait);
                             }
                         }
                         break;

@@ -20,6 +20,7 @@ use crate::client::cluster::{self, ClusterMetadata};
 use crate::config::{Config, OnTopicRecreated, StartPosition};
 use crate::log::manager::{FailureListener, LogManager, lock_log};
 use crate::log::{descriptors, identity};
+use crate::logging::Human;
 use crate::protocol::error::ErrorCode;
 use anyhow::{Context, Result, anyhow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -197,6 +198,21 @@ pub enum ManagerEvent {
     Shutdown,
 }
 
+/// Failures of one partition, each within [`FAILURE_MEMORY`] of the one before.
+#[derive(Debug)]
+struct FailureHistory {
+    count: u32,
+    first: Instant,
+    last: Instant,
+    /// When its failure was last logged above debug, and that failure's kind (the reason
+    /// without its figures): another kind is said at once.
+    said: Option<Instant>,
+    kind: String,
+}
+
+/// How long a partition's failures are remembered after its last one.
+const FAILURE_MEMORY: Duration = Duration::from_secs(600);
+
 /// A partition failed by a local storage error, until its storage is sound again.
 #[derive(Debug)]
 struct FailedPartition {
@@ -204,6 +220,8 @@ struct FailedPartition {
     /// Checks of its storage that found it still unsound.
     attempts: u32,
     retry_at: Instant,
+    /// Its failure was logged above debug, so its resumption is too.
+    said: bool,
 }
 
 struct FetcherThread {
@@ -244,6 +262,9 @@ pub struct FetcherManager {
     /// What `fetching-stopped-partitions` last got written with.
     stopped_written: Option<String>,
     failed: BTreeMap<TopicPartition, FailedPartition>,
+    /// Recent failures of each partition, so one that fails again soon after resuming is
+    /// checked less often and said less often.
+    failure_history: BTreeMap<TopicPartition, FailureHistory>,
     /// What `failed-partitions` last got written with.
     failed_written: Option<String>,
     /// Partitions recently handed back: reassigning one to the same leader waits longer
@@ -275,7 +296,7 @@ impl FetcherManager {
         let (fetcher_events, fetcher_rx) = std::sync::mpsc::channel::<FetcherEvent>();
         // Forward fetcher events into the manager's own channel.
         let failures = events_tx.clone();
-        logs.set_failure_listener(FailureListener(Box::new(move |tp, reason| {
+        logs.set_failure_listener(FailureListener(Box::new(move |tp, reason, _| {
             let _ = failures.send(ManagerEvent::PartitionFailed {
                 tp: tp.clone(),
                 reason: reason.to_string(),
@@ -307,6 +328,7 @@ impl FetcherManager {
             wrong_cluster: None,
             stopped_written: None,
             failed: BTreeMap::new(),
+            failure_history: BTreeMap::new(),
             failed_written: None,
             hand_backs: BTreeMap::new(),
         }
@@ -341,6 +363,8 @@ impl FetcherManager {
 
     /// Runs until a `Shutdown` event; then shuts every fetcher down and returns.
     pub fn run(mut self) {
+        // A list left by an earlier run describes partitions this one has not failed.
+        self.record_failed();
         let backoff = Duration::from_millis(self.cfg.fetch.backoff_ms as u64);
         let mut next_refresh = Instant::now();
         let mut incomplete_rounds = 0u32;
@@ -356,16 +380,12 @@ impl FetcherManager {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(ManagerEvent::PartitionFailed { tp, reason }) => {
                     self.unassign(&tp);
-                    let retry_at = Instant::now() + self.failed_retry_delay(0);
-                    self.failed.insert(
-                        tp,
-                        FailedPartition {
-                            reason,
-                            attempts: 0,
-                            retry_at,
-                        },
-                    );
-                    self.record_failed();
+                    if let Some(f) = self.failed.get_mut(&tp) {
+                        f.reason = reason;
+                        self.record_failed();
+                        continue;
+                    }
+                    let retry_at = self.on_failure(&tp, &reason);
                     next_refresh = next_refresh.min(retry_at);
                     continue;
                 }
@@ -920,13 +940,71 @@ impl FetcherManager {
         write_partition_list(&path, reasons, &mut self.failed_written);
     }
 
+    /// A partition newly failed: said once (an ERROR the first time, then a WARN at most once
+    /// a minute while it keeps failing soon after each resume — a cause the storage check
+    /// cannot see), and checked again later the more often it failed lately. Returns when.
+    fn on_failure(&mut self, tp: &TopicPartition, reason: &str) -> Instant {
+        let now = Instant::now();
+        let backoff_ms = self.cfg.fetch.backoff_ms;
+        let h = self
+            .failure_history
+            .entry(tp.clone())
+            .or_insert(FailureHistory {
+                count: 0,
+                first: now,
+                last: now,
+                said: None,
+                kind: String::new(),
+            });
+        if now - h.last > FAILURE_MEMORY {
+            *h = FailureHistory {
+                count: 0,
+                first: now,
+                last: now,
+                said: None,
+                kind: String::new(),
+            };
+        }
+        h.count += 1;
+        h.last = now;
+        let (count, first) = (h.count, h.first);
+        let delay = failed_retry_delay(backoff_ms, count - 1);
+        let kind: String = reason.chars().filter(|c| !c.is_ascii_digit()).collect();
+        let new_kind = h.kind != kind;
+        h.kind = kind;
+        let mut said = true;
+        if count == 1 || new_kind {
+            crate::log_error!("{}", crate::log::manager::failed_message(tp, reason));
+            h.said = Some(now);
+        } else if h.said.is_none_or(|t| now - t >= Duration::from_secs(60)) {
+            crate::log_warn!(
+                "{tp}: failed again ({count} times in {}): {reason}; checked again in {}",
+                Human(now - first),
+                Human(delay)
+            );
+            h.said = Some(now);
+        } else {
+            crate::log_debug!("{tp}: failed again: {reason}");
+            said = false;
+        }
+        let retry_at = now + delay;
+        self.failed.insert(
+            tp.clone(),
+            FailedPartition {
+                reason: reason.to_string(),
+                attempts: count - 1,
+                retry_at,
+                said,
+            },
+        );
+        self.record_failed();
+        retry_at
+    }
+
     /// How long after its `attempts`-th unsuccessful check a failed partition is checked
     /// again: the fetch backoff (at least a second), doubling, at most a minute.
     fn failed_retry_delay(&self, attempts: u32) -> Duration {
-        let base =
-            Duration::from_millis(self.cfg.fetch.backoff_ms as u64).max(Duration::from_secs(1));
-        base.saturating_mul(1 << attempts.min(16))
-            .min(FAILED_RETRY_MAX)
+        failed_retry_delay(self.cfg.fetch.backoff_ms, attempts)
     }
 
     /// Checks the storage of each failed partition that is due: sound again, it is followed
@@ -950,8 +1028,13 @@ impl FetcherManager {
             };
             match checked {
                 Ok(()) => {
-                    self.failed.remove(&tp);
-                    crate::log_info!("{tp}: its local storage is sound again; fetching it again");
+                    if self.failed.remove(&tp).is_some_and(|f| f.said) {
+                        crate::log_info!(
+                            "{tp}: its local storage is sound again; fetching it again"
+                        );
+                    } else {
+                        crate::log_debug!("{tp}: its local storage is sound again");
+                    }
                 }
                 Err(e) => {
                     let delay = {
@@ -1161,9 +1244,19 @@ impl FetcherManager {
             None => return Err(anyhow!("no initial offset was asked for")),
         };
         let topic_id = self.metadata.topic_ids.get(&tp.topic).copied();
-        self.logs.get_or_create(tp, offset, topic_id)?;
+        self.logs
+            .get_or_create(tp, offset, topic_id)
+            .context("cannot create its local log")?;
         Ok(PartitionFetchState::new(offset, epoch, FetchStatus::Fetching).with_topic_id(topic_id))
     }
+}
+
+/// How long after its `attempts`-th unsuccessful check a failed partition is checked again:
+/// the fetch backoff (at least a second), doubling, at most a minute.
+fn failed_retry_delay(backoff_ms: i64, attempts: u32) -> Duration {
+    let base = Duration::from_millis(backoff_ms.max(0) as u64).max(Duration::from_secs(1));
+    base.saturating_mul(1 << attempts.min(16))
+        .min(FAILED_RETRY_MAX)
 }
 
 /// Keeps a data-dir file of `topic partition reason` lines equal to `entries` (removed when

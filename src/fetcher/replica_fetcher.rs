@@ -213,6 +213,12 @@ impl ReplicaOps for ReplicaLogOps {
                     self.logs.disk().on_no_space();
                     return Err(AppendError::DiskFull(format!("{e:#}")));
                 }
+                Err(AppendError::Storage(e)) if crate::log::descriptors::is_exhausted(&e) => {
+                    // A roll cut back for want of descriptors: the process's limit, not this
+                    // partition's storage.
+                    crate::log::descriptors::report(&format!("{tp}: {e:#}"));
+                    return Err(AppendError::Exhausted(format!("{e:#}")));
+                }
                 other => other?,
             }
         }

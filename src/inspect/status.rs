@@ -368,6 +368,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         s.push_str(&format!("free space: {free} bytes\n"));
     }
     if let Some(why) = &dd.disk_full {
+        let why = why.strip_prefix("disk full: ").unwrap_or(why);
         s.push_str(&format!("DISK FULL: {why}\n"));
     }
     for (tp, why) in &dd.failed {

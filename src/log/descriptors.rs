@@ -43,6 +43,23 @@ pub fn is_exhausted(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Says that the limit was reached (with `what` met it and how to raise it) at most once a
+/// minute, whoever meets it.
+pub fn report(what: &str) {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+        *last = Some(Instant::now());
+        crate::log_error!("{what}; {}", advice());
+    } else {
+        crate::log_debug!("{what}");
+    }
+}
+
 /// What an operator reads when the limit is reached.
 pub fn advice() -> String {
     let limit = soft_limit().map_or_else(|| "unknown".to_string(), |l| l.to_string());

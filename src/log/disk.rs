@@ -79,7 +79,7 @@ impl DiskSpace {
                         self.min_free
                     );
                     crate::log_error!(
-                        "{why}; fetching is paused for every partition of this data dir until space returns (no space left)"
+                        "{why}; fetching is paused for every partition of this data dir until space returns"
                     );
                     self.published(Some(&why));
                     st.full = Some(why);
@@ -183,10 +183,9 @@ mod tests {
         let mut notes = Vec::new();
         let st = crate::inspect::status::collect_data_dir(d.path(), &mut notes);
         assert_eq!(st.disk_full.as_deref(), Some(why.as_str()));
-        assert!(
-            crate::inspect::status::render_text(&st, &[]).contains("DISK FULL: disk full"),
-            "{notes:?}"
-        );
+        let text = crate::inspect::status::render_text(&st, &[]);
+        let shown = format!("DISK FULL: {}", why.trim_start_matches("disk full: "));
+        assert!(text.contains(&shown), "{text} {notes:?}");
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //!
 //! Production never arms it. Tests arm it in-process ([`arm`], per thread) or for a daemon
 //! with `RF_TEST_FAIL_WRITE=<step>:<n>[,<step>:<n>…]` (steps `append`, `roll`, `index`,
-//! `checkpoint`): the n-th write of that step in the process fails once, part-way where the
-//! step writes bytes, as a full or failing disk would make it. Checking costs one relaxed
+//! `checkpoint`, `txnindex`): the n-th write of that step in the process fails once, part-way
+//! where the step writes bytes, as a full or failing disk would make it. With
+//! `RF_TEST_FAIL_AFTER_MS=<ms>` only writes from that long after start-up count (so the
+//! faults land while following, not while the logs are created). Checking costs one relaxed
 //! atomic load while nothing is armed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +23,8 @@ pub enum Step {
     Index,
     /// Writing a checkpoint file (data-dir checkpoints, leader-epoch checkpoint, snapshots).
     Checkpoint,
+    /// Appending an aborted transaction to a segment's `.txnindex`.
+    TxnIndex,
 }
 
 impl Step {
@@ -30,6 +34,7 @@ impl Step {
             "roll" => Step::Roll,
             "index" => Step::Index,
             "checkpoint" => Step::Checkpoint,
+            "txnindex" => Step::TxnIndex,
             _ => return None,
         })
     }
@@ -39,6 +44,18 @@ impl Step {
 type Armed = Vec<(Step, u32)>;
 
 static ANY_ARMED: AtomicBool = AtomicBool::new(false);
+
+/// Writes before this instant do not count for the process-wide faults.
+fn counting_from() -> std::time::Instant {
+    static FROM: OnceLock<std::time::Instant> = OnceLock::new();
+    *FROM.get_or_init(|| {
+        let ms = std::env::var("RF_TEST_FAIL_AFTER_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        std::time::Instant::now() + std::time::Duration::from_millis(ms)
+    })
+}
 
 fn process_armed() -> &'static Mutex<Armed> {
     static ARMED: OnceLock<Mutex<Armed>> = OnceLock::new();
@@ -67,6 +84,7 @@ thread_local! {
 
 /// Reads `RF_TEST_FAIL_WRITE`; called once at start-up so the first write pays nothing.
 pub fn init() {
+    let _ = counting_from();
     let _ = process_armed();
 }
 
@@ -97,12 +115,13 @@ pub fn hit(step: Step) -> Option<std::io::Error> {
         return None;
     }
     let fail = THREAD_ARMED.with(|a| take(&mut a.borrow_mut(), step))
-        || take(
-            &mut process_armed()
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            step,
-        );
+        || (std::time::Instant::now() >= counting_from()
+            && take(
+                &mut process_armed()
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                step,
+            ));
     fail.then(|| std::io::Error::other(format!("injected {step:?} failure (RF_TEST_FAIL_WRITE)")))
 }
 
@@ -320,6 +339,103 @@ mod tests {
             after,
             "not rebuilt: it was whole"
         );
+    }
+
+    /// A v2 batch of producer `pid` with `attributes` (0x10 transactional, 0x30 an ABORT
+    /// marker when its record is the marker's).
+    fn txn_batch(base: i64, pid: i64, attributes: i16, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut b = build_v2_batch(
+            base,
+            3,
+            &[NewRecord {
+                key: Some(key),
+                value: Some(value),
+                timestamp: 1000 + base,
+            }],
+        );
+        b[21..23].copy_from_slice(&attributes.to_be_bytes());
+        b[43..51].copy_from_slice(&pid.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn a_failed_txnindex_write_takes_the_whole_append_back() {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
+        let data = txn_batch(0, 7, 0x10, b"k", b"v");
+        let h = BatchHeader::parse(&data, usize::MAX).unwrap();
+        log.append(&data, &[h]).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.last_stable_offset(), 0, "a transaction is open");
+        let before = files(d.path());
+        // ABORT marker: key {version 0, type 0}, value {version 0, coordinator epoch 1}.
+        let abort = txn_batch(1, 7, 0x30, &[0, 0, 0, 0], &[0, 0, 0, 0, 0, 1]);
+        let ha = BatchHeader::parse(&abort, usize::MAX).unwrap();
+        arm(Step::TxnIndex, 1);
+        let e = log.append(&abort, &[ha]).unwrap_err();
+        assert!(matches!(e, AppendError::Storage(_)), "{e}");
+        assert_eq!(log.log_end_offset(), 1);
+        assert_eq!(log.last_stable_offset(), 0, "the transaction is still open");
+        log.flush().unwrap();
+        assert_eq!(files(d.path()), before, "segment and .txnindex as before");
+        log.append(&abort, &[ha]).unwrap();
+        assert_eq!(log.last_stable_offset(), 2, "aborted this time");
+        log.flush().unwrap();
+        let txn = d
+            .path()
+            .join(tp().dir_name())
+            .join(super::super::segment::file_name(0, "txnindex"));
+        assert_eq!(
+            std::fs::read(&txn).unwrap().len(),
+            crate::log::txn_index::ENTRY_SIZE,
+            "one whole entry"
+        );
+    }
+
+    #[test]
+    fn a_truncation_failing_after_its_cut_leaves_no_figure_past_the_log_end() {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
+        let (b, h) = batches(0, 2);
+        log.append(&b, &h).unwrap();
+        // Offsets 8.. in epoch 4, so that the cut changes the leader-epoch checkpoint.
+        let v = [b'v'; 10];
+        let recs: Vec<NewRecord<'_>> = (0..8)
+            .map(|j| NewRecord {
+                key: None,
+                value: Some(&v),
+                timestamp: 2000 + j,
+            })
+            .collect();
+        let later = build_v2_batch(8, 4, &recs);
+        let hl = BatchHeader::parse(&later, usize::MAX).unwrap();
+        log.append(&later, &[hl]).unwrap();
+        log.update_high_watermark(16);
+        log.flush().unwrap();
+        log.checkpoint_epochs().unwrap();
+        assert_eq!((log.recovery_point(), log.high_watermark()), (16, 16));
+        // The leader-epoch checkpoint after the cut fails.
+        arm(Step::Checkpoint, 1);
+        assert!(log.truncate_to(8, "test").is_err());
+        let leo = log.log_end_offset();
+        assert_eq!(leo, 8, "the cut happened");
+        assert!(
+            log.recovery_point() <= leo,
+            "recovery point {}",
+            log.recovery_point()
+        );
+        assert!(
+            log.high_watermark() <= leo,
+            "high watermark {}",
+            log.high_watermark()
+        );
+        // Appending on from the cut, then flushing, syncs (and claims) the new bytes.
+        let (b2, h2) = batches(8, 2);
+        log.append(&b2, &h2).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.recovery_point(), 16);
     }
 
     #[test]

@@ -47,10 +47,18 @@ pub struct LogManager {
     on_failed: Mutex<Option<FailureListener>>,
 }
 
-/// Called with a partition and why, when a storage error marks it failed.
+/// Called with a partition, why, and whether it was not failed before, each time a storage
+/// error fails it. Must not block (callers may hold a fetcher's partition-map lock).
 pub struct FailureListener(pub Box<FailureFn>);
 
-pub type FailureFn = dyn Fn(&TopicPartition, &str) + Send;
+pub type FailureFn = dyn Fn(&TopicPartition, &str, bool) + Send;
+
+/// The ERROR for a partition a storage error failed.
+pub fn failed_message(tp: &TopicPartition, reason: &str) -> String {
+    format!(
+        "{tp}: local storage error: {reason}; the partition is marked failed and not fetched until a check finds its files sound (after 1s, then less often; a directory that is gone stays failed until a restart); the other partitions go on"
+    )
+}
 
 impl std::fmt::Debug for FailureListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -155,31 +163,53 @@ impl LogManager {
 
     /// Who is told when a partition fails (one listener; a later call replaces it).
     pub fn set_failure_listener(&self, f: FailureListener) {
-        *self
+        let mut slot = self
             .on_failed
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(f);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Failures before the listener came (the start-up checkpoint) are told now.
+        for tp in self
+            .all()
+            .into_iter()
+            .filter_map(|(tp, l)| lock_log(&l).failed().map(|why| (tp, why.to_string())))
+        {
+            (f.0)(&tp.0, &tp.1, true);
+        }
+        *slot = Some(f);
+    }
+
+    /// A local error on `tp` while `what`: a full disk pauses every partition (not a
+    /// partition's fault), running out of descriptors is said once a minute and retried (the
+    /// process's limit, not the partition's storage), anything else fails the partition.
+    pub fn storage_error(&self, tp: &TopicPartition, what: &str, e: &anyhow::Error) {
+        if super::disk::is_no_space(e) {
+            self.disk.on_no_space();
+        } else if super::descriptors::is_exhausted(e) {
+            super::descriptors::report(&format!("{tp}: {what}: {e:#}"));
+        } else {
+            self.mark_failed(tp, &format!("{what}: {e:#}"));
+        }
     }
 
     /// Kafka's `markPartitionFailed` for a local storage error: the partition is neither
     /// appended to nor flushed until [`Self::check_storage`] finds it sound again, the
     /// listener stops fetching it, and the other partitions go on. Said once per failure.
+    /// The listener is told every time (`newly`: it was not failed before), so a partition
+    /// removed from its fetcher is never left unassigned; it says what it learns. Without a
+    /// listener, a new failure is logged here.
     pub fn mark_failed(&self, tp: &TopicPartition, reason: &str) {
-        if let Some(log) = self.get(tp)
-            && !lock_log(&log).mark_failed(reason)
-        {
-            return;
-        }
-        crate::log_error!(
-            "{tp}: local storage error: {reason}; the partition is marked failed and not fetched until its files are sound again (the other partitions go on)"
-        );
-        if let Some(f) = self
+        let newly = self
+            .get(tp)
+            .is_none_or(|log| lock_log(&log).mark_failed(reason));
+        match self
             .on_failed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
         {
-            (f.0)(tp, reason);
+            Some(f) => (f.0)(tp, reason, newly),
+            None if newly => crate::log_error!("{}", failed_message(tp, reason)),
+            None => {}
         }
     }
 
@@ -259,7 +289,7 @@ impl LogManager {
         let mut first_err = None;
         for (tp, log) in self.all() {
             if let Err(e) = Self::flush_one(&log) {
-                self.mark_failed(&tp, &format!("flush failed: {e:#}"));
+                self.storage_error(&tp, "flush failed", &e);
                 first_err.get_or_insert(e);
             }
         }
@@ -295,12 +325,19 @@ impl LogManager {
                 Ok(())
             } else {
                 flushed
-                    .and_then(|_| log.checkpoint_epochs())
-                    .and_then(|_| log.snapshot_producer_state(final_snapshots))
+                    .map_err(|e| ("flush failed", e))
+                    .and_then(|_| {
+                        log.checkpoint_epochs()
+                            .map_err(|e| ("writing its leader-epoch checkpoint failed", e))
+                    })
+                    .and_then(|_| {
+                        log.snapshot_producer_state(final_snapshots)
+                            .map_err(|e| ("writing its producer snapshot failed", e))
+                    })
             };
-            if let Err(e) = flushed {
+            if let Err((what, e)) = flushed {
                 drop(log);
-                self.mark_failed(&tp, &format!("flush before checkpoint failed: {e:#}"));
+                self.storage_error(&tp, what, &e);
                 log = lock_log(&shared);
             }
             if log.failed.is_some() {

@@ -49,6 +49,9 @@ pub enum AppendError {
     /// The data dir's filesystem is full (below `log.min_free_bytes`, or ENOSPC): nothing was
     /// written; the partition waits, and the data dir's one ERROR says why.
     DiskFull(String),
+    /// The process is out of file descriptors (EMFILE, ENFILE): nothing was written; the
+    /// partition backs off, and the limit is said once a minute for all of them.
+    Exhausted(String),
 }
 
 impl std::fmt::Display for AppendError {
@@ -56,7 +59,7 @@ impl std::fmt::Display for AppendError {
         match self {
             AppendError::InvalidData(s) | AppendError::OffsetMismatch(s) => f.write_str(s),
             AppendError::Storage(e) => write!(f, "local storage error: {e:#}"),
-            AppendError::DiskFull(s) => f.write_str(s),
+            AppendError::DiskFull(s) | AppendError::Exhausted(s) => f.write_str(s),
         }
     }
 }

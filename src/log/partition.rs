@@ -382,6 +382,12 @@ impl PartitionLog {
                 self.dir.display()
             )));
         }
+        if !self.active().file_is_current() {
+            return Err(AppendError::Storage(anyhow::anyhow!(
+                "the active segment `{}` was removed or replaced",
+                self.active().log_path().display()
+            )));
+        }
         let leo = self.log_end_offset();
         let data_end = self.data_end_offset();
         if first.last_offset < leo || data_end.is_some_and(|e| first.base_offset < e) {
@@ -589,6 +595,9 @@ impl PartitionLog {
                 self.tp
             );
         }
+        if let Some(why) = &self.failed {
+            anyhow::bail!("{} is failed ({why}); not truncating it", self.tp);
+        }
         self.generation += 1;
         if offset >= self.log_end_offset() {
             return Ok(());
@@ -612,6 +621,41 @@ impl PartitionLog {
                 );
             }
         }
+        let cut = self.cut_segments(offset);
+        // Whatever part of the cut happened, the figures follow the log as it now is before
+        // anything else can fail: a partition failed midway must never resume with a recovery
+        // point (or a high watermark) past its end, which would claim unsynced bytes.
+        let leo = self.log_end_offset();
+        self.log_start_offset = self.log_start_offset.min(leo);
+        // By the new log end, not the target: a cut inside a gap ends the log below it.
+        self.epochs.truncate_from_end(leo);
+        self.recovery_point = self.recovery_point.min(leo);
+        self.high_watermark = self.high_watermark.min(leo).max(self.log_start_offset);
+        // Offsets the leader lost that lie past the cut may be fetched from it again.
+        let lost: Vec<(i64, i64)> = self
+            .lost
+            .iter()
+            .filter(|(a, _)| *a < leo)
+            .map(|&(a, b)| (a, b.min(leo - 1)))
+            .collect();
+        let lost_changed = lost != self.lost;
+        self.lost = lost;
+        // Transactions opened or closed by the removed batches are undone.
+        let rebuilt = self.rebuild_producer_state(leo, i64::MAX);
+        cut?;
+        rebuilt?;
+        if lost_changed {
+            checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+        }
+        // The epochs are written now, not at the next checkpoint: after a crash, a stale
+        // epoch file would describe offsets this log no longer holds.
+        self.checkpoint_epochs()?;
+        Ok(())
+    }
+
+    /// The file side of [`Self::truncate_to`]: deletes the segments past `offset` and cuts
+    /// the one holding it, in an order that survives a crash at any point.
+    fn cut_segments(&mut self, offset: i64) -> Result<()> {
         // The segment that survives holds the cut: the last one based at or below `offset`.
         // Without one, a new empty segment at `offset` is made first, so that a crash leaves
         // it, the old segments, or both — never no segment. Then newest first: a crash part-way
@@ -648,30 +692,7 @@ impl PartitionLog {
             self.active_mut().truncate_to(offset)?;
         }
         self.active_mut().flush()?;
-        fsync_dir(&self.dir)?;
-        let leo = self.log_end_offset();
-        self.log_start_offset = self.log_start_offset.min(leo);
-        // By the new log end, not the target: a cut inside a gap ends the log below it.
-        self.epochs.truncate_from_end(leo);
-        // Offsets the leader lost that lie past the cut may be fetched from it again.
-        let lost: Vec<(i64, i64)> = self
-            .lost
-            .iter()
-            .filter(|(a, _)| *a < leo)
-            .map(|&(a, b)| (a, b.min(leo - 1)))
-            .collect();
-        if lost != self.lost {
-            self.lost = lost;
-            checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
-        }
-        // The epochs are written now, not at the next checkpoint: after a crash, a stale
-        // epoch file would describe offsets this log no longer holds.
-        self.checkpoint_epochs()?;
-        self.recovery_point = self.recovery_point.min(leo);
-        self.high_watermark = self.high_watermark.min(leo).max(self.log_start_offset);
-        // Transactions opened or closed by the removed batches are undone.
-        self.rebuild_producer_state(leo, i64::MAX)?;
-        Ok(())
+        fsync_dir(&self.dir)
     }
 
     /// What a truncation to `offset` removes: the byte ranges (from the cut to the end of each

@@ -711,6 +711,18 @@ impl Segment {
         self.log.as_ref().context("segment file vanished")
     }
 
+    /// Whether the open descriptor (if any) is still the file at the segment's path: bytes
+    /// written to a file someone unlinked would be lost without an error.
+    pub fn file_is_current(&self) -> bool {
+        let Some(f) = &self.log else {
+            return true;
+        };
+        match (f.metadata(), fs::metadata(&self.log_path)) {
+            (Ok(open), Ok(on_disk)) => (open.dev(), open.ino()) == (on_disk.dev(), on_disk.ino()),
+            _ => false,
+        }
+    }
+
     /// Whether the segment's file is still the one this segment writes: there, the same
     /// inode as the open descriptor, writable, and exactly as long as its whole batches. Bytes
     /// past them (a write that failed part-way and could not be cut back then) are cut off.

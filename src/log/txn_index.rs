@@ -74,8 +74,12 @@ impl TxnIndex {
             .append(true)
             .open(&self.path)
             .with_context(|| format!("failed to open `{}`", self.path.display()))?;
-        f.write_all(&e.encode())
-            .with_context(|| format!("failed to append to `{}`", self.path.display()))?;
+        let bytes = e.encode();
+        let written = match super::fault::hit(super::fault::Step::TxnIndex) {
+            None => f.write_all(&bytes),
+            Some(injected) => f.write_all(&bytes[..bytes.len() / 2]).and(Err(injected)),
+        };
+        written.with_context(|| format!("failed to append to `{}`", self.path.display()))?;
         self.dirty = true;
         Ok(())
     }
@@ -89,8 +93,12 @@ impl TxnIndex {
         }
     }
 
-    /// Cuts the file back to `len` bytes (what [`Self::len_bytes`] said before an append).
+    /// Cuts the file back to `len` bytes (what [`Self::len_bytes`] said before an append);
+    /// to no file at all for 0, as a segment without aborted transactions has none.
     pub fn cut_back(&mut self, len: u64) -> Result<()> {
+        if len == 0 {
+            return self.rewrite(&[]);
+        }
         match OpenOptions::new().write(true).open(&self.path) {
             Ok(f) => f
                 .set_len(len)
