@@ -245,6 +245,7 @@ impl PartitionLog {
         old.flush()?;
         old.close_file();
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now)?;
+        super::diverged::test_pause_point("rolling");
         fsync_dir(&self.dir)?;
         self.segments.insert(base, seg);
         crate::log_info!("{}: rolled new segment at offset {base}", self.tp);
