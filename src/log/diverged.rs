@@ -193,14 +193,23 @@ pub fn list(dir: &Path) -> Result<Vec<(PathBuf, i64, i64)>> {
 
 /// A test hook for crash tests: with `RF_TEST_PAUSE_AT=<point>` in the environment, the
 /// process logs that it reached `point` and sleeps there for `RF_TEST_PAUSE_MS` (default
-/// 30000) ms, so that a test can kill it -9 at exactly that moment. Unset, it costs one
-/// environment lookup on a path that runs only when a truncation removes committed data.
+/// 30000) ms, so that a test can kill it -9 at exactly that moment. The points are a
+/// truncation that removes committed data (`diverged-copied`) and a segment roll
+/// (`rolling`). The environment is read once; unset, a call costs one comparison.
 pub fn test_pause_point(point: &str) {
-    if std::env::var("RF_TEST_PAUSE_AT").is_ok_and(|p| p == point) {
+    static PAUSE: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
+    let pause = PAUSE.get_or_init(|| {
+        let at = std::env::var("RF_TEST_PAUSE_AT").ok()?;
         let ms = std::env::var("RF_TEST_PAUSE_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(30_000);
+        Some((at, ms))
+    });
+    if let Some((at, ms)) = pause
+        && at == point
+    {
+        let ms = *ms;
         crate::log_warn!("test pause at {point} for {ms} ms");
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }

@@ -344,6 +344,7 @@ impl PartitionLog {
         old.flush()?;
         old.close_file();
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now)?;
+        super::diverged::test_pause_point("rolling");
         if let Err(e) = fsync_dir(&self.dir) {
             // Not named by the directory for sure: made again by the next roll.
             drop(seg);
