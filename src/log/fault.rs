@@ -395,6 +395,49 @@ mod tests {
     }
 
     #[test]
+    fn recovery_resumed_past_the_recovery_point_keeps_the_aborted_transactions_below_it() {
+        let d = tempfile::tempdir().unwrap();
+        let mut cfg = config(1 << 20);
+        cfg.index_interval_bytes = 1;
+        let mut log = PartitionLog::create(d.path(), &tp(), cfg.clone(), 0, None).unwrap();
+        let abort = |base: i64| txn_batch(base, 7, 0x30, &[0, 0, 0, 0], &[0, 0, 0, 0, 0, 1]);
+        let append = |log: &mut PartitionLog, b: Vec<u8>| {
+            let h = BatchHeader::parse(&b, usize::MAX).unwrap();
+            log.append(&b, &[h]).unwrap();
+        };
+        // Offsets 0..5: a transaction aborted at 1, data, then (unflushed) another at 5..6.
+        append(&mut log, txn_batch(0, 7, 0x10, b"k", b"v"));
+        append(&mut log, abort(1));
+        append(&mut log, txn_batch(2, 8, 0, b"k", b"v"));
+        append(&mut log, txn_batch(3, 8, 0, b"k", b"v"));
+        log.flush().unwrap();
+        log.snapshot_producer_state(true).unwrap();
+        let rp = log.recovery_point();
+        append(&mut log, txn_batch(4, 7, 0x10, b"k", b"v"));
+        append(&mut log, abort(5));
+        drop(log);
+        let hints = loader::CheckpointHints {
+            recovery_point: Some(rp),
+            log_start_offset: None,
+            high_watermark: None,
+        };
+        let (log, _) = loader::load(d.path(), &tp(), cfg, hints, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.log_end_offset(), 6);
+        let txn = crate::log::txn_index::TxnIndex::new(
+            d.path()
+                .join(tp().dir_name())
+                .join(super::super::segment::file_name(0, "txnindex")),
+        )
+        .read()
+        .unwrap();
+        let markers: Vec<i64> = txn.iter().map(|e| e.last_offset).collect();
+        assert_eq!(markers, [1, 5], "{txn:?}");
+        assert_eq!(log.last_stable_offset(), 6);
+    }
+
+    #[test]
     fn a_truncation_failing_after_its_cut_leaves_no_figure_past_the_log_end() {
         let d = tempfile::tempdir().unwrap();
         let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();

@@ -99,6 +99,8 @@ pub fn load(
     let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
     let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
     let mut first_recovered: Option<i64> = None;
+    // The first offset recovery scanned (inside `first_recovered` when it resumed there).
+    let mut first_scanned: Option<i64> = None;
     for (i, &base) in bases.iter().enumerate() {
         // A segment may start after the previous one ends: a gap, as compaction, a leader's
         // retention or a lost file leave them. Nothing is cut or deleted for a gap. A segment
@@ -118,16 +120,32 @@ pub fn load(
         let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
         let needs_recovery = !clean_shutdown && next_base > recovery_point;
         let last = i + 1 == bases.len();
-        let (seg, rec) = Segment::open(
-            &dir,
-            base,
-            config.index_interval_bytes,
-            now,
-            needs_recovery,
-            last,
-        )?;
+        // The segment holding the recovery point is fsynced up to it: only its tail is
+        // scanned. Segments after it are scanned whole.
+        let (seg, rec) = if needs_recovery && base < recovery_point {
+            Segment::open_recovering_from(
+                &dir,
+                base,
+                config.index_interval_bytes,
+                now,
+                recovery_point,
+                last,
+            )?
+        } else {
+            Segment::open(
+                &dir,
+                base,
+                config.index_interval_bytes,
+                now,
+                needs_recovery,
+                last,
+            )?
+        };
         if let Some(r) = rec {
             first_recovered.get_or_insert(base);
+            if first_scanned.is_none() {
+                first_scanned = Some(r.resumed_at.unwrap_or(base));
+            }
             report.recovered_segments += 1;
             report.truncated_bytes += r.truncated_bytes;
             recovered_epochs.extend(r.epochs.iter().copied());
@@ -155,6 +173,8 @@ pub fn load(
     {
         first_recovered =
             Some(first_recovered.map_or(active.base_offset, |f| f.min(active.base_offset)));
+        first_scanned =
+            Some(first_scanned.map_or(active.base_offset, |f| f.min(active.base_offset)));
         report.recovered_segments += 1;
     }
     let leo = segments
@@ -251,7 +271,7 @@ pub fn load(
     // scanned, walking the batches after it; the `.txnindex` of every scanned segment is
     // rebuilt on the way.
     log.rebuild_producer_state(
-        first_recovered.unwrap_or(leo),
+        first_scanned.or(first_recovered).unwrap_or(leo),
         first_recovered.unwrap_or(i64::MAX),
     )?;
     log.last_snapshot = producer_snapshot_at(&dir, leo);
@@ -390,6 +410,54 @@ mod tests {
         assert!(report.truncated_bytes > 0, "the corrupt tail batch is cut");
         assert!(log.log_end_offset() < 120);
         assert_eq!(log.summary().segments, paths.len());
+    }
+
+    #[test]
+    fn inside_the_segment_holding_the_recovery_point_only_the_tail_past_it_is_scanned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 1 << 20);
+        let (bytes, headers) = batches(0, 40, 0);
+        log.append(&bytes, &headers).unwrap();
+        log.flush().unwrap();
+        let rp = log.recovery_point();
+        assert_eq!(rp, 160);
+        let (more, more_h) = batches(160, 10, 0);
+        log.append(&more, &more_h).unwrap();
+        let seg = log.segments().next().unwrap().log_path().to_path_buf();
+        drop(log);
+        // A byte flipped well below the recovery point is not looked at (it was fsynced);
+        // a torn tail past it is cut.
+        let mut b = std::fs::read(&seg).unwrap();
+        b[100] ^= 0xff;
+        b.truncate(b.len() - 7);
+        std::fs::write(&seg, &b).unwrap();
+        let index = seg.with_extension("index");
+        let (log, report) = load(dir.path(), &tp(), cfg(1 << 20), hints(Some(rp)), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(report.recovered_segments, 1);
+        assert!(report.truncated_bytes > 0, "the torn batch is cut");
+        assert_eq!(
+            log.log_end_offset(),
+            196,
+            "every whole batch past the recovery point kept"
+        );
+        assert_eq!(
+            std::fs::read(&seg).unwrap()[100],
+            b[100],
+            "the part below the recovery point is left as it is"
+        );
+        // The indexes equal what a full recovery of the same bytes would build.
+        let resumed = std::fs::read(&index).unwrap();
+        drop(log);
+        let mut fixed = std::fs::read(&seg).unwrap();
+        fixed[100] ^= 0xff;
+        std::fs::write(&seg, &fixed).unwrap();
+        let (full, _) = load(dir.path(), &tp(), cfg(1 << 20), hints(None), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(full.log_end_offset(), 196);
+        assert_eq!(std::fs::read(&index).unwrap(), resumed);
     }
 
     #[test]

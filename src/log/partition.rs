@@ -505,7 +505,21 @@ impl PartitionLog {
             if (next <= from || seg.next_offset() <= from) && !rebuild {
                 continue; // wholly before the snapshot, and its index is trusted
             }
-            let entries = state.replay(&mut seg.reader(0)?, from)?;
+            // From the snapshot on: a segment it falls inside is read from the index entry
+            // below it, and keeps the `.txnindex` entries of the markers before it.
+            let start = if from > *base {
+                seg.position_before(from)?
+            } else {
+                0
+            };
+            let mut entries = if rebuild && start > 0 {
+                let mut kept = seg.txn_index.read().unwrap_or_default();
+                kept.retain(|e| e.last_offset < from);
+                kept
+            } else {
+                Vec::new()
+            };
+            entries.extend(state.replay(&mut seg.reader(start)?, from)?);
             if rebuild {
                 seg.txn_index.rewrite(&entries)?;
             }

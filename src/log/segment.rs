@@ -143,6 +143,9 @@ pub struct RecoveryResult {
     pub reason: Option<String>,
     /// (epoch, base offset) of each batch, for rebuilding the leader-epoch cache.
     pub epochs: Vec<(i32, i64)>,
+    /// The first offset scanned, when the scan began after the segment's durable part
+    /// rather than at its start (see [`Segment::open_recovering_from`]).
+    pub resumed_at: Option<i64>,
 }
 
 impl Segment {
@@ -226,6 +229,27 @@ impl Segment {
         recover: bool,
         resident: bool,
     ) -> Result<(Self, Option<RecoveryResult>)> {
+        Self::open_inner(
+            dir,
+            base_offset,
+            index_interval_bytes,
+            now_ms,
+            recover,
+            resident,
+            true,
+        )
+    }
+
+    /// [`Self::open`]; `rescan` checks the tail past the last index entry (a trusted open).
+    fn open_inner(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+        recover: bool,
+        resident: bool,
+        rescan: bool,
+    ) -> Result<(Self, Option<RecoveryResult>)> {
         let (lp, ip, tp) = Self::paths(dir, base_offset);
         let log = OpenOptions::new()
             .read(true)
@@ -288,6 +312,9 @@ impl Segment {
             let r = seg.recover()?;
             return Ok((seg, Some(r)));
         }
+        if !rescan {
+            return Ok((seg, None));
+        }
         if let Some(bad_at) = seg.rescan_tail()? {
             crate::log_warn!(
                 "segment `{}` has a bad batch at byte {bad_at} below the recovery point; recovering it",
@@ -336,6 +363,67 @@ impl Segment {
         }
     }
 
+    /// Opens the segment that holds the recovery point `durable_below` after an unclean
+    /// shutdown, and recovers only what lies past it: everything below the recovery point was
+    /// fsynced (batches and index entries), so the scan resumes at the last offset-index
+    /// entry below it — checked against the batch it names — instead of at byte 0. Recovery
+    /// after a crash then costs the unflushed tail, not the segment. Without such an entry
+    /// (or when the indexes do not load), the whole segment is recovered.
+    pub fn open_recovering_from(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+        durable_below: i64,
+        resident: bool,
+    ) -> Result<(Self, Option<RecoveryResult>)> {
+        let (mut seg, r) = Self::open_inner(
+            dir,
+            base_offset,
+            index_interval_bytes,
+            now_ms,
+            false,
+            resident,
+            false,
+        )?;
+        if r.is_some() {
+            return Ok((seg, r));
+        }
+        seg.may_be_torn = true;
+        let r = seg.recover_tail(durable_below)?;
+        Ok((seg, Some(r)))
+    }
+
+    /// See [`Self::open_recovering_from`].
+    fn recover_tail(&mut self, durable_below: i64) -> Result<RecoveryResult> {
+        self.make_indexes_resident()?;
+        let (entry_offset, pos) = self.offset_index.lookup(durable_below.saturating_sub(1));
+        let pos = u64::from(pos);
+        let mut first = None;
+        if pos > 0 && entry_offset < durable_below && pos < self.size {
+            self.for_each_batch(pos, |h, _| {
+                first = Some(*h);
+                Ok(false)
+            })?;
+        }
+        let Some(first) = first.filter(|h| h.last_offset == entry_offset) else {
+            return self.recover();
+        };
+        // The indexes as they were once the batch at `pos` was indexed: its entries, none
+        // after; the tail state follows from them.
+        self.offset_index.truncate(entry_offset + 1, u64::MAX)?;
+        self.time_index.truncate(entry_offset + 1)?;
+        (self.max_timestamp, self.offset_of_max_timestamp) = self
+            .time_index
+            .last_entry()
+            .unwrap_or((-1, self.base_offset));
+        self.bytes_since_last_index_entry = first.size_in_bytes as u64;
+        self.next_offset = entry_offset + 1;
+        let mut r = self.scan_from(pos + first.size_in_bytes as u64, Some(entry_offset))?;
+        r.resumed_at = Some(entry_offset + 1);
+        Ok(r)
+    }
+
     /// Scans the whole log: verifies every batch (length, magic, CRC, offsets increasing),
     /// truncates at the first bad or partial batch, and rebuilds both indexes.
     pub fn recover(&mut self) -> Result<RecoveryResult> {
@@ -345,11 +433,16 @@ impl Segment {
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = self.base_offset;
         self.next_offset = self.base_offset;
-        let mut reader = self.reader(0)?;
+        self.scan_from(0, None)
+    }
+
+    /// The scan of [`Self::recover`] from byte `from` (a batch boundary), after a batch
+    /// ending at `last_offset`.
+    fn scan_from(&mut self, from: u64, mut last_offset: Option<i64>) -> Result<RecoveryResult> {
+        let mut reader = self.reader(from)?;
         let mut batches = 0;
         let mut reason = None;
         let mut epochs = Vec::new();
-        let mut last_offset: Option<i64> = None;
         // A read that fails is the disk's fault, not a torn write: the error is returned and
         // nothing is cut.
         while let Some((h, valid)) = reader.next_batch()? {
@@ -430,6 +523,7 @@ impl Segment {
             batches,
             reason,
             epochs,
+            resumed_at: None,
         })
     }
 
@@ -595,6 +689,19 @@ impl Segment {
             Ok(false)
         })?;
         Ok(ok)
+    }
+
+    /// The byte position of a batch that ends before `offset`, at or after every other such
+    /// batch the offset index knows of: where a reader looking for `offset` may start (0 when
+    /// no checked entry helps).
+    pub fn position_before(&mut self, offset: i64) -> Result<u64> {
+        self.make_indexes_resident()?;
+        let (entry_offset, pos) = self.offset_index.lookup(offset.saturating_sub(1));
+        let pos = u64::from(pos);
+        if pos == 0 || entry_offset >= offset || !self.batch_at_ends_at(pos, entry_offset)? {
+            return Ok(0);
+        }
+        Ok(pos)
     }
 
     /// The header of the first batch, if the segment holds one.
