@@ -181,8 +181,9 @@ fn wait_caught_up(data: &Path, end: i64) {
     }
 }
 
-/// Bytes recovery must scan after a crash: every segment that may hold offsets at or above
-/// the checkpointed recovery point (the loader's rule), and the tail past that point.
+/// The tail past the checkpointed recovery point, and the bytes recovery scans after a crash
+/// (the loader's rule): the segment holding the recovery point from there on (it resumes at
+/// the index entry below it, at most one index interval earlier), and every later segment.
 fn unflushed(data: &Path, bytes_per_offset: f64) -> (f64, f64) {
     let dir = data.join(format!("{TOPIC}-0"));
     let rp = support::read_checkpoint(&data.join("recovery-point-offset-checkpoint"))
@@ -193,7 +194,9 @@ fn unflushed(data: &Path, bytes_per_offset: f64) -> (f64, f64) {
     let mut scanned = 0u64;
     for (i, b) in bases.iter().enumerate() {
         if bases.get(i + 1).is_none_or(|next| *next > rp) {
-            scanned += std::fs::metadata(dir.join(format!("{b:020}.log"))).map_or(0, |m| m.len());
+            let len = std::fs::metadata(dir.join(format!("{b:020}.log"))).map_or(0, |m| m.len());
+            let durable = ((rp - b).max(0) as f64 * bytes_per_offset) as u64;
+            scanned += len.saturating_sub(durable);
         }
     }
     let tail = (log_end(data) - rp) as f64 * bytes_per_offset;

@@ -403,10 +403,17 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             s.push_str(&format!("{}: NOT FOLLOWED: {why}\n", p.tp));
         }
         for (path, size) in &p.damaged {
-            s.push_str(&format!(
-                "{}: {size} bytes cut from a damaged segment, kept in {path}\n",
-                p.tp
-            ));
+            // `repair` keeps a rewritten segment's old file as `<segment>.log.<n>`; recovery
+            // keeps what it cut as `<segment>.<byte position>`.
+            let by_repair = path
+                .rsplit_once(".log.")
+                .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            let what = if by_repair {
+                "the old bytes of a damaged segment `repair` rewrote from the leader"
+            } else {
+                "cut from a damaged segment"
+            };
+            s.push_str(&format!("{}: {size} bytes {what}, kept in {path}\n", p.tp));
         }
         for (a, b, path, size) in &p.diverged {
             s.push_str(&format!(
