@@ -67,6 +67,95 @@ impl ShutdownSignal for TaskSignal {
     }
 }
 
+/// The watchdog systemd asked for (`WATCHDOG_USEC`, for this process when `WATCHDOG_PID`
+/// names one): the interval within which it expects a ping.
+fn watchdog_interval() -> Option<Duration> {
+    if let Ok(pid) = std::env::var("WATCHDOG_PID")
+        && pid.trim() != std::process::id().to_string()
+    {
+        return None;
+    }
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.trim().parse().ok()?;
+    (usec > 0).then(|| Duration::from_micros(usec))
+}
+
+const MONITOR_THREAD: &str = "monitor";
+
+/// Starts the task that publishes the live state every second (`.live-status` for
+/// `status`), systemd's STATUS= line every few seconds, and — when systemd keeps a watchdog —
+/// WATCHDOG=1 every half interval, only while every fetcher, the manager and the checkpoint
+/// task made progress within the interval: a wedged thread stops the pings, and systemd
+/// restarts the service.
+fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
+    let sig = Arc::new(TaskSignal {
+        running: AtomicBool::new(true),
+        lock: Mutex::new(()),
+        cond: Condvar::new(),
+    });
+    let live_path = logs.data_dir().join(crate::live::LIVE_STATUS_FILE);
+    let watchdog = watchdog_interval();
+    if let Some(w) = watchdog {
+        crate::log_info!(
+            "systemd watchdog: pinging every {} while every thread makes progress",
+            crate::logging::Human(w / 2)
+        );
+    }
+    let mut next_status = Instant::now();
+    let mut next_ping = Instant::now();
+    let mut last_status = String::new();
+    let mut stall_said = false;
+    let s2 = sig.clone();
+    let work = move || {
+        let live = crate::live::live();
+        if let Err(e) = crate::live::write_unsynced(&live_path, live.render().as_bytes()) {
+            crate::log_debug!("cannot write `{}`: {e}", live_path.display());
+        }
+        let now = Instant::now();
+        if now >= next_status {
+            let line = live.status_line(logs.disk().full().as_deref());
+            if line != last_status {
+                crate::notify::notify(&format!("STATUS={line}"));
+                last_status = line;
+            }
+            next_status = now + Duration::from_secs(5);
+        }
+        if let Some(w) = watchdog
+            && now >= next_ping
+        {
+            // A round may take a second of waiting plus its work: a shorter window would see
+            // healthy threads as stuck.
+            let stalled: Vec<_> = live
+                .stalled(w.max(Duration::from_secs(3)))
+                .into_iter()
+                .filter(|(n, _)| n != MONITOR_THREAD)
+                .collect();
+            if stalled.is_empty() {
+                crate::notify::notify("WATCHDOG=1");
+                stall_said = false;
+            } else if !stall_said {
+                let names: Vec<String> = stalled
+                    .iter()
+                    .map(|(n, d)| format!("{n} (for {})", crate::logging::Human(*d)))
+                    .collect();
+                crate::log_error!(
+                    "no progress from {}: not pinging the systemd watchdog, so the service is restarted",
+                    names.join(", ")
+                );
+                stall_said = true;
+            }
+            next_ping = now + w / 2;
+        }
+        let g = s2
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if s2.is_running() {
+            let _r = s2.cond.wait_timeout(g, Duration::from_secs(1));
+        }
+    };
+    ShutdownableThread::start(MONITOR_THREAD, sig, work).context("failed to start the monitor")
+}
+
 /// Starts the task that flushes every `flush_interval_ms` and checkpoints (plus retention)
 /// every `checkpoint.interval_ms`.
 fn start_checkpoint_task(cfg: &Config, logs: Arc<LogManager>) -> Result<ShutdownableThread> {
@@ -88,9 +177,11 @@ fn start_checkpoint_task(cfg: &Config, logs: Arc<LogManager>) -> Result<Shutdown
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let wake = next_flush.min(next_checkpoint);
             if s2.is_running() {
-                let _r = s2
-                    .cond
-                    .wait_timeout(g, wake.saturating_duration_since(Instant::now()));
+                let _r = s2.cond.wait_timeout(
+                    g,
+                    wake.saturating_duration_since(Instant::now())
+                        .min(Duration::from_secs(1)),
+                );
             }
         }
         if !s2.is_running() {
@@ -197,7 +288,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let to_manager = manager.sender();
     let stop_manager = manager.stop_handle();
     let manager_thread = std::thread::Builder::new()
-        .name("fetcher-manager".into())
+        .name(crate::fetcher::manager::MANAGER_THREAD.into())
         .spawn(move || manager.run())
         .context("failed to start the fetcher manager")?;
     // A full disk found before this keeps its STATUS= line.
@@ -205,6 +296,8 @@ pub fn run(cfg: Config) -> Result<()> {
         Some(_) => crate::notify::notify("READY=1"),
         None => crate::notify::notify("READY=1\nSTATUS=following"),
     }
+    // After READY=1: its STATUS= lines and watchdog pings follow it.
+    let mut monitor = start_monitor_task(logs.clone())?;
     crate::log_info!(
         "following {} topic(s) from {}",
         cfg.follow.len(),
@@ -222,6 +315,8 @@ pub fn run(cfg: Config) -> Result<()> {
         crate::log_error!("the fetcher manager panicked");
     }
     task.shutdown();
+    monitor.shutdown();
+    let _ = std::fs::remove_file(cfg.data_dir.join(crate::live::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;
     for (tp, s, failed) in logs.summaries() {
         match failed {

@@ -25,7 +25,7 @@
 )]
 
 #[macro_use]
-pub mod logging;
+pub mod live;
 pub mod checkpoint;
 pub mod client;
 pub mod config;
@@ -33,6 +33,7 @@ pub mod daemon;
 pub mod fetcher;
 pub mod inspect;
 pub mod log;
+pub mod logging;
 pub mod notify;
 pub mod protocol;
 pub mod record;

@@ -199,8 +199,9 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             let dir = PathBuf::from(args.req("data-dir")?);
             let json = args.flags.iter().any(|f| f == "json");
             Ok(runtime(inspect::status::collect(&dir).map(
-                |(parts, mut notes)| {
+                |(mut parts, mut notes)| {
                     let dd = inspect::status::collect_data_dir(&dir, &mut notes);
+                    inspect::status::apply_live(&dd, &mut parts);
                     for n in notes {
                         eprintln!("warning: {n}");
                     }

@@ -100,11 +100,14 @@ fn a_dripping_broker_times_out_within_the_request_deadline_with_bounded_memory()
         .lines()
         .filter(|l| l.contains("request deadline"))
         .count();
-    // Said when it starts, not once per retry: the next two dripped fetches time out too
-    // (at debug), and the recovery names the three failed attempts.
-    assert_eq!(timeouts, 1, "one WARN for the dripping broker");
+    // Said when the failures start (again after a fetch in between worked), never more than
+    // once per dripped fetch; the recovery is said too.
     assert!(
-        d.log_text()[log_before..].contains("works again (after 3 failed attempt(s)"),
+        (1..=3).contains(&timeouts),
+        "{timeouts} WARNs for 3 dripped fetches"
+    );
+    assert!(
+        d.log_text()[log_before..].contains("works again (after"),
         "{}",
         &d.log_text()[log_before..]
     );

@@ -388,6 +388,29 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     handed_back: Vec<(TopicPartition, String)>,
 }
 
+/// A test hook for the watchdog: with `RF_TEST_STALL_FETCHER_AFTER_MS=<ms>`, every fetcher
+/// stops making progress that long after its first round (it waits, ending only at
+/// shutdown), as a wedged fetcher would. Unset, it costs one comparison.
+fn test_stall(shared: &FetcherShared) {
+    static AT: std::sync::OnceLock<Option<Instant>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| {
+        let ms: u64 = std::env::var("RF_TEST_STALL_FETCHER_AFTER_MS")
+            .ok()?
+            .parse()
+            .ok()?;
+        Some(Instant::now() + Duration::from_millis(ms))
+    });
+    if at.is_some_and(|t| Instant::now() >= t) {
+        crate::log_warn!("test stall: this fetcher stops making progress");
+        while shared.is_running() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The longest a fetcher waits for a partition to become ready before its round ends.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+
 /// The longest wait between fetches while the leader cannot be reached.
 const MAX_FETCH_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -502,6 +525,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// sent the next request (see [`Self::process_fetch_request`]), this round only receives
     /// and processes its response.
     pub fn do_work(&mut self) {
+        test_stall(&self.shared);
         self.do_round();
         self.report_hand_backs();
     }
@@ -592,22 +616,18 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         if !shared.is_running() {
             return None;
         }
-        // Nothing ready: sleep until the earliest backoff ends, or until woken.
+        // Nothing ready: sleep until the earliest backoff ends, or until woken — a second at
+        // most, so that the round ends and the watchdog sees this thread alive.
         let now = Instant::now();
         let wake_at = map.values().filter_map(|s| s.delayed_until).min();
-        match wake_at {
-            Some(t) => {
-                let _r = shared
-                    .cond
-                    .wait_timeout(map, t.saturating_duration_since(now));
-            }
+        let wait = match wake_at {
+            Some(t) => t.saturating_duration_since(now),
             None if map.values().any(|s| s.status == FetchStatus::Truncating) => {
-                let _r = shared.cond.wait_timeout(map, self.params.backoff);
+                self.params.backoff
             }
-            None => {
-                let _r = shared.cond.wait(map);
-            }
-        }
+            None => IDLE_WAIT,
+        };
+        let _r = shared.cond.wait_timeout(map, wait.min(IDLE_WAIT));
         None
     }
 
@@ -640,8 +660,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         self.leader.close();
         self.in_flight = None;
         let mut map = shared.lock();
+        let why = format!("{e:#}");
         for (topic, parts) in &req.topics {
             for p in parts {
+                crate::live::live()
+                    .backing_off(&TopicPartition::new(topic.clone(), p.partition), &why);
                 delay(
                     &mut map,
                     &TopicPartition::new(topic.clone(), p.partition),
@@ -813,6 +836,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     continue;
                 }
                 let leader_epoch = state.current_leader_epoch;
+                if data.error.is_ok() && data.high_watermark >= 0 {
+                    crate::live::live().leader_high_watermark(&tp, data.high_watermark);
+                }
                 let outcome = if let Some(d) = data.diverging_epoch {
                     Outcome::Diverged(d)
                 } else if data.error.is_ok() && data.high_watermark < fetch_offset {
@@ -844,6 +870,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                     "{tp} at offset {fetch_offset}: {why}; backing off {}",
                                     Human(self.params.backoff)
                                 );
+                                crate::live::live().backing_off(&tp, why);
                             }
                             match appended {
                                 Ok(next) if refused.is_some() => {
@@ -855,6 +882,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                 Ok(next) if next != fetch_offset => Outcome::Advanced(next),
                                 Ok(_) => Outcome::Unchanged,
                                 Err(e) => {
+                                    crate::live::live().backing_off(&tp, &e.to_string());
                                     // Bytes that can never be valid, and the disk failing,
                                     // are errors; offsets that do not follow are a warning (a
                                     // leader change or a re-created topic is looked into).
@@ -900,6 +928,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                             Outcome::NeedsLeader(format!("leader answered {}", data.error))
                         }
                         ErrorAction::Retry | ErrorAction::ResetSession => {
+                            crate::live::live()
+                                .backing_off(&tp, &format!("leader answered {}", data.error));
                             crate::log_warn!(
                                 "{tp}: leader answered {}; retrying in {}",
                                 data.error,
@@ -908,6 +938,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                             Outcome::Delay
                         }
                         ErrorAction::Fatal => {
+                            crate::live::live()
+                                .backing_off(&tp, &format!("leader answered {}", data.error));
                             crate::log_error!(
                                 "{tp}: leader answered {}; retrying in {}",
                                 data.error,
@@ -1245,6 +1277,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             .collect();
         if truncating.is_empty() {
             return;
+        }
+        for (tp, _) in &truncating {
+            crate::live::live().set_state(tp, crate::live::State::Truncating, None);
         }
         let diverging = match self.leader.supports_diverging_epoch() {
             Ok(d) => d,

@@ -62,6 +62,9 @@ struct HandBacks {
 /// The longest wait between two checks of a failed partition's storage.
 const FAILED_RETRY_MAX: Duration = Duration::from_secs(60);
 
+/// The manager thread's name (the daemon starts it), also its name for the watchdog.
+pub const MANAGER_THREAD: &str = "fetcher-manager";
+
 /// How often metadata is refreshed when nothing asks for it (Kafka's metadata.max.age.ms
 /// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
 pub const METADATA_REFRESH: Duration = Duration::from_secs(30);
@@ -372,10 +375,17 @@ impl FetcherManager {
         let mut last_warned: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            // Events are read even when a refresh is due, so none (shutdown) waits on rounds.
-            let event = self
-                .events_rx
-                .recv_timeout(next_refresh.saturating_duration_since(now));
+            // Events are read even when a refresh is due, so none (shutdown) waits on rounds;
+            // and at least once a second, so the watchdog sees the manager alive.
+            crate::live::live().beat(MANAGER_THREAD);
+            let event = self.events_rx.recv_timeout(
+                next_refresh
+                    .saturating_duration_since(now)
+                    .min(Duration::from_secs(1)),
+            );
+            if matches!(event, Err(RecvTimeoutError::Timeout)) && Instant::now() < next_refresh {
+                continue;
+            }
             match event {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(ManagerEvent::PartitionFailed { tp, reason }) => {
@@ -488,6 +498,7 @@ impl FetcherManager {
             }
         }
         self.shutdown_all();
+        crate::live::live().forget(MANAGER_THREAD);
     }
 
     fn shutdown_all(&mut self) {
@@ -551,9 +562,11 @@ impl FetcherManager {
     fn wanted(&mut self) -> (Vec<(TopicPartition, StartPosition)>, bool) {
         let mut out = Vec::new();
         let mut all_known = true;
+        let mut missing = BTreeSet::new();
         let follows = self.cfg.follow.clone();
         for f in &follows {
             let Some((err, parts)) = self.metadata.topics.get(&f.topic).cloned() else {
+                missing.insert(f.topic.clone());
                 self.report_once(format!("missing-{}", f.topic), || {
                     format!("topic `{}` is not in the leader's metadata", f.topic)
                 });
@@ -573,6 +586,11 @@ impl FetcherManager {
             };
             for p in ids {
                 if !parts.contains_key(&p) {
+                    crate::live::live().set_state(
+                        &TopicPartition::new(f.topic.clone(), p),
+                        crate::live::State::NotFound,
+                        None,
+                    );
                     self.report_once(format!("nopart-{}-{p}", f.topic), || {
                         format!("partition {}-{p} does not exist on the leader", f.topic)
                     });
@@ -582,6 +600,7 @@ impl FetcherManager {
                 out.push((TopicPartition::new(f.topic.clone(), p), f.start));
             }
         }
+        crate::live::live().set_missing_topics(missing);
         (out, all_known)
     }
 
@@ -713,6 +732,12 @@ impl FetcherManager {
                 let news = states.iter().filter(|(tp, _)| !again.contains(tp)).count();
                 let one_by_one = news <= 10;
                 for (tp, st) in &states {
+                    crate::live::live().assigned(
+                        tp,
+                        broker,
+                        st.current_leader_epoch,
+                        st.fetch_offset,
+                    );
                     let line = format!(
                         "{tp}: fetching from broker {broker} at offset {} (leader epoch {})",
                         st.fetch_offset, st.current_leader_epoch
@@ -893,6 +918,11 @@ impl FetcherManager {
                         .map_or(OnTopicRecreated::Archive, |f| f.on_topic_recreated);
                     self.unassign(&tp);
                     if policy == OnTopicRecreated::Stop {
+                        crate::live::live().set_state(
+                            &tp,
+                            crate::live::State::Stopped,
+                            Some("the topic was re-created and on_topic_recreated = \"stop\""),
+                        );
                         stopped.insert(
                             tp.clone(),
                             format!(
@@ -987,6 +1017,7 @@ impl FetcherManager {
             crate::log_debug!("{tp}: failed again: {reason}");
             said = false;
         }
+        crate::live::live().set_state(tp, crate::live::State::Failed, Some(reason));
         let retry_at = now + delay;
         self.failed.insert(
             tp.clone(),
@@ -1028,6 +1059,7 @@ impl FetcherManager {
             };
             match checked {
                 Ok(()) => {
+                    crate::live::live().set_state(&tp, crate::live::State::Starting, None);
                     if self.failed.remove(&tp).is_some_and(|f| f.said) {
                         crate::log_info!(
                             "{tp}: its local storage is sound again; fetching it again"

@@ -223,6 +223,14 @@ impl ReplicaOps for ReplicaLogOps {
             }
         }
         log.update_high_watermark(data.high_watermark);
+        crate::live::live().fetched(
+            tp,
+            data.high_watermark,
+            data.last_stable_offset,
+            log.log_end_offset(),
+            log.high_watermark(),
+            v.headers.iter().map(|h| h.max_timestamp).max(),
+        );
         // The leader's log start moving up (its retention, DeleteRecords) does not delete local
         // data: local deletion is this replica's own retention's job, and `-1` keeps
         // everything, which is what a backup or archive is for.

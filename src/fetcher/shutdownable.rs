@@ -34,6 +34,8 @@ impl ShutdownableThread {
             .name(name.to_string())
             .spawn(move || {
                 crate::log_debug!("{thread_name} started");
+                let live = crate::live::live();
+                live.beat(&thread_name);
                 while sig.is_running() {
                     let round =
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut do_work));
@@ -43,7 +45,11 @@ impl ShutdownableThread {
                         );
                         std::thread::sleep(Duration::from_secs(1));
                     }
+                    // Each round ends within about a second unless the thread is stuck: the
+                    // watchdog pings only while every thread beats.
+                    live.beat(&thread_name);
                 }
+                live.forget(&thread_name);
                 crate::log_debug!("{thread_name} stopped");
             })?;
         Ok(ShutdownableThread {

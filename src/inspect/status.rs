@@ -40,6 +40,8 @@ pub struct PartitionStatus {
     pub damaged: Vec<(String, u64)>,
     /// Why this partition is not followed (`on_topic_recreated = "stop"`), when it is not.
     pub fetching_stopped: Option<String>,
+    /// What the running daemon says of it (`None` when no daemon runs).
+    pub live: Option<crate::live::PartitionLive>,
 }
 
 /// What `status` says about the data dir as a whole.
@@ -56,6 +58,8 @@ pub struct DataDirStatus {
     pub failed: Vec<(TopicPartition, String)>,
     /// Why appends are paused for lack of space, while they are.
     pub disk_full: Option<String>,
+    /// The running daemon's live state (`None`: not running).
+    pub live: Option<crate::live::LiveFile>,
 }
 
 /// The data-dir level facts: cluster id, archived histories, a stop.
@@ -83,6 +87,23 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         disk_full: std::fs::read_to_string(data_dir.join(DISK_FULL_FILE))
             .ok()
             .map(|s| s.trim().to_string()),
+        live: crate::live::read_running(data_dir),
+    }
+}
+
+/// While the daemon runs, each partition gets its live figures, and its high watermark is
+/// the daemon's, not a checkpoint's that may not be written yet.
+pub fn apply_live(dd: &DataDirStatus, parts: &mut [PartitionStatus]) {
+    let Some(live) = &dd.live else { return };
+    for p in parts {
+        p.live = live
+            .partitions
+            .iter()
+            .find(|r| r.topic == p.tp.topic && r.partition == p.tp.partition)
+            .map(|r| r.live.clone());
+        if let Some(hw) = p.live.as_ref().and_then(|r| r.high_watermark) {
+            p.high_watermark = Some(hw.min(p.log_end_offset));
+        }
     }
 }
 
@@ -259,6 +280,7 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
             damaged,
             fetching_stopped,
             tp,
+            live: None,
         });
     }
     Ok((out, notes))
@@ -272,6 +294,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let items: Vec<String> = parts
         .iter()
         .map(|p| {
+            let live = p.live.as_ref();
             let diverged: Vec<String> = p
                 .diverged
                 .iter()
@@ -295,7 +318,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 .map(|(a, b)| format!("{{\"first_offset\": {a}, \"last_offset\": {b}}}"))
                 .collect();
             format!(
-                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged_ranges\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}}}",
+                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged_ranges\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}, \"leader_high_watermark\": {}, \"lag\": {}, \"state\": {}, \"error\": {}, \"last_fetch_ms\": {}, \"newest_timestamp_ms\": {}}}",
                 json_string(&p.tp.topic),
                 p.tp.partition,
                 p.log_start_offset,
@@ -314,7 +337,14 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 damaged.join(", "),
                 p.fetching_stopped
                     .as_deref()
-                    .map_or_else(|| "null".to_string(), json_string)
+                    .map_or_else(|| "null".to_string(), json_string),
+                opt(live.and_then(|r| r.leader_high_watermark), "null"),
+                opt(live.and_then(crate::live::PartitionLive::lag), "null"),
+                live.map_or_else(|| "null".to_string(), |r| json_string(r.state.as_str())),
+                live.and_then(|r| r.error.as_deref())
+                    .map_or_else(|| "null".to_string(), json_string),
+                opt(live.and_then(|r| r.last_fetch_ms), "null"),
+                opt(live.and_then(|r| r.newest_timestamp_ms), "null"),
             )
         })
         .collect();
@@ -345,21 +375,40 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"missing_topics\": [{}]}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
         opt(dd.free_bytes, "null"),
         items.join(", "),
         archived.join(", "),
         failed.join(", "),
-        str_or_null(&dd.disk_full)
+        str_or_null(&dd.disk_full),
+        dd.live.is_some(),
+        dd.live
+            .as_ref()
+            .map(|l| l
+                .missing_topics
+                .iter()
+                .map(|t| json_string(t))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
     )
 }
 
 pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let mut s = String::new();
+    match &dd.live {
+        Some(l) => s.push_str(&format!("running (pid {}): live figures\n", l.pid)),
+        None => s.push_str("not running: figures from the checkpoint files\n"),
+    }
     if let Some(c) = &dd.cluster_id {
         s.push_str(&format!("cluster {c}\n"));
+    }
+    if let Some(l) = &dd.live {
+        for t in &l.missing_topics {
+            s.push_str(&format!("topic {t}: not found on the leader\n"));
+        }
     }
     if let Some(why) = &dd.fetching_stopped {
         s.push_str(&format!("FETCHING STOPPED: {why}\n"));
@@ -375,12 +424,31 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         s.push_str(&format!("{tp}: FAILED: {why}\n"));
     }
     s.push_str(&format!(
-        "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",
-        "PARTITION", "LOG_START", "LOG_END", "HW", "LSO", "RECOVERY", "EPOCH", "SEGMENTS", "BYTES"
+        "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14} {:>10}  {}\n",
+        "PARTITION",
+        "LOG_START",
+        "LOG_END",
+        "HW",
+        "LSO",
+        "RECOVERY",
+        "EPOCH",
+        "SEGMENTS",
+        "BYTES",
+        "LAG",
+        "STATE"
     ));
     for p in parts {
+        let live = p.live.as_ref();
+        let state = match live {
+            Some(r) => match &r.error {
+                Some(e) => format!("{}: {e}", r.state.as_str()),
+                None => r.state.as_str().to_string(),
+            },
+            None if dd.live.is_some() => "not fetched".to_string(),
+            None => "-".to_string(),
+        };
         s.push_str(&format!(
-            "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14}\n",
+            "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14} {:>10}  {}\n",
             p.tp.to_string(),
             p.log_start_offset,
             p.log_end_offset,
@@ -389,7 +457,9 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             opt(p.recovery_point, "-"),
             opt(p.leader_epoch, "-"),
             p.segments,
-            p.size_bytes
+            p.size_bytes,
+            opt(live.and_then(crate::live::PartitionLive::lag), "-"),
+            state
         ));
     }
     for p in parts {

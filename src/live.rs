@@ -1,0 +1,350 @@
+//! What the running daemon knows now, beyond its checkpoint files: per partition the leader,
+//! the leader's high watermark and last stable offset from the last fetch, the state of its
+//! fetching and the last error; and each thread's last sign of progress, for the watchdog.
+//!
+//! Fetchers, the replica side and the manager write it as things happen; the monitor task
+//! in the daemon publishes it every second as `<data_dir>/.live-status` (JSON, replaced
+//! atomically, not fsynced: it is not a checkpoint), which `status` reads while the daemon
+//! runs, and sums it up in systemd's STATUS= line.
+
+use crate::checkpoint::TopicPartition;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The file `status` reads while the daemon runs.
+pub const LIVE_STATUS_FILE: &str = ".live-status";
+
+/// How a partition's fetching stands (written as `as_str` says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum State {
+    /// Assigned to a fetcher, no answer yet.
+    #[default]
+    #[serde(rename = "starting")]
+    Starting,
+    /// Fetching, behind the leader's high watermark.
+    #[serde(rename = "fetching")]
+    Fetching,
+    /// At the leader's high watermark.
+    #[serde(rename = "caught up")]
+    CaughtUp,
+    /// Waiting after an error (see `error`).
+    #[serde(rename = "backing off")]
+    BackingOff,
+    /// Finding where the local log and the leader's agree.
+    #[serde(rename = "truncating")]
+    Truncating,
+    /// A local storage error failed it (see `error`).
+    #[serde(rename = "failed")]
+    Failed,
+    /// Not fetched: its partition is not on the leader.
+    #[serde(rename = "not found on the leader")]
+    NotFound,
+    /// Not fetched by choice (`on_topic_recreated = "stop"`).
+    #[serde(rename = "stopped")]
+    Stopped,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Fetching => "fetching",
+            State::CaughtUp => "caught up",
+            State::BackingOff => "backing off",
+            State::Truncating => "truncating",
+            State::Failed => "failed",
+            State::NotFound => "not found on the leader",
+            State::Stopped => "stopped",
+        }
+    }
+}
+
+/// One partition's live figures (`None` where unknown).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PartitionLive {
+    pub leader: Option<i32>,
+    pub leader_epoch: Option<i32>,
+    pub leader_high_watermark: Option<i64>,
+    pub last_stable_offset: Option<i64>,
+    pub log_end_offset: Option<i64>,
+    pub high_watermark: Option<i64>,
+    pub state: State,
+    pub error: Option<String>,
+    pub last_fetch_ms: Option<i64>,
+    pub newest_timestamp_ms: Option<i64>,
+}
+
+impl PartitionLive {
+    /// Leader's high watermark minus the local log end, when both are known.
+    pub fn lag(&self) -> Option<i64> {
+        Some((self.leader_high_watermark? - self.log_end_offset?).max(0))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Live {
+    parts: Mutex<BTreeMap<TopicPartition, PartitionLive>>,
+    /// Followed topics the leader does not know.
+    missing_topics: Mutex<BTreeSet<String>>,
+    beats: Mutex<BTreeMap<String, Instant>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The process's live state.
+pub fn live() -> &'static Live {
+    static LIVE: OnceLock<Live> = OnceLock::new();
+    LIVE.get_or_init(Live::default)
+}
+
+impl Live {
+    fn update(&self, tp: &TopicPartition, f: impl FnOnce(&mut PartitionLive)) {
+        f(lock(&self.parts).entry(tp.clone()).or_default());
+    }
+
+    /// A fetch answered for `tp` and its records (if any) were appended.
+    pub fn fetched(
+        &self,
+        tp: &TopicPartition,
+        leader_hw: i64,
+        lso: i64,
+        log_end: i64,
+        high_watermark: i64,
+        newest_timestamp: Option<i64>,
+    ) {
+        let now = crate::log::partition::now_ms();
+        self.update(tp, |p| {
+            p.leader_high_watermark = Some(leader_hw);
+            p.last_stable_offset = (lso >= 0).then_some(lso);
+            p.log_end_offset = Some(log_end);
+            p.high_watermark = Some(high_watermark);
+            p.last_fetch_ms = Some(now);
+            if let Some(t) = newest_timestamp.filter(|t| *t >= 0) {
+                p.newest_timestamp_ms = Some(p.newest_timestamp_ms.map_or(t, |o| o.max(t)));
+            }
+            p.state = if log_end >= leader_hw {
+                State::CaughtUp
+            } else {
+                State::Fetching
+            };
+            p.error = None;
+        });
+    }
+
+    /// The leader reported `hw` for `tp` (whatever became of the records it sent).
+    pub fn leader_high_watermark(&self, tp: &TopicPartition, hw: i64) {
+        self.update(tp, |p| p.leader_high_watermark = Some(hw));
+    }
+
+    /// `tp` waits after `error`.
+    pub fn backing_off(&self, tp: &TopicPartition, error: &str) {
+        self.update(tp, |p| {
+            p.state = State::BackingOff;
+            p.error = Some(error.to_string());
+        });
+    }
+
+    pub fn set_state(&self, tp: &TopicPartition, state: State, error: Option<&str>) {
+        self.update(tp, |p| {
+            p.state = state;
+            p.error = error.map(str::to_string);
+        });
+    }
+
+    /// `tp` was given to the fetcher for `leader` at `epoch`, its log ending at `log_end`.
+    pub fn assigned(&self, tp: &TopicPartition, leader: i32, epoch: i32, log_end: i64) {
+        self.update(tp, |p| {
+            p.leader = Some(leader);
+            p.leader_epoch = Some(epoch);
+            p.log_end_offset = Some(log_end);
+            if !matches!(p.state, State::Fetching | State::CaughtUp) {
+                p.state = State::Starting;
+                p.error = None;
+            }
+        });
+    }
+
+    pub fn set_missing_topics(&self, topics: BTreeSet<String>) {
+        *lock(&self.missing_topics) = topics;
+    }
+
+    pub fn partitions(&self) -> BTreeMap<TopicPartition, PartitionLive> {
+        lock(&self.parts).clone()
+    }
+
+    /// A thread made progress.
+    pub fn beat(&self, thread: &str) {
+        let now = Instant::now();
+        let mut beats = lock(&self.beats);
+        match beats.get_mut(thread) {
+            Some(t) => *t = now,
+            None => {
+                beats.insert(thread.to_string(), now);
+            }
+        }
+    }
+
+    /// A thread ended: it is no longer waited for.
+    pub fn forget(&self, thread: &str) {
+        lock(&self.beats).remove(thread);
+    }
+
+    /// The threads that made no progress within `window`, and for how long.
+    pub fn stalled(&self, window: Duration) -> Vec<(String, Duration)> {
+        lock(&self.beats)
+            .iter()
+            .filter(|(_, t)| t.elapsed() > window)
+            .map(|(n, t)| (n.clone(), t.elapsed()))
+            .collect()
+    }
+
+    /// The one-line summary for systemd's STATUS=.
+    pub fn status_line(&self, disk_full: Option<&str>) -> String {
+        let parts = lock(&self.parts);
+        let count = |s: State| parts.values().filter(|p| p.state == s).count();
+        let lag: i64 = parts.values().filter_map(PartitionLive::lag).sum();
+        let lagging = parts
+            .values()
+            .filter(|p| p.lag().is_some_and(|l| l > 0))
+            .count();
+        let mut line = format!(
+            "{} partition(s): {} caught up, {lagging} lagging ({lag} records behind)",
+            parts.len(),
+            count(State::CaughtUp)
+        );
+        for (s, what) in [
+            (State::Failed, "failed"),
+            (State::BackingOff, "backing off"),
+            (State::Truncating, "truncating"),
+            (State::NotFound, "not found on the leader"),
+        ] {
+            let n = count(s);
+            if n > 0 {
+                line.push_str(&format!(", {n} {what}"));
+            }
+        }
+        let missing = lock(&self.missing_topics);
+        if !missing.is_empty() {
+            line.push_str(&format!(
+                ", {} topic(s) not found on the leader",
+                missing.len()
+            ));
+        }
+        if let Some(why) = disk_full {
+            line.push_str(&format!("; fetching paused: {why}"));
+        }
+        line
+    }
+
+    /// What `status` reads (TOML; unknown values are left out).
+    pub fn render(&self) -> String {
+        let file = LiveFile {
+            pid: std::process::id(),
+            written_ms: crate::log::partition::now_ms(),
+            missing_topics: lock(&self.missing_topics).iter().cloned().collect(),
+            partitions: lock(&self.parts)
+                .iter()
+                .map(|(tp, p)| LiveRecord {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    live: p.clone(),
+                })
+                .collect(),
+        };
+        toml::to_string(&file).unwrap_or_default()
+    }
+}
+
+/// `.live-status` as written by the daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LiveFile {
+    pub pid: u32,
+    pub written_ms: i64,
+    #[serde(default)]
+    pub missing_topics: Vec<String>,
+    #[serde(default)]
+    pub partitions: Vec<LiveRecord>,
+}
+
+/// One partition in `.live-status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LiveRecord {
+    pub topic: String,
+    pub partition: i32,
+    #[serde(flatten)]
+    pub live: PartitionLive,
+}
+
+/// The live state of the daemon running on `data_dir`, if one runs: its `.live-status` is
+/// fresh (written within 10 s) and its process is alive.
+pub fn read_running(data_dir: &std::path::Path) -> Option<LiveFile> {
+    let text = std::fs::read_to_string(data_dir.join(LIVE_STATUS_FILE)).ok()?;
+    if text.len() > 64 << 20 {
+        return None;
+    }
+    let file: LiveFile = toml::from_str(&text).ok()?;
+    let fresh = crate::log::partition::now_ms() - file.written_ms < 10_000;
+    let alive = std::path::Path::new(&format!("/proc/{}", file.pid)).exists();
+    (fresh && alive).then_some(file)
+}
+
+/// Replaces `path` with `contents` (no fsync: a crash loses nothing that matters, and the
+/// next start rewrites it).
+pub fn write_unsynced(path: &std::path::Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetches_set_the_state_and_the_summary_counts_it() {
+        let l = Live::default();
+        let a = TopicPartition::new("t", 0);
+        let b = TopicPartition::new("t", 1);
+        l.assigned(&a, 1, 3, 0);
+        l.fetched(&a, 100, 100, 40, 40, Some(7));
+        l.fetched(&b, 50, 50, 50, 50, None);
+        let parts = l.partitions();
+        assert_eq!(parts[&a].state, State::Fetching);
+        assert_eq!(parts[&a].lag(), Some(60));
+        assert_eq!(parts[&a].newest_timestamp_ms, Some(7));
+        assert_eq!(parts[&b].state, State::CaughtUp);
+        l.backing_off(&b, "CRC mismatch");
+        let line = l.status_line(Some("disk full: 3 bytes free"));
+        assert_eq!(
+            line,
+            "2 partition(s): 0 caught up, 1 lagging (60 records behind), 1 backing off; fetching paused: disk full: 3 bytes free"
+        );
+        let file: LiveFile = toml::from_str(&l.render()).unwrap();
+        assert_eq!(file.partitions[1].live, l.partitions()[&b]);
+        assert_eq!(
+            file.partitions[1].live.error.as_deref(),
+            Some("CRC mismatch")
+        );
+        assert_eq!(file.partitions[0].live.leader_epoch, Some(3));
+        assert_eq!(file.partitions[0].live.lag(), Some(60));
+        assert_eq!(file.pid, std::process::id());
+    }
+
+    #[test]
+    fn a_thread_without_progress_is_stalled() {
+        let l = Live::default();
+        l.beat("a");
+        assert!(l.stalled(Duration::from_secs(60)).is_empty());
+        std::thread::sleep(Duration::from_millis(20));
+        l.beat("b");
+        let stalled = l.stalled(Duration::from_millis(10));
+        assert_eq!(stalled.len(), 1);
+        assert_eq!(stalled[0].0, "a");
+        l.forget("a");
+        assert!(l.stalled(Duration::from_millis(10)).is_empty());
+    }
+}
