@@ -17,7 +17,7 @@ use crate::log::manager::LogManager;
 use anyhow::{Context, Result, bail};
 use fs2::FileExt;
 use std::fs::{File, OpenOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -256,8 +256,88 @@ pub fn repair(cfg: &Config, out: &mut dyn std::io::Write) -> Result<crate::repai
     crate::repair::repair_data_dir(cfg, out)
 }
 
-/// Runs the daemon with a validated configuration until SIGTERM/SIGINT.
-pub fn run(cfg: Config) -> Result<()> {
+/// A multi-line parser message (TOML's points at the line with a caret) as one log line:
+/// `… at line 5, column 14: `backoff_ms = "soon"`: invalid type …`.
+fn one_line(msg: &str) -> String {
+    let mut parts = Vec::new();
+    for l in msg.lines() {
+        let t = l.trim();
+        let marker = t.trim_start_matches('|').trim();
+        if t.is_empty() || marker.chars().all(|c| c == '^' || c == '-') {
+            continue;
+        }
+        match t.split_once(" | ") {
+            Some((n, code)) if n.trim().bytes().all(|b| b.is_ascii_digit()) => {
+                parts.push(format!("`{}`", code.trim()));
+            }
+            _ => parts.push(t.to_string()),
+        }
+    }
+    parts.join(": ")
+}
+
+/// Reads `path` again on SIGHUP. What can change while running (`follow`) is handed to
+/// the manager; every other section that changed is named as needing a restart. A file that
+/// no longer parses or validates is refused, naming the key and line, and the running
+/// configuration stays.
+fn reload(
+    path: &Path,
+    running: &Config,
+    to_manager: &std::sync::mpsc::Sender<ManagerEvent>,
+) -> Config {
+    crate::notify::notify("RELOADING=1");
+    let new = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            crate::log_error!(
+                "reload of `{}` refused, the running configuration stays: {}",
+                path.display(),
+                one_line(&format!("{e:#}"))
+            );
+            crate::notify::notify("READY=1");
+            return running.clone();
+        }
+    };
+    let mut applied = running.clone();
+    applied.follow = new.follow.clone();
+    let restart: Vec<&str> = [
+        ("data_dir", new.data_dir != running.data_dir),
+        (
+            "bootstrap_servers",
+            new.bootstrap_servers != running.bootstrap_servers,
+        ),
+        ("client_id", new.client_id != running.client_id),
+        ("[fetch]", new.fetch != running.fetch),
+        ("[log]", new.log != running.log),
+        ("[checkpoint]", new.checkpoint != running.checkpoint),
+    ]
+    .into_iter()
+    .filter_map(|(k, changed)| changed.then_some(k))
+    .collect();
+    if !restart.is_empty() {
+        crate::log_warn!(
+            "reload of `{}`: {} changed and take(s) effect at the next restart",
+            path.display(),
+            restart.join(", ")
+        );
+    }
+    if new.follow == running.follow {
+        crate::log_info!("reload of `{}`: `follow` is unchanged", path.display());
+    } else {
+        crate::log_info!(
+            "reload of `{}`: following {} topic entr(y/ies) now",
+            path.display(),
+            new.follow.len()
+        );
+        let _ = to_manager.send(ManagerEvent::Reload(new.follow));
+    }
+    crate::notify::notify("READY=1");
+    applied
+}
+
+/// Runs the daemon with a validated configuration until SIGTERM/SIGINT; SIGHUP reloads
+/// `config_path` (when given).
+pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     let cfg = Arc::new(cfg);
     crate::log::fault::init();
     let _lock = lock_data_dir(&cfg.data_dir)?;
@@ -265,6 +345,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
     ])
     .context("failed to install signal handlers")?;
     crate::log_info!(
@@ -304,7 +385,18 @@ pub fn run(cfg: Config) -> Result<()> {
         cfg.bootstrap_servers.join(",")
     );
 
-    let sig = signals.forever().next();
+    let mut running = (*cfg).clone();
+    let mut sig = None;
+    for s in signals.forever() {
+        if s != signal_hook::consts::SIGHUP {
+            sig = Some(s);
+            break;
+        }
+        match &config_path {
+            Some(p) => running = reload(p, &running, &to_manager),
+            None => crate::log_warn!("SIGHUP: no configuration file to reload"),
+        }
+    }
     crate::log_info!("received signal {}; shutting down", sig.unwrap_or(0));
     crate::notify::notify("STOPPING=1\nSTATUS=stopping");
     // Interrupt whatever the manager waits on (metadata, ListOffsets), then tell it to stop
@@ -338,4 +430,16 @@ pub fn run(cfg: Config) -> Result<()> {
         crate::log_info!("shutdown complete; not marked clean, so the next start recovers");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_toml_error_becomes_one_line_with_its_key_and_line() {
+        let msg = "f.toml: TOML parse error at line 5, column 14\n  |\n5 | backoff_ms = \"soon\"\n  |              ^^^^^^\ninvalid type: string \"soon\", expected i64\n";
+        assert_eq!(
+            super::one_line(msg),
+            "f.toml: TOML parse error at line 5, column 14: `backoff_ms = \"soon\"`: invalid type: string \"soon\", expected i64"
+        );
+    }
 }

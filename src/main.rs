@@ -27,7 +27,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
 fn help(cmd: &str) -> &'static str {
     match cmd {
         "run" => {
-            "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. Exit 1 at start-up when the brokers report another cluster id\nthan the data dir recorded (nothing is changed), exit 2 on a bad config. Log level from\nRF_LOG (error|warn|info|debug).\n"
+            "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. SIGHUP: re-read FILE (partitions added to `follow` start, removed\nones stop; a broken file is refused and the running configuration stays). Exit 1 at start-up when the brokers report another cluster id\nthan the data dir recorded (nothing is changed), exit 2 on a bad config. Log level from\nRF_LOG (error|warn|info|debug).\n"
         }
         "status" => {
             "replica-follower status --data-dir DIR [--json]\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
@@ -192,7 +192,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             Err(code) => code,
         }),
         "run" => Ok(match load_config(args)? {
-            Ok(cfg) => runtime(daemon::run(cfg)),
+            Ok(cfg) => runtime(daemon::run(cfg, Some(PathBuf::from(args.req("config")?)))),
             Err(code) => code,
         }),
         "status" => {

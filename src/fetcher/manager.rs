@@ -193,6 +193,9 @@ impl Drop for TrackedConn {
 #[derive(Debug)]
 pub enum ManagerEvent {
     Fetcher(FetcherEvent),
+    /// SIGHUP brought a new `follow` list: partitions added start, removed ones stop (their
+    /// data and checkpoint entries stay).
+    Reload(Vec<crate::config::Follow>),
     /// A local storage error failed the partition (from the log manager).
     PartitionFailed {
         tp: TopicPartition,
@@ -388,6 +391,16 @@ impl FetcherManager {
             }
             match event {
                 Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(ManagerEvent::Reload(follow)) => {
+                    let mut cfg = (*self.cfg).clone();
+                    cfg.follow = follow;
+                    self.cfg = Arc::new(cfg);
+                    // Partitions that were waiting to be reported are looked at anew.
+                    self.reported
+                        .retain(|k| !k.starts_with("missing-") && !k.starts_with("nopart-"));
+                    next_refresh = Instant::now();
+                    continue;
+                }
                 Ok(ManagerEvent::PartitionFailed { tp, reason }) => {
                     self.unassign(&tp);
                     if let Some(f) = self.failed.get_mut(&tp) {
@@ -611,6 +624,7 @@ impl FetcherManager {
         if !self.check_cluster() {
             return Ok(false);
         }
+        self.stop_unfollowed();
         let (wanted, mut complete) = self.wanted();
         let mut wanted = self.check_topic_ids(wanted);
         self.retry_failed();
@@ -860,6 +874,43 @@ impl FetcherManager {
         }
         let assigned = std::mem::take(&mut self.assigned);
         self.handed_back.extend(assigned);
+    }
+
+    /// Whether the configuration follows `tp`.
+    fn follows(&self, tp: &TopicPartition) -> bool {
+        self.cfg.follow.iter().any(|f| {
+            f.topic == tp.topic
+                && f.partitions
+                    .as_ref()
+                    .is_none_or(|ps| ps.contains(&tp.partition))
+        })
+    }
+
+    /// Stops the partitions a reload took out of `follow` (by the configuration, not by
+    /// what the leader's metadata says): their logs and checkpoint entries stay.
+    fn stop_unfollowed(&mut self) {
+        let gone: BTreeSet<TopicPartition> = self
+            .assigned
+            .keys()
+            .chain(self.handed_back.keys())
+            .chain(self.failed.keys())
+            .filter(|tp| !self.follows(tp))
+            .cloned()
+            .collect();
+        for tp in gone {
+            self.unassign(&tp);
+            if self.failed.remove(&tp).is_some() {
+                self.record_failed();
+            }
+            crate::live::live().set_state(
+                &tp,
+                crate::live::State::Stopped,
+                Some("no longer in `follow`"),
+            );
+            crate::log_info!(
+                "{tp}: no longer in `follow`: fetching stopped; its log and checkpoint entries stay"
+            );
+        }
     }
 
     /// Stops fetching `tp` wherever it is fetched.
