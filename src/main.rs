@@ -39,7 +39,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\n\nOffsets before time MS (-1 latest, -2 earliest) from the local log, one a line,\nnewest first, at most N (default 1).\n"
         }
         "verify" => {
-            "replica-follower verify --data-dir DIR\nreplica-follower verify --config FILE [--against-leader]\n\nChecks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
+            "replica-follower verify --data-dir DIR [--all]\nreplica-follower verify --config FILE [--against-leader | --all]\n\nWhile a daemon runs on the data dir, each partition is checked up to its checkpointed\nrecovery point (fsynced, so stable) and what lies past it is reported as in flight, so a\ncheck from a timer raises no false alarm; --all checks everything (exact on a stopped\nreplica, which is always checked whole). Checks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
         }
         "repair" => {
             "replica-follower repair --config FILE\n\nWith the daemon stopped (it takes the data-dir lock as `run` does), compares each\nfollowed partition with its leader as `verify --against-leader` does and re-fetches\nexactly what is missing or damaged: a hole becomes a segment of its own, named by its\nfirst offset; a segment with damaged or differing batches is rewritten from the\nleader's batches for its offset range (its old bytes kept in damaged/). Every fetched\nbatch is CRC-checked before it is written; files are written to a staging folder,\nfsynced and renamed into place; no other segment is touched. Prints one line per step.\nExit 0 when everything was repaired or nothing needed it, 1 when something could not\nbe (the leader no longer has it, the leader is unreachable, ...), 2 on a bad config.\n"
@@ -155,7 +155,7 @@ fn main() -> ExitCode {
         "status" => (&["data-dir"], &["json"]),
         "dump" => (&["data-dir", "topic", "partition", "from"], &[]),
         "offsets" => (&["data-dir", "topic", "partition", "time", "max"], &[]),
-        "verify" => (&["data-dir", "config"], &["against-leader"]),
+        "verify" => (&["data-dir", "config"], &["against-leader", "all"]),
         "repair" => (&["config"], &[]),
         other => return usage_error(&format!("unknown command `{other}`")),
     };
@@ -286,7 +286,8 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                     Ok(cfg) => cfg.data_dir,
                 },
             };
-            match inspect::verify::verify(&dir) {
+            let all = args.flags.iter().any(|f| f == "all");
+            match inspect::verify::verify_with(&dir, all) {
                 Ok(r) if r.problems.is_empty() => {
                     let archived = if r.archived > 0 {
                         format!(
@@ -296,8 +297,16 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                     } else {
                         String::new()
                     };
+                    let in_flight = if r.in_flight_bytes > 0 {
+                        format!(
+                            "; {} byte(s) past the recovery points are being written and were not checked (--all checks them)",
+                            r.in_flight_bytes
+                        )
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "ok: {} partition(s), {} segment(s), {} batch(es) verified{archived}",
+                        "ok: {} partition(s), {} segment(s), {} batch(es) verified{archived}{in_flight}",
                         r.partitions, r.segments, r.batches
                     );
                     Ok(ExitCode::SUCCESS)
