@@ -302,6 +302,14 @@ impl Default for LogSection {
     }
 }
 
+/// `[metrics]`: a Prometheus endpoint, off unless `listen` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// `host:port` to serve `GET /metrics` on.
+    pub listen: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointSection {
@@ -330,6 +338,8 @@ pub struct Config {
     pub log: LogSection,
     #[serde(default)]
     pub checkpoint: CheckpointSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 impl Config {
@@ -375,6 +385,11 @@ impl Config {
                     f.topic
                 );
             }
+        }
+        if let Some(l) = &self.metrics.listen
+            && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
+        {
+            bail!("key `metrics.listen`: `{l}` is not a host:port to listen on");
         }
         if self.fetch.partition_max_bytes > self.fetch.max_bytes {
             bail!(

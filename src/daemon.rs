@@ -81,6 +81,32 @@ fn watchdog_interval() -> Option<Duration> {
 
 const MONITOR_THREAD: &str = "monitor";
 
+/// The `[metrics]` endpoint's thread and its flag, when `metrics.listen` is set. A listen
+/// address that cannot be bound stops the start (exit 1, naming it).
+type MetricsThread = (Arc<AtomicBool>, std::thread::JoinHandle<()>);
+
+fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsThread>> {
+    let Some(addr) = cfg.metrics.listen.clone() else {
+        return Ok(None);
+    };
+    let listener = std::net::TcpListener::bind(&addr)
+        .with_context(|| format!("cannot listen on metrics.listen = \"{addr}\""))?;
+    crate::log_info!("serving Prometheus metrics at http://{addr}/metrics");
+    let running = Arc::new(AtomicBool::new(true));
+    let r2 = running.clone();
+    let thread = std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            crate::metrics::serve(
+                listener,
+                || r2.load(Ordering::SeqCst),
+                || logs.disk().free_bytes(),
+            )
+        })
+        .context("failed to start the metrics thread")?;
+    Ok(Some((running, thread)))
+}
+
 /// Starts the task that publishes the live state every second (`.live-status` for
 /// `status`), systemd's STATUS= line every few seconds, and — when systemd keeps a watchdog —
 /// WATCHDOG=1 every half interval, only while every fetcher, the manager and the checkpoint
@@ -364,6 +390,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     crate::repair::fill_holes_at_start(&cfg, &logs);
     // Checkpoint right away so the files describe what was just loaded and recovered.
     logs.checkpoint()?;
+    let metrics = start_metrics(&cfg, logs.clone())?;
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;
     let manager = FetcherManager::new(cfg.clone(), logs.clone());
     let to_manager = manager.sender();
@@ -408,6 +435,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     }
     task.shutdown();
     monitor.shutdown();
+    if let Some((running, thread)) = metrics {
+        running.store(false, Ordering::SeqCst);
+        let _ = thread.join();
+    }
     let _ = std::fs::remove_file(cfg.data_dir.join(crate::live::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;
     for (tp, s, failed) in logs.summaries() {

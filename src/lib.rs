@@ -34,6 +34,7 @@ pub mod fetcher;
 pub mod inspect;
 pub mod log;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod protocol;
 pub mod record;

@@ -73,6 +73,15 @@ pub struct PartitionLive {
     pub error: Option<String>,
     pub last_fetch_ms: Option<i64>,
     pub newest_timestamp_ms: Option<i64>,
+    pub log_start_offset: Option<i64>,
+    /// Counters since the daemon started.
+    #[serde(default)]
+    pub bytes_appended: u64,
+    #[serde(default)]
+    pub batches_appended: u64,
+    /// Errors that made it back off, by kind.
+    #[serde(default)]
+    pub fetch_errors: BTreeMap<String, u64>,
 }
 
 impl PartitionLive {
@@ -82,9 +91,23 @@ impl PartitionLive {
     }
 }
 
+/// Upper bounds (seconds) of the fetch latency histogram's buckets.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Fetch latencies: counts per bucket (not cumulative), their sum and count.
+#[derive(Debug, Default, Clone)]
+pub struct Histogram {
+    pub buckets: [u64; LATENCY_BUCKETS.len()],
+    pub sum: f64,
+    pub count: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct Live {
     parts: Mutex<BTreeMap<TopicPartition, PartitionLive>>,
+    latency: Mutex<Histogram>,
     /// Followed topics the leader does not know.
     missing_topics: Mutex<BTreeSet<String>>,
     beats: Mutex<BTreeMap<String, Instant>>,
@@ -139,12 +162,42 @@ impl Live {
         self.update(tp, |p| p.leader_high_watermark = Some(hw));
     }
 
-    /// `tp` waits after `error`.
-    pub fn backing_off(&self, tp: &TopicPartition, error: &str) {
+    /// `tp` waits after an error of `kind` (a metrics label: `invalid_data`,
+    /// `fetch_failed`, a Kafka error name, …) saying `error`.
+    pub fn backing_off(&self, tp: &TopicPartition, kind: &str, error: &str) {
         self.update(tp, |p| {
             p.state = State::BackingOff;
             p.error = Some(error.to_string());
+            *p.fetch_errors.entry(kind.to_string()).or_default() += 1;
         });
+    }
+
+    /// The local log of `tp` starts at `offset`.
+    pub fn log_start(&self, tp: &TopicPartition, offset: i64) {
+        self.update(tp, |p| p.log_start_offset = Some(offset));
+    }
+
+    /// `batches` batches of `bytes` bytes were appended to `tp`.
+    pub fn appended(&self, tp: &TopicPartition, bytes: u64, batches: u64) {
+        self.update(tp, |p| {
+            p.bytes_appended += bytes;
+            p.batches_appended += batches;
+        });
+    }
+
+    /// A fetch took `d` from its send to its whole response.
+    pub fn observe_fetch(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let mut h = lock(&self.latency);
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|b| secs <= *b) {
+            h.buckets[i] += 1;
+        }
+        h.sum += secs;
+        h.count += 1;
+    }
+
+    pub fn latency(&self) -> Histogram {
+        lock(&self.latency).clone()
     }
 
     pub fn set_state(&self, tp: &TopicPartition, state: State, error: Option<&str>) {
@@ -317,7 +370,7 @@ mod tests {
         assert_eq!(parts[&a].lag(), Some(60));
         assert_eq!(parts[&a].newest_timestamp_ms, Some(7));
         assert_eq!(parts[&b].state, State::CaughtUp);
-        l.backing_off(&b, "CRC mismatch");
+        l.backing_off(&b, "invalid_data", "CRC mismatch");
         let line = l.status_line(Some("disk full: 3 bytes free"));
         assert_eq!(
             line,

@@ -375,6 +375,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     events: Sender<FetcherEvent>,
     /// A request sent ahead (pipelined) whose response the next round receives.
     in_flight: Option<FetchRequest>,
+    /// When the request in flight was sent (for the fetch latency histogram).
+    sent_at: Option<Instant>,
     /// Counts partitions that brought data, to order requests (see `last_data_round`).
     round: u64,
     /// Fetches in a row that got no usable response (the leader down or unreachable): each
@@ -473,6 +475,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             params,
             events,
             in_flight: None,
+            sent_at: None,
             round: 0,
             failures: 0,
             failing_since: None,
@@ -544,6 +547,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 return;
             }
             self.in_flight = Some(req);
+            self.sent_at = Some(Instant::now());
         }
         if let Some(req) = self.in_flight.take() {
             self.process_fetch_request(&req);
@@ -663,8 +667,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let why = format!("{e:#}");
         for (topic, parts) in &req.topics {
             for p in parts {
-                crate::live::live()
-                    .backing_off(&TopicPartition::new(topic.clone(), p.partition), &why);
+                crate::live::live().backing_off(
+                    &TopicPartition::new(topic.clone(), p.partition),
+                    "fetch_failed",
+                    &why,
+                );
                 delay(
                     &mut map,
                     &TopicPartition::new(topic.clone(), p.partition),
@@ -744,6 +751,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             Ok(f) => f,
             Err(e) => return self.fetch_failed(req, &e),
         };
+        if let Some(t) = self.sent_at.take() {
+            crate::live::live().observe_fetch(t.elapsed());
+        }
         let resp = match frame.decode() {
             Ok(r) => r,
             Err(e) => {
@@ -818,7 +828,10 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             && let Some(next_req) = self.request_for(&map, &ahead)
         {
             match self.leader.send_fetch(&next_req) {
-                Ok(()) => self.in_flight = Some(next_req),
+                Ok(()) => {
+                    self.in_flight = Some(next_req);
+                    self.sent_at = Some(Instant::now());
+                }
                 Err(e) => crate::log_debug!("pipelined fetch not sent: {e:#}"),
             }
         }
@@ -870,7 +883,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                     "{tp} at offset {fetch_offset}: {why}; backing off {}",
                                     Human(self.params.backoff)
                                 );
-                                crate::live::live().backing_off(&tp, why);
+                                crate::live::live().backing_off(&tp, "refused", why);
                             }
                             match appended {
                                 Ok(next) if refused.is_some() => {
@@ -882,7 +895,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                                 Ok(next) if next != fetch_offset => Outcome::Advanced(next),
                                 Ok(_) => Outcome::Unchanged,
                                 Err(e) => {
-                                    crate::live::live().backing_off(&tp, &e.to_string());
+                                    crate::live::live().backing_off(&tp, e.kind(), &e.to_string());
                                     // Bytes that can never be valid, and the disk failing,
                                     // are errors; offsets that do not follow are a warning (a
                                     // leader change or a re-created topic is looked into).
@@ -928,8 +941,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                             Outcome::NeedsLeader(format!("leader answered {}", data.error))
                         }
                         ErrorAction::Retry | ErrorAction::ResetSession => {
-                            crate::live::live()
-                                .backing_off(&tp, &format!("leader answered {}", data.error));
+                            crate::live::live().backing_off(
+                                &tp,
+                                data.error.name(),
+                                &format!("leader answered {}", data.error),
+                            );
                             crate::log_warn!(
                                 "{tp}: leader answered {}; retrying in {}",
                                 data.error,
@@ -938,8 +954,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                             Outcome::Delay
                         }
                         ErrorAction::Fatal => {
-                            crate::live::live()
-                                .backing_off(&tp, &format!("leader answered {}", data.error));
+                            crate::live::live().backing_off(
+                                &tp,
+                                data.error.name(),
+                                &format!("leader answered {}", data.error),
+                            );
                             crate::log_error!(
                                 "{tp}: leader answered {}; retrying in {}",
                                 data.error,

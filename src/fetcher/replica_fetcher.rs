@@ -223,7 +223,12 @@ impl ReplicaOps for ReplicaLogOps {
             }
         }
         log.update_high_watermark(data.high_watermark);
-        crate::live::live().fetched(
+        let live = crate::live::live();
+        live.log_start(tp, log.log_start_offset());
+        if !v.headers.is_empty() {
+            live.appended(tp, v.range.len() as u64, v.headers.len() as u64);
+        }
+        live.fetched(
             tp,
             data.high_watermark,
             data.last_stable_offset,

@@ -144,6 +144,11 @@ impl DiskSpace {
         }
     }
 
+    /// Free bytes on the data dir's filesystem now.
+    pub fn free_bytes(&self) -> Option<u64> {
+        fs2::available_space(&self.dir).ok()
+    }
+
     /// Why the data dir is full, when it is.
     pub fn full(&self) -> Option<String> {
         self.state().full.clone()

@@ -64,6 +64,19 @@ impl std::fmt::Display for AppendError {
     }
 }
 
+impl AppendError {
+    /// A short name of the kind, for metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AppendError::InvalidData(_) => "invalid_data",
+            AppendError::OffsetMismatch(_) => "offset_mismatch",
+            AppendError::Storage(_) => "storage",
+            AppendError::DiskFull(_) => "disk_full",
+            AppendError::Exhausted(_) => "out_of_descriptors",
+        }
+    }
+}
+
 impl std::error::Error for AppendError {}
 
 impl From<anyhow::Error> for AppendError {

