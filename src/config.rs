@@ -247,6 +247,10 @@ pub struct FetchConfig {
     pub fetchers_per_broker: usize,
     #[serde(deserialize_with = "positive_i64")]
     pub backoff_ms: i64,
+    /// Kafka's `reconnect.backoff.max.ms`: failed fetches in a row wait twice as long each
+    /// time (with jitter), up to this.
+    #[serde(deserialize_with = "positive_i64")]
+    pub backoff_max_ms: i64,
     pub isolation: Isolation,
     /// Kafka's `request.timeout.ms`: the deadline for a whole response (plus a fetch's
     /// `max_wait_ms`).
@@ -263,6 +267,7 @@ impl Default for FetchConfig {
             partition_max_bytes: 1_048_576,
             fetchers_per_broker: 1,
             backoff_ms: 1000,
+            backoff_max_ms: 10_000,
             isolation: Isolation::ReadUncommitted,
             request_timeout_ms: 30_000,
         }
@@ -390,6 +395,13 @@ impl Config {
             && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
         {
             bail!("key `metrics.listen`: `{l}` is not a host:port to listen on");
+        }
+        if self.fetch.backoff_max_ms < self.fetch.backoff_ms {
+            bail!(
+                "key `fetch.backoff_max_ms` ({}) must not be below `fetch.backoff_ms` ({})",
+                self.fetch.backoff_max_ms,
+                self.fetch.backoff_ms
+            );
         }
         if self.fetch.partition_max_bytes > self.fetch.max_bytes {
             bail!(

@@ -107,6 +107,109 @@ fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsTh
     Ok(Some((running, thread)))
 }
 
+/// The catch-up progress lines: every 10 s while partitions are catching up — still below
+/// where the leader was at the previous report, so a busy topic's passing lag of a few
+/// records says nothing — one line each (one in all when more than a few) with offset,
+/// leader end, lag, rate and an estimate; and one "caught up" line when such a partition gets
+/// there.
+#[derive(Default)]
+struct Progress {
+    next: Option<Instant>,
+    /// Partitions with a lag at the last report: (appended bytes, log end, leader HW) then.
+    lagging: std::collections::BTreeMap<crate::checkpoint::TopicPartition, (u64, i64, i64)>,
+    /// Those reported as catching up, until they catch up.
+    reported: std::collections::BTreeSet<crate::checkpoint::TopicPartition>,
+}
+
+impl Progress {
+    const ONE_BY_ONE: usize = 5;
+
+    /// How often progress is said.
+    fn every() -> Duration {
+        Duration::from_secs(10)
+    }
+
+    /// Logs the lines due at `now`, and returns them.
+    fn tick(&mut self, live: &crate::live::Live, now: Instant) -> Vec<String> {
+        let mut said = Vec::new();
+        let due = self.next.is_none_or(|t| now >= t);
+        let parts = live.partitions();
+        let mut caught_up = Vec::new();
+        self.reported.retain(|tp| {
+            let done = parts.get(tp).is_some_and(|p| p.lag() == Some(0));
+            if done {
+                caught_up.push(tp.clone());
+            }
+            !done
+        });
+        if caught_up.len() > Self::ONE_BY_ONE {
+            said.push(format!("{} partitions caught up", caught_up.len()));
+        } else {
+            for tp in &caught_up {
+                let at = parts.get(tp).and_then(|p| p.log_end_offset).unwrap_or(0);
+                said.push(format!("{tp}: caught up at offset {at}"));
+            }
+        }
+        if !due {
+            for l in &said {
+                crate::log_info!("{l}");
+            }
+            return said;
+        }
+        self.next = Some(now + Self::every());
+        let secs = Self::every().as_secs_f64();
+        let lagging: Vec<_> = parts
+            .iter()
+            .filter(|(_, p)| p.lag().is_some_and(|l| l > 0))
+            .collect();
+        let mut total_lag = 0;
+        let mut total_rate = 0.0;
+        let mut lines = Vec::new();
+        let mut next = std::collections::BTreeMap::new();
+        for (tp, p) in &lagging {
+            let lag = p.lag().unwrap_or(0);
+            let end = p.log_end_offset.unwrap_or(0);
+            let hw = p.leader_high_watermark.unwrap_or(0);
+            let before = self.lagging.get(*tp).copied();
+            next.insert((*tp).clone(), (p.bytes_appended, end, hw));
+            let Some((bytes, at, _)) = before.filter(|b| end < b.2) else {
+                continue;
+            };
+            self.reported.insert((*tp).clone());
+            let (rate_mb, records_per_s) = (
+                p.bytes_appended.saturating_sub(bytes) as f64 / secs / 1e6,
+                (end - at).max(0) as f64 / secs,
+            );
+            total_lag += lag;
+            total_rate += rate_mb;
+            let eta = if records_per_s > 0.0 {
+                format!(
+                    ", about {} to go",
+                    crate::logging::Human(Duration::from_secs_f64(lag as f64 / records_per_s))
+                )
+            } else {
+                String::new()
+            };
+            lines.push(format!(
+                "{tp}: at offset {end}, leader at {hw}, {lag} behind, {rate_mb:.1} MB/s{eta}"
+            ));
+        }
+        if lines.len() > Self::ONE_BY_ONE {
+            said.push(format!(
+                "{} partitions catching up: {total_lag} records behind in all, {total_rate:.1} MB/s",
+                lines.len()
+            ));
+        } else {
+            said.extend(lines);
+        }
+        self.lagging = next;
+        for l in &said {
+            crate::log_info!("{l}");
+        }
+        said
+    }
+}
+
 /// Starts the task that publishes the live state every second (`.live-status` for
 /// `status`), systemd's STATUS= line every few seconds, and — when systemd keeps a watchdog —
 /// WATCHDOG=1 every half interval, only while every fetcher, the manager and the checkpoint
@@ -128,6 +231,7 @@ fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
     }
     let mut next_status = Instant::now();
     let mut next_ping = Instant::now();
+    let mut progress = Progress::default();
     let mut last_status = String::new();
     let mut stall_said = false;
     let s2 = sig.clone();
@@ -137,6 +241,7 @@ fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
             crate::log_debug!("cannot write `{}`: {e}", live_path.display());
         }
         let now = Instant::now();
+        let _ = progress.tick(live, now);
         if now >= next_status {
             let line = live.status_line(logs.disk().full().as_deref());
             if line != last_status {
@@ -465,6 +570,41 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn catching_up_is_reported_every_interval_and_caught_up_once() {
+        let live = crate::live::Live::default();
+        let tp = crate::checkpoint::TopicPartition::new("p", 0);
+        let mut p = Progress::default();
+        let t0 = Instant::now();
+        let every = Progress::every();
+        live.fetched(&tp, 10_000, 10_000, 1_000, 1_000, None);
+        assert!(p.tick(&live, t0).is_empty(), "a first lag says nothing yet");
+        live.appended(&tp, 2_000_000, 10);
+        live.fetched(&tp, 10_000, 10_000, 4_000, 4_000, None);
+        let said = p.tick(&live, t0 + every);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].starts_with("p-0: at offset 4000, leader at 10000, 6000 behind,")
+                && said[0].contains("to go"),
+            "{}",
+            said[0]
+        );
+        // Not due yet: nothing; then caught up, said once.
+        live.fetched(&tp, 10_000, 10_000, 10_000, 10_000, None);
+        assert_eq!(
+            p.tick(&live, t0 + every + every / 2),
+            ["p-0: caught up at offset 10000"]
+        );
+        assert!(p.tick(&live, t0 + every * 3).is_empty());
+        // A busy topic's passing lag (below where the leader was a report ago) says nothing.
+        live.fetched(&tp, 10_050, 10_050, 10_040, 10_040, None);
+        assert!(p.tick(&live, t0 + every * 4).is_empty());
+        live.fetched(&tp, 10_100, 10_100, 10_090, 10_090, None);
+        assert!(p.tick(&live, t0 + every * 5).is_empty());
+    }
+
     #[test]
     fn a_toml_error_becomes_one_line_with_its_key_and_line() {
         let msg = "f.toml: TOML parse error at line 5, column 14\n  |\n5 | backoff_ms = \"soon\"\n  |              ^^^^^^\ninvalid type: string \"soon\", expected i64\n";

@@ -364,6 +364,8 @@ pub struct FetchParams {
     pub partition_max_bytes: i32,
     pub isolation_level: i8,
     pub backoff: Duration,
+    /// The longest wait after failed fetches in a row.
+    pub backoff_max: Duration,
 }
 
 pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
@@ -412,9 +414,6 @@ fn test_stall(shared: &FetcherShared) {
 
 /// The longest a fetcher waits for a partition to become ready before its round ends.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
-
-/// The longest wait between fetches while the leader cannot be reached.
-const MAX_FETCH_BACKOFF: Duration = Duration::from_secs(10);
 
 type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
 
@@ -485,13 +484,20 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     }
 
     /// The wait after the `failures`-th failed fetch in a row: the backoff, doubling, at
-    /// most [`MAX_FETCH_BACKOFF`] (or the backoff, when that is longer).
+    /// most `backoff_max` (Kafka's `reconnect.backoff.max.ms`), with ±20 % jitter so that
+    /// many fetchers do not retry in step.
     fn failure_backoff(&self) -> Duration {
         let doubled = self
             .params
             .backoff
             .saturating_mul(1 << self.failures.saturating_sub(1).min(16));
-        doubled.min(MAX_FETCH_BACKOFF.max(self.params.backoff))
+        let capped = doubled.min(self.params.backoff_max.max(self.params.backoff));
+        // A cheap spread: the clock's nanoseconds, not a random generator.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let factor = 0.8 + f64::from(nanos % 1000) / 1000.0 * 0.4;
+        capped.mul_f64(factor)
     }
 
     /// One line for the partitions handed back since the last call.
@@ -1668,6 +1674,7 @@ mod tests {
             partition_max_bytes: 1 << 20,
             isolation_level: 0,
             backoff: Duration::from_millis(backoff_ms),
+            backoff_max: Duration::from_millis(backoff_ms * 10),
         };
         (
             AbstractFetcher::new(

@@ -1164,6 +1164,7 @@ impl FetcherManager {
             partition_max_bytes: fc.partition_max_bytes,
             isolation_level: fc.isolation.level(),
             backoff: Duration::from_millis(fc.backoff_ms as u64),
+            backoff_max: Duration::from_millis(fc.backoff_max_ms as u64),
         };
         // A response holds at most max_bytes, plus one oversized first batch (KIP-74) and
         // framing; bound it well above that but finitely.
