@@ -189,6 +189,33 @@ impl Drop for TrackedConn {
     }
 }
 
+/// What the manager has said once, to say again only after it is cleared (typed, so that
+/// clearing one partition's entries cannot clear another's whose name it prefixes).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Said {
+    TopicMissing(String),
+    TopicError(String, i16),
+    PartitionMissing(TopicPartition),
+    /// A partition cannot start fetching, and why.
+    CannotStart(TopicPartition, String),
+    Descriptors,
+    NoClusterId,
+    /// The recorded cluster id cannot be read.
+    Unreadable(String),
+    NoTopicId(String),
+    TopicIdNotRecorded(TopicPartition),
+    /// Re-created: the partition and the leader's new topic id.
+    Recreated(TopicPartition, String),
+    NotArchived(TopicPartition),
+}
+
+impl Said {
+    /// `tp` started: why it could not before may be said again should it recur.
+    fn forget_cannot_start(said: &mut BTreeSet<Said>, tp: &TopicPartition) {
+        said.retain(|k| !matches!(k, Said::CannotStart(t, _) if t == tp));
+    }
+}
+
 /// Messages to the manager thread.
 #[derive(Debug)]
 pub enum ManagerEvent {
@@ -261,7 +288,7 @@ pub struct FetcherManager {
     /// The connection metadata is read on, kept between refreshes.
     meta_conn: Option<TrackedConn>,
     /// Problems already reported, so a persistent one is logged once, not every round.
-    reported: BTreeSet<String>,
+    reported: BTreeSet<Said>,
     /// Set while the leader reports another cluster than the one this data dir replicates:
     /// nothing is fetched.
     wrong_cluster: Option<String>,
@@ -354,14 +381,14 @@ impl FetcherManager {
         Duration::from_millis(self.cfg.fetch.request_timeout_ms as u64)
     }
 
-    fn report_once(&mut self, key: String, msg: impl FnOnce() -> String) {
+    fn report_once(&mut self, key: Said, msg: impl FnOnce() -> String) {
         if self.reported.insert(key) {
             crate::log_warn!("{}", msg());
         }
     }
 
     /// [`Self::report_once`] for what needs an operator: logged as an ERROR.
-    fn report_error_once(&mut self, key: String, msg: impl FnOnce() -> String) {
+    fn report_error_once(&mut self, key: Said, msg: impl FnOnce() -> String) {
         if self.reported.insert(key) {
             crate::log_error!("{}", msg());
         }
@@ -396,8 +423,9 @@ impl FetcherManager {
                     cfg.follow = follow;
                     self.cfg = Arc::new(cfg);
                     // Partitions that were waiting to be reported are looked at anew.
-                    self.reported
-                        .retain(|k| !k.starts_with("missing-") && !k.starts_with("nopart-"));
+                    self.reported.retain(|k| {
+                        !matches!(k, Said::TopicMissing(_) | Said::PartitionMissing(_))
+                    });
                     next_refresh = Instant::now();
                     continue;
                 }
@@ -580,14 +608,14 @@ impl FetcherManager {
         for f in &follows {
             let Some((err, parts)) = self.metadata.topics.get(&f.topic).cloned() else {
                 missing.insert(f.topic.clone());
-                self.report_once(format!("missing-{}", f.topic), || {
+                self.report_once(Said::TopicMissing(f.topic.clone()), || {
                     format!("topic `{}` is not in the leader's metadata", f.topic)
                 });
                 all_known = false;
                 continue;
             };
             if !err.is_ok() {
-                self.report_once(format!("err-{}-{}", f.topic, err.0), || {
+                self.report_once(Said::TopicError(f.topic.clone(), err.0), || {
                     format!("topic `{}`: metadata error {err}", f.topic)
                 });
                 all_known = false;
@@ -604,9 +632,10 @@ impl FetcherManager {
                         crate::live::State::NotFound,
                         None,
                     );
-                    self.report_once(format!("nopart-{}-{p}", f.topic), || {
-                        format!("partition {}-{p} does not exist on the leader", f.topic)
-                    });
+                    self.report_once(
+                        Said::PartitionMissing(TopicPartition::new(f.topic.clone(), p)),
+                        || format!("partition {}-{p} does not exist on the leader", f.topic),
+                    );
                     all_known = false;
                     continue;
                 }
@@ -711,8 +740,7 @@ impl FetcherManager {
                 }
                 match self.initial_state(&offsets, &tp, epoch) {
                     Ok(st) => {
-                        self.reported
-                            .retain(|k| !k.starts_with(&format!("init-{tp}")));
+                        Said::forget_cannot_start(&mut self.reported, &tp);
                         self.handed_back.remove(&tp);
                         self.assigned.insert(
                             tp.clone(),
@@ -734,7 +762,7 @@ impl FetcherManager {
                     }
                     Err(e) => {
                         complete = false;
-                        self.report_once(format!("init-{tp}-{e}"), || {
+                        self.report_once(Said::CannotStart(tp.clone(), e.to_string()), || {
                             format!("{tp}: cannot set the initial fetch position: {e:#}")
                         });
                     }
@@ -772,13 +800,13 @@ impl FetcherManager {
             }
         }
         if waiting > 0 {
-            self.report_error_once("descriptors".into(), || {
+            self.report_error_once(Said::Descriptors, || {
                 format!(
                     "{waiting} partition(s) wait for a log: {}",
                     descriptors::advice()
                 )
             });
-        } else if self.reported.remove("descriptors") {
+        } else if self.reported.remove(&Said::Descriptors) {
             crate::log_info!("every waiting partition has its log now");
         }
         // New logs appear in the checkpoint files (and so in `status`) at once, not at the
@@ -810,7 +838,7 @@ impl FetcherManager {
     fn check_cluster(&mut self) -> bool {
         let data_dir = self.logs.data_dir().to_path_buf();
         let Some(seen) = self.metadata.cluster_id.clone() else {
-            self.report_once("no-cluster-id".into(), || {
+            self.report_once(Said::NoClusterId, || {
                 "the leader reports no cluster id (Metadata below v2); the cluster identity check is skipped".into()
             });
             return true;
@@ -818,7 +846,7 @@ impl FetcherManager {
         let recorded = match identity::read_cluster_id(&data_dir) {
             Ok(r) => r,
             Err(e) => {
-                self.report_once(format!("meta-{e}"), || {
+                self.report_once(Said::Unreadable(e.to_string()), || {
                     format!("{e:#}; nothing is fetched until the file is readable")
                 });
                 return false;
@@ -935,7 +963,7 @@ impl FetcherManager {
         let mut stopped = BTreeMap::new();
         for (tp, start) in wanted {
             let Some(&leader_id) = self.metadata.topic_ids.get(&tp.topic) else {
-                self.report_once(format!("no-topic-id-{}", tp.topic), || {
+                self.report_once(Said::NoTopicId(tp.topic.clone()), || {
                     format!(
                         "the leader reports no topic id for `{}` (Metadata below v10); its topic identity check is skipped",
                         tp.topic
@@ -953,7 +981,7 @@ impl FetcherManager {
                 Some(id) if id == leader_id => out.push((tp, start)),
                 None => {
                     if let Err(e) = lock_log(&log).record_topic_id(leader_id) {
-                        self.report_once(format!("topic-id-{tp}"), || {
+                        self.report_once(Said::TopicIdNotRecorded(tp.clone()), || {
                             format!("{tp}: cannot record topic id {leader_id}: {e:#}")
                         });
                     }
@@ -980,7 +1008,7 @@ impl FetcherManager {
                                 "the topic was re-created (topic id {old} locally, {leader_id} on the leader) and on_topic_recreated = \"stop\""
                             ),
                         );
-                        self.report_error_once(format!("recreated-{tp}-{leader_id}"), || {
+                        self.report_error_once(Said::Recreated(tp.clone(), leader_id.to_string()), || {
                             format!(
                                 "{tp}: the topic was re-created (topic id {old} locally, {leader_id} on the leader); on_topic_recreated = \"stop\": not following it, local data kept"
                             )
@@ -995,7 +1023,7 @@ impl FetcherManager {
                             );
                             out.push((tp, start));
                         }
-                        Err(e) => self.report_error_once(format!("archive-{tp}"), || {
+                        Err(e) => self.report_error_once(Said::NotArchived(tp.clone()), || {
                             format!("{tp}: the topic was re-created but its history could not be archived, so it is not followed: {e:#}")
                         }),
                     }
@@ -1375,6 +1403,26 @@ fn write_partition_list<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clearing_one_partitions_reports_leaves_the_others_it_prefixes() {
+        let mut said: BTreeSet<Said> = [
+            Said::CannotStart(TopicPartition::new("orders", 1), "x".into()),
+            Said::CannotStart(TopicPartition::new("orders", 10), "x".into()),
+            Said::CannotStart(TopicPartition::new("orders", 19), "y".into()),
+        ]
+        .into();
+        Said::forget_cannot_start(&mut said, &TopicPartition::new("orders", 1));
+        assert_eq!(said.len(), 2, "orders-10 and orders-19 stay: {said:?}");
+        Said::forget_cannot_start(&mut said, &TopicPartition::new("orders", 10));
+        assert_eq!(
+            said.into_iter().collect::<Vec<_>>(),
+            [Said::CannotStart(
+                TopicPartition::new("orders", 19),
+                "y".into()
+            )]
+        );
+    }
 
     #[test]
     fn fetcher_id_matches_kafka() {
