@@ -30,7 +30,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. SIGHUP: re-read FILE (partitions added to `follow` start, removed\nones stop; a broken file is refused and the running configuration stays). Exit 1 at start-up when the brokers report another cluster id\nthan the data dir recorded (nothing is changed), exit 2 on a bad config. Log level from\nRF_LOG (error|warn|info|debug).\n"
         }
         "status" => {
-            "replica-follower status --data-dir DIR [--json]\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
+            "replica-follower status --data-dir DIR [--json]\nreplica-follower status --config FILE [--json]\n\nWith --config: that configuration's data dir, and the followed partitions (or topics)\nthat have no local log yet.\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
         }
         "dump" => {
             "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]\n\nPrints the batches (and the records of uncompressed batches) from OFFSET (default 0).\n"
@@ -152,7 +152,7 @@ fn main() -> ExitCode {
     }
     let spec: (&[&str], &[&str]) = match cmd.as_str() {
         "run" | "check-config" => (&["config"], &[]),
-        "status" => (&["data-dir"], &["json"]),
+        "status" => (&["data-dir", "config"], &["json"]),
         "dump" => (&["data-dir", "topic", "partition", "from"], &[]),
         "offsets" => (&["data-dir", "topic", "partition", "time", "max"], &[]),
         "verify" => (&["data-dir", "config"], &["against-leader", "all"]),
@@ -196,12 +196,23 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             Err(code) => code,
         }),
         "status" => {
-            let dir = PathBuf::from(args.req("data-dir")?);
+            let (dir, follow) = match (args.values.get("data-dir"), args.values.get("config")) {
+                (Some(_), Some(_)) => {
+                    return Err("`status` takes --data-dir or --config, not both".into());
+                }
+                (Some(d), None) => (PathBuf::from(d), Vec::new()),
+                (None, Some(_)) => match load_config(args)? {
+                    Err(code) => return Ok(code),
+                    Ok(cfg) => (cfg.data_dir, cfg.follow),
+                },
+                (None, None) => return Err("`status` needs --data-dir DIR or --config FILE".into()),
+            };
             let json = args.flags.iter().any(|f| f == "json");
             Ok(runtime(inspect::status::collect(&dir).map(
                 |(mut parts, mut notes)| {
-                    let dd = inspect::status::collect_data_dir(&dir, &mut notes);
+                    let mut dd = inspect::status::collect_data_dir(&dir, &mut notes);
                     inspect::status::apply_live(&dd, &mut parts);
+                    dd.not_yet = inspect::status::not_yet_logged(&follow, &parts);
                     for n in notes {
                         eprintln!("warning: {n}");
                     }

@@ -194,3 +194,57 @@ fn status_shows_live_lag_and_state_while_running_and_says_when_not() {
     assert_eq!(st["running"], false, "{st}");
     assert!(partition(&data)["state"].is_null());
 }
+
+#[test]
+fn status_with_the_config_lists_followed_partitions_without_a_log_and_missing_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let leader = TestLeader::start(TOPIC, 1);
+    leader.append(0, 10, 5);
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        &leader.addr(),
+        &format!(
+            "[[follow]]\ntopic = \"{TOPIC}\"\npartitions = [0, 1]\n[[follow]]\ntopic = \"ghost\"\n"
+        ),
+        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
+    );
+    let mut d = support::Daemon::start(&cfg);
+    let status = || {
+        let out = std::process::Command::new(support::bin())
+            .args(["status", "--json", "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    support::wait_until(
+        Duration::from_secs(10),
+        "the missing topic in status",
+        || status()["missing_topics"] == serde_json::json!(["ghost"]),
+    );
+    let st = status();
+    assert_eq!(
+        st["not_yet_logged"],
+        serde_json::json!([{"topic": TOPIC, "partition": 1}, {"topic": "ghost", "partition": null}]),
+        "{st}"
+    );
+    let text = std::process::Command::new(support::bin())
+        .args(["status", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("svc-1: followed, no local log yet"), "{text}");
+    assert!(
+        text.contains("topic ghost: not found on the leader"),
+        "{text}"
+    );
+    assert!(d.stop().success());
+}

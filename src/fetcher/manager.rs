@@ -615,6 +615,9 @@ impl FetcherManager {
                 continue;
             };
             if !err.is_ok() {
+                if err == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION {
+                    missing.insert(f.topic.clone());
+                }
                 self.report_once(Said::TopicError(f.topic.clone(), err.0), || {
                     format!("topic `{}`: metadata error {err}", f.topic)
                 });

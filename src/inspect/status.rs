@@ -60,6 +60,37 @@ pub struct DataDirStatus {
     pub disk_full: Option<String>,
     /// The running daemon's live state (`None`: not running).
     pub live: Option<crate::live::LiveFile>,
+    /// Followed (per `status --config`) but without a local log yet: a partition, or a
+    /// whole topic (`None`).
+    pub not_yet: Vec<(String, Option<i32>)>,
+}
+
+/// The entries of `follow` with no local log among `parts`: named partitions without one,
+/// and whole topics none of whose partitions has one.
+pub fn not_yet_logged(
+    follow: &[crate::config::Follow],
+    parts: &[PartitionStatus],
+) -> Vec<(String, Option<i32>)> {
+    let mut out = Vec::new();
+    for f in follow {
+        let has = |p: i32| {
+            parts
+                .iter()
+                .any(|s| s.tp.topic == f.topic && s.tp.partition == p)
+        };
+        match &f.partitions {
+            Some(ps) => out.extend(
+                ps.iter()
+                    .filter(|p| !has(**p))
+                    .map(|p| (f.topic.clone(), Some(*p))),
+            ),
+            None if !parts.iter().any(|s| s.tp.topic == f.topic) => {
+                out.push((f.topic.clone(), None))
+            }
+            None => {}
+        }
+    }
+    out
 }
 
 /// The data-dir level facts: cluster id, archived histories, a stop.
@@ -88,6 +119,7 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
             .ok()
             .map(|s| s.trim().to_string()),
         live: crate::live::read_running(data_dir),
+        not_yet: Vec::new(),
     }
 }
 
@@ -375,7 +407,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"missing_topics\": [{}]}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"missing_topics\": [{}], \"not_yet_logged\": [{}]}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
         opt(dd.free_bytes, "null"),
@@ -392,7 +424,16 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 .map(|t| json_string(t))
                 .collect::<Vec<_>>()
                 .join(", "))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        dd.not_yet
+            .iter()
+            .map(|(t, p)| format!(
+                "{{\"topic\": {}, \"partition\": {}}}",
+                json_string(t),
+                opt(*p, "null")
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }
 
@@ -408,6 +449,12 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     if let Some(l) = &dd.live {
         for t in &l.missing_topics {
             s.push_str(&format!("topic {t}: not found on the leader\n"));
+        }
+    }
+    for (t, p) in &dd.not_yet {
+        match p {
+            Some(p) => s.push_str(&format!("{t}-{p}: followed, no local log yet\n")),
+            None => s.push_str(&format!("topic {t}: followed, no local log yet\n")),
         }
     }
     if let Some(why) = &dd.fetching_stopped {
