@@ -158,9 +158,13 @@ impl Progress {
         }
         self.next = Some(now + Self::every());
         let secs = Self::every().as_secs_f64();
+        // Only partitions being fetched: one backing off (a leader down) is said by the
+        // fetcher's own calm warnings, not every 10 s here.
         let lagging: Vec<_> = parts
             .iter()
-            .filter(|(_, p)| p.lag().is_some_and(|l| l > 0))
+            .filter(|(_, p)| {
+                p.state == crate::live::State::Fetching && p.lag().is_some_and(|l| l > 0)
+            })
             .collect();
         let mut total_lag = 0;
         let mut total_rate = 0.0;
@@ -441,6 +445,7 @@ fn reload(
         ("[fetch]", new.fetch != running.fetch),
         ("[log]", new.log != running.log),
         ("[checkpoint]", new.checkpoint != running.checkpoint),
+        ("[metrics]", new.metrics != running.metrics),
     ]
     .into_iter()
     .filter_map(|(k, changed)| changed.then_some(k))
@@ -471,6 +476,7 @@ fn reload(
 pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     let cfg = Arc::new(cfg);
     crate::log::fault::init();
+    crate::live::set_read_committed(cfg.fetch.isolation.level() == 1);
     let _lock = lock_data_dir(&cfg.data_dir)?;
     // Register before anything starts, so an early SIGTERM is not lost.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -540,9 +546,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     }
     task.shutdown();
     monitor.shutdown();
-    if let Some((running, thread)) = metrics {
+    if let Some((running, _thread)) = metrics {
+        // Not joined: a client in the middle of a scrape must not hold up the shutdown; the
+        // thread ends at its next poll, or with the process.
         running.store(false, Ordering::SeqCst);
-        let _ = thread.join();
     }
     let _ = std::fs::remove_file(cfg.data_dir.join(crate::live::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;

@@ -85,9 +85,19 @@ pub struct PartitionLive {
 }
 
 impl PartitionLive {
-    /// Leader's high watermark minus the local log end, when both are known.
+    /// How far the local log end is behind what it can fetch — the leader's high watermark,
+    /// or under `read_committed` its last stable offset — while it is fetched (`None` for a
+    /// partition failed, stopped or not found: its figures are frozen).
     pub fn lag(&self) -> Option<i64> {
-        Some((self.leader_high_watermark? - self.log_end_offset?).max(0))
+        if matches!(self.state, State::Failed | State::Stopped | State::NotFound) {
+            return None;
+        }
+        let target = if READ_COMMITTED.load(std::sync::atomic::Ordering::Relaxed) {
+            self.last_stable_offset.or(self.leader_high_watermark)?
+        } else {
+            self.leader_high_watermark?
+        };
+        Some((target - self.log_end_offset?).max(0))
     }
 }
 
@@ -115,6 +125,23 @@ pub struct Live {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Beats for the calling thread when dropped (see [`Live::beat_current`]).
+pub struct BeatOnDrop;
+
+impl Drop for BeatOnDrop {
+    fn drop(&mut self) {
+        live().beat_current();
+    }
+}
+
+/// Whether lag is measured against the last stable offset (`read_committed`: the follower
+/// only gets that far) instead of the high watermark.
+static READ_COMMITTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_read_committed(on: bool) {
+    READ_COMMITTED.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The process's live state.
@@ -240,6 +267,21 @@ impl Live {
         }
     }
 
+    /// The calling thread made progress (threads without a name are not watched).
+    pub fn beat_current(&self) {
+        if let Some(name) = std::thread::current().name() {
+            let known = lock(&self.beats).contains_key(name);
+            if known {
+                self.beat(name);
+            }
+        }
+    }
+
+    /// A partition no longer followed: it leaves the live figures.
+    pub fn remove(&self, tp: &TopicPartition) {
+        lock(&self.parts).remove(tp);
+    }
+
     /// A thread ended: it is no longer waited for.
     pub fn forget(&self, thread: &str) {
         lock(&self.beats).remove(thread);
@@ -256,6 +298,7 @@ impl Live {
 
     /// The one-line summary for systemd's STATUS=.
     pub fn status_line(&self, disk_full: Option<&str>) -> String {
+        let missing = lock(&self.missing_topics).len();
         let parts = lock(&self.parts);
         let count = |s: State| parts.values().filter(|p| p.state == s).count();
         let lag: i64 = parts.values().filter_map(PartitionLive::lag).sum();
@@ -279,12 +322,8 @@ impl Live {
                 line.push_str(&format!(", {n} {what}"));
             }
         }
-        let missing = lock(&self.missing_topics);
-        if !missing.is_empty() {
-            line.push_str(&format!(
-                ", {} topic(s) not found on the leader",
-                missing.len()
-            ));
+        if missing > 0 {
+            line.push_str(&format!(", {missing} topic(s) not found on the leader"));
         }
         if let Some(why) = disk_full {
             line.push_str(&format!("; fetching paused: {why}"));
@@ -294,10 +333,11 @@ impl Live {
 
     /// What `status` reads (TOML; unknown values are left out).
     pub fn render(&self) -> String {
+        let missing_topics = lock(&self.missing_topics).iter().cloned().collect();
         let file = LiveFile {
             pid: std::process::id(),
             written_ms: crate::log::partition::now_ms(),
-            missing_topics: lock(&self.missing_topics).iter().cloned().collect(),
+            missing_topics,
             partitions: lock(&self.parts)
                 .iter()
                 .map(|(tp, p)| LiveRecord {

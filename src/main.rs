@@ -208,21 +208,26 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 (None, None) => return Err("`status` needs --data-dir DIR or --config FILE".into()),
             };
             let json = args.flags.iter().any(|f| f == "json");
-            Ok(runtime(inspect::status::collect(&dir).map(
-                |(mut parts, mut notes)| {
-                    let mut dd = inspect::status::collect_data_dir(&dir, &mut notes);
-                    inspect::status::apply_live(&dd, &mut parts);
-                    dd.not_yet = inspect::status::not_yet_logged(&follow, &parts);
-                    for n in notes {
-                        eprintln!("warning: {n}");
-                    }
-                    if json {
-                        println!("{}", inspect::status::render_json(&dd, &parts));
-                    } else {
-                        print!("{}", inspect::status::render_text(&dd, &parts));
-                    }
-                },
-            )))
+            // A configuration not yet run has no data dir: every followed partition is
+            // without a log, which is what status says then.
+            let collected = if !follow.is_empty() && !dir.exists() {
+                Ok((Vec::new(), Vec::new()))
+            } else {
+                inspect::status::collect(&dir)
+            };
+            Ok(runtime(collected.map(|(mut parts, mut notes)| {
+                let mut dd = inspect::status::collect_data_dir(&dir, &mut notes);
+                inspect::status::apply_live(&dd, &mut parts);
+                dd.not_yet = inspect::status::not_yet_logged(&follow, &parts);
+                for n in notes {
+                    eprintln!("warning: {n}");
+                }
+                if json {
+                    println!("{}", inspect::status::render_json(&dd, &parts));
+                } else {
+                    print!("{}", inspect::status::render_text(&dd, &parts));
+                }
+            })))
         }
         "dump" => {
             let dir = PathBuf::from(args.req("data-dir")?);

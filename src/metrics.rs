@@ -257,8 +257,20 @@ pub fn serve(listener: TcpListener, running: impl Fn() -> bool, free: impl Fn() 
 }
 
 fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+    // One deadline for the whole exchange, not one per read: a client trickling a byte at a
+    // time cannot keep the thread.
+    let deadline = std::time::Instant::now() + CLIENT_TIMEOUT;
+    let remaining = || {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took too long",
+            ))
+        } else {
+            Ok(left)
+        }
+    };
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     // Up to the end of the headers, within the size limit.
@@ -266,6 +278,7 @@ fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Re
         if buf.len() > MAX_REQUEST {
             return respond(&mut stream, "400 Bad Request", "request too large\n");
         }
+        stream.set_read_timeout(Some(remaining()?))?;
         let n = stream.read(&mut chunk)?;
         if n == 0 {
             break;
@@ -275,6 +288,7 @@ fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Re
     let text = String::from_utf8_lossy(&buf);
     let mut first = text.lines().next().unwrap_or_default().split_whitespace();
     let (method, path, version) = (first.next(), first.next(), first.next());
+    stream.set_write_timeout(Some(remaining()?))?;
     match (method, path, version) {
         (Some("GET"), Some(p), Some(v)) if v.starts_with("HTTP/1.") => {
             if p == "/metrics" || p.starts_with("/metrics?") {

@@ -248,3 +248,43 @@ fn status_with_the_config_lists_followed_partitions_without_a_log_and_missing_to
     );
     assert!(d.stop().success());
 }
+
+#[test]
+fn brokers_that_never_answer_do_not_stop_the_watchdog_pings() {
+    // Three "brokers" that accept connections and say nothing: every request runs to its
+    // deadline, one after another — slow, not stuck.
+    let mut addrs = Vec::new();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for _ in 0..3 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        addrs.push(l.local_addr().unwrap().to_string());
+        let h = held.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                h.lock().unwrap().push(c);
+            }
+        });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = support::topic_config(
+        dir.path(),
+        &dir.path().join("data"),
+        &addrs.join(","),
+        TOPIC,
+        "[fetch]\nrequest_timeout_ms = 2000\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
+    );
+    let (mut notify, path) = Notify::bind(dir.path());
+    let mut d = support::Daemon::start_with_env(
+        &cfg,
+        &[("NOTIFY_SOCKET", &path), ("WATCHDOG_USEC", "3000000")],
+    );
+    std::thread::sleep(Duration::from_secs(9));
+    assert!(
+        !d.log_text().contains("not pinging the systemd watchdog"),
+        "{}",
+        d.log_text()
+    );
+    let pings = notify.count("WATCHDOG=1");
+    assert!(pings >= 4, "{pings} pings in 9 s: {:?}", notify.got);
+    assert!(d.stop().success());
+}

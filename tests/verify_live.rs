@@ -1,6 +1,6 @@
 //! `verify` on a running replica never raises a false alarm: run in a loop while a leader
-//! takes writes and the daemon follows them (segments rolling, indexes and checkpoints being
-//! written), every run exits 0, checking up to the recovery points and reporting the rest as
+//! takes writes and the daemon follows them (segments rolling, retention deleting old ones,
+//! indexes and checkpoints being written), every run exits 0, checking up to the recovery points and reporting the rest as
 //! in flight; once stopped, the whole replica verifies.
 
 mod support;
@@ -21,7 +21,7 @@ fn verify_in_a_loop_on_a_replica_being_written_raises_no_false_alarm() {
         &leader.addr(),
         TOPIC,
         "[fetch]\nmax_wait_ms = 20\nbackoff_ms = 100\n[log]\nmin_free_bytes = 0\n\
-         segment_bytes = 1048576\nindex_interval_bytes = 4096\nflush_interval_ms = 20\n\
+         segment_bytes = 65536\nretention_bytes = 262144\nindex_interval_bytes = 4096\nflush_interval_ms = 20\n\
          [checkpoint]\ninterval_ms = 20\n",
     );
     let mut d = support::Daemon::start(&cfg);
@@ -72,10 +72,7 @@ fn verify_in_a_loop_on_a_replica_being_written_raises_no_false_alarm() {
     );
     for p in 0..2 {
         support::wait_until(Duration::from_secs(30), "catch-up", || {
-            support::local_log_bytes(
-                &data,
-                &replica_follower::checkpoint::TopicPartition::new(TOPIC, p),
-            ) == leader.log_bytes(p)
+            support::log_end(&data, TOPIC, p) == leader.log_end(p as i32)
         });
     }
     assert!(d.stop().success());

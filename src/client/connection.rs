@@ -42,22 +42,30 @@ pub struct BrokerConnection {
 impl BrokerConnection {
     /// Connects to `addr` (`host:port`) and negotiates API versions.
     pub fn connect(addr: &str, client_id: &str, max_response_bytes: usize) -> Result<Self> {
-        Self::connect_registering(addr, client_id, max_response_bytes, |_| {})
+        Self::connect_registering(
+            addr,
+            client_id,
+            max_response_bytes,
+            DEFAULT_REQUEST_TIMEOUT,
+            |_| {},
+        )
     }
 
     /// Connects, hands the TCP socket to `register` before the version handshake (so another
-    /// thread can shut it down while the handshake waits), then negotiates versions.
+    /// thread can shut it down while the handshake waits), then negotiates versions, every
+    /// response (the handshake's included) within `request_timeout`.
     pub fn connect_registering(
         addr: &str,
         client_id: &str,
         max_response_bytes: usize,
+        request_timeout: Duration,
         register: impl FnOnce(&TcpStream),
     ) -> Result<Self> {
         Self::open(
             addr,
             client_id,
             max_response_bytes,
-            DEFAULT_REQUEST_TIMEOUT,
+            request_timeout,
             register,
         )
     }
@@ -89,6 +97,7 @@ impl BrokerConnection {
         let mut last_err = None;
         let mut stream = None;
         for a in &addrs {
+            crate::live::live().beat_current();
             match TcpStream::connect_timeout(a, connect_timeout) {
                 Ok(s) => {
                     stream = Some(s);
@@ -250,6 +259,9 @@ impl BrokerConnection {
         correlation_id: i32,
         extra_wait: Duration,
     ) -> Result<Range<usize>> {
+        // A request that ends, answered or not, is progress for the watchdog: a round of
+        // several slow requests is not a stuck thread.
+        let _beat = crate::live::BeatOnDrop;
         // One deadline for the whole response (Kafka's request.timeout.ms), not one per read:
         // a broker that drips a byte at a time cannot hold the connection past it.
         let wait = self.request_timeout + extra_wait;

@@ -491,13 +491,14 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             .params
             .backoff
             .saturating_mul(1 << self.failures.saturating_sub(1).min(16));
-        let capped = doubled.min(self.params.backoff_max.max(self.params.backoff));
         // A cheap spread: the clock's nanoseconds, not a random generator.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let factor = 0.8 + f64::from(nanos % 1000) / 1000.0 * 0.4;
-        capped.mul_f64(factor)
+        let factor = 0.8 + f64::from(nanos % 1_000_000) / 1_000_000.0 * 0.4;
+        doubled
+            .mul_f64(factor)
+            .min(self.params.backoff_max.max(self.params.backoff))
     }
 
     /// One line for the partitions handed back since the last call.
@@ -616,7 +617,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let map = shared.lock();
         if self.replica.paused() {
             if shared.is_running() {
-                let _r = shared.cond.wait_timeout(map, self.params.backoff);
+                let _r = shared
+                    .cond
+                    .wait_timeout(map, self.params.backoff.min(IDLE_WAIT));
             }
             return None;
         }

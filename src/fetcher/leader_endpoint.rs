@@ -85,6 +85,7 @@ impl BrokerEndPoint {
                 &self.addr,
                 &self.client_id,
                 self.max_response_bytes,
+                self.request_timeout,
                 |stream| {
                     if let Some(s) = &shared {
                         s.set_socket(stream.try_clone().ok());

@@ -134,22 +134,28 @@ impl StopHandle {
             anyhow::bail!("shutting down");
         }
         let mut key = None;
-        let conn = BrokerConnection::connect_registering(addr, client_id, 64 << 20, |stream| {
-            if let Ok(clone) = stream.try_clone() {
-                let id = this.next_id.fetch_add(1, Ordering::SeqCst);
-                let mut sockets = this
-                    .sockets
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                // Checked under the lock `stop` takes after setting the flag: either `stop`
-                // sees this socket, or this sees the flag.
-                if this.is_stopping() {
-                    let _ = clone.shutdown(std::net::Shutdown::Both);
+        let conn = BrokerConnection::connect_registering(
+            addr,
+            client_id,
+            64 << 20,
+            request_timeout,
+            |stream| {
+                if let Ok(clone) = stream.try_clone() {
+                    let id = this.next_id.fetch_add(1, Ordering::SeqCst);
+                    let mut sockets = this
+                        .sockets
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // Checked under the lock `stop` takes after setting the flag: either `stop`
+                    // sees this socket, or this sees the flag.
+                    if this.is_stopping() {
+                        let _ = clone.shutdown(std::net::Shutdown::Both);
+                    }
+                    sockets.push((id, clone));
+                    key = Some(id);
                 }
-                sockets.push((id, clone));
-                key = Some(id);
-            }
-        });
+            },
+        );
         // Built before `?`: a failed handshake still unregisters its socket on drop.
         let mut tracked = TrackedConn {
             conn: None,
@@ -933,11 +939,7 @@ impl FetcherManager {
             if self.failed.remove(&tp).is_some() {
                 self.record_failed();
             }
-            crate::live::live().set_state(
-                &tp,
-                crate::live::State::Stopped,
-                Some("no longer in `follow`"),
-            );
+            crate::live::live().remove(&tp);
             crate::log_info!(
                 "{tp}: no longer in `follow`: fetching stopped; its log and checkpoint entries stay"
             );

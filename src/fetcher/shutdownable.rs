@@ -44,6 +44,8 @@ impl ShutdownableThread {
                             "{thread_name}: a round of work panicked; continuing after 1 s"
                         );
                         std::thread::sleep(Duration::from_secs(1));
+                        // A round that panics again and again is not progress.
+                        continue;
                     }
                     // Each round ends within about a second unless the thread is stuck: the
                     // watchdog pings only while every thread beats.

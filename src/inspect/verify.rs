@@ -84,6 +84,13 @@ impl<E> IndexToCheck<E> {
         }
     }
 
+    /// Whether the file was not there (deleted meanwhile).
+    fn gone(&self) -> bool {
+        self.len
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    }
+
     /// Adds the file's problems: unreadable, or not a whole number of entries, then the
     /// entries found `bad`.
     fn report(&self, bad: Vec<String>, problems: &mut Vec<String>) {
@@ -211,6 +218,11 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
         let log_path = dir.join(segment::file_name(base, "log"));
         if !below(base) {
             r.in_flight_bytes += std::fs::metadata(&log_path).map_or(0, |m| m.len());
+            continue;
+        }
+        // Running, retention or a truncation may delete a segment between the listing and
+        // here: gone is not damage then.
+        if limit.is_some() && !log_path.exists() {
             continue;
         }
         let Some(mut reader) = open_log(&log_path, r) else {
@@ -343,7 +355,9 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
                 None => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, which is not a batch start")),
             }
         }
-        idx.report(bad, &mut r.problems);
+        if !(limit.is_some() && idx.gone()) {
+            idx.report(bad, &mut r.problems);
+        }
         let txn_path = dir.join(segment::file_name(base, "txnindex"));
         match txn_index::read(&txn_path) {
             Ok(mut entries) => {
@@ -390,7 +404,9 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
                 None => bad.push(format!("entry {i}: offset {off} is not the last offset of a whole batch")),
             }
         }
-        tix.report(bad, &mut r.problems);
+        if !(limit.is_some() && tix.gone()) {
+            tix.report(bad, &mut r.problems);
+        }
     }
     if exact {
         for (path, got, want) in expected_txn {
@@ -436,21 +452,50 @@ pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
     if !data_dir.is_dir() {
         anyhow::bail!("data dir `{}` does not exist", data_dir.display());
     }
-    let live = !all && crate::live::read_running(data_dir).is_some();
+    let running = if all {
+        None
+    } else {
+        crate::live::read_running(data_dir)
+    };
+    let live = running.is_some();
+    let mut r = VerifyReport::default();
     let recovery_points = if live {
-        checkpoint::read_offsets(&data_dir.join(checkpoint::RECOVERY_POINT)).unwrap_or_default()
+        match checkpoint::read_offsets(&data_dir.join(checkpoint::RECOVERY_POINT)) {
+            Ok(m) => m,
+            Err(e) => {
+                r.problems.push(format!("{e:#}"));
+                BTreeMap::new()
+            }
+        }
     } else {
         BTreeMap::new()
     };
-    let mut r = VerifyReport::default();
     for tp in partition_dirs(data_dir)? {
-        // A directory without segments holds no local state (status leaves it out too).
-        if list_segment_bases(&data_dir.join(tp.dir_name()))?.is_empty() {
+        // A directory without segments holds no local state (status leaves it out too);
+        // running, one archived or removed meanwhile is skipped.
+        let bases = match list_segment_bases(&data_dir.join(tp.dir_name())) {
+            Ok(b) => b,
+            Err(_) if live && !data_dir.join(tp.dir_name()).exists() => continue,
+            Err(e) => return Err(e),
+        };
+        if bases.is_empty() {
             continue;
         }
         r.partitions += 1;
-        // Running, a partition no checkpoint names yet is all in flight.
-        let limit = live.then(|| recovery_points.get(&tp).copied().unwrap_or(i64::MIN));
+        // Running, a partition is checked up to its recovery point (one no checkpoint names
+        // yet is all in flight), except one nothing writes: failed or stopped.
+        let written = running.as_ref().is_some_and(|l| {
+            l.partitions
+                .iter()
+                .find(|p| p.topic == tp.topic && p.partition == tp.partition)
+                .is_none_or(|p| {
+                    !matches!(
+                        p.live.state,
+                        crate::live::State::Failed | crate::live::State::Stopped
+                    )
+                })
+        });
+        let limit = written.then(|| recovery_points.get(&tp).copied().unwrap_or(i64::MIN));
         verify_partition(data_dir, &tp, limit, &mut r)?;
     }
     if let Err(e) = identity::read_cluster_id(data_dir) {
@@ -477,11 +522,18 @@ pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
             data_dir.display()
         ));
     }
-    for (name, what) in [
-        (checkpoint::REPLICATION_OFFSET, "high watermark"),
-        (checkpoint::RECOVERY_POINT, "recovery point"),
-        (checkpoint::LOG_START_OFFSET, "log start offset"),
-    ] {
+    // Running, the checkpoints move on while this reads the logs (retention moves the log
+    // start, new partitions appear): they are judged on a stopped replica only.
+    let checkpoints: &[(&str, &str)] = if live {
+        &[]
+    } else {
+        &[
+            (checkpoint::REPLICATION_OFFSET, "high watermark"),
+            (checkpoint::RECOVERY_POINT, "recovery point"),
+            (checkpoint::LOG_START_OFFSET, "log start offset"),
+        ]
+    };
+    for &(name, what) in checkpoints {
         match checkpoint::read_offsets(&data_dir.join(name)) {
             Ok(m) => {
                 for (tp, off) in m {

@@ -315,6 +315,8 @@ impl LogManager {
         let mut ls = BTreeMap::new();
         let mut failed = Vec::new();
         for (tp, shared) in self.all() {
+            // Many logs, each fsynced: progress for the watchdog as it goes.
+            crate::live::live().beat_current();
             let flushed = Self::flush_one(&shared);
             let mut log = lock_log(&shared);
             if log.retired {
