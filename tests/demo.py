@@ -67,6 +67,8 @@ def main():
     for p in range(3):
         cmd(cmd="produce", topic="demo", partition=p, count=3000, codec="zstd", seed=99 + p, batch_records=100)
     wait_for(13000)
+    # The daemon publishes its live state (lag, state, high watermark) every second.
+    time.sleep(1.5)
     print("== caught up with 13,000 records a partition; status while running:")
     show("status", "--data-dir", data)
     daemon.send_signal(signal.SIGTERM)

@@ -133,8 +133,15 @@ pub fn apply_live(dd: &DataDirStatus, parts: &mut [PartitionStatus]) {
             .iter()
             .find(|r| r.topic == p.tp.topic && r.partition == p.tp.partition)
             .map(|r| r.live.clone());
-        if let Some(hw) = p.live.as_ref().and_then(|r| r.high_watermark) {
-            p.high_watermark = Some(hw.min(p.log_end_offset));
+        match p.live.as_ref() {
+            Some(r) => {
+                if let Some(hw) = r.high_watermark {
+                    p.high_watermark = Some(hw.min(p.log_end_offset));
+                }
+            }
+            // Running, but not yet in the live figures (published every second): the
+            // checkpoint's HW may be a stale 0, so none is shown.
+            None => p.high_watermark = None,
         }
     }
 }
@@ -491,7 +498,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 Some(e) => format!("{}: {e}", r.state.as_str()),
                 None => r.state.as_str().to_string(),
             },
-            None if dd.live.is_some() => "not fetched".to_string(),
+            None if dd.live.is_some() => "not yet fetched".to_string(),
             None => "-".to_string(),
         };
         s.push_str(&format!(
