@@ -325,6 +325,21 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
     Ok((out, notes))
 }
 
+/// Bytes as people read them: `980 B`, `975.3 KiB`, `1.2 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
 fn opt<T: std::fmt::Display>(v: Option<T>, null: &str) -> String {
     v.map_or_else(|| null.to_string(), |x| x.to_string())
 }
@@ -468,7 +483,10 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         s.push_str(&format!("FETCHING STOPPED: {why}\n"));
     }
     if let Some(free) = dd.free_bytes {
-        s.push_str(&format!("free space: {free} bytes\n"));
+        s.push_str(&format!(
+            "free space: {} ({free} bytes)\n",
+            human_bytes(free)
+        ));
     }
     if let Some(why) = &dd.disk_full {
         let why = why.strip_prefix("disk full: ").unwrap_or(why);
@@ -477,20 +495,24 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     for (tp, why) in &dd.failed {
         s.push_str(&format!("{tp}: FAILED: {why}\n"));
     }
-    s.push_str(&format!(
-        "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14} {:>10}  {}\n",
-        "PARTITION",
-        "LOG_START",
-        "LOG_END",
-        "HW",
-        "LSO",
-        "RECOVERY",
-        "EPOCH",
-        "SEGMENTS",
-        "BYTES",
-        "LAG",
-        "STATE"
-    ));
+    let mut rows: Vec<Vec<String>> = vec![
+        [
+            "PARTITION",
+            "LOG_START",
+            "LOG_END",
+            "HW",
+            "LSO",
+            "RECOVERY",
+            "EPOCH",
+            "SEGMENTS",
+            "SIZE",
+            "LAG",
+            "STATE",
+        ]
+        .map(str::to_string)
+        .to_vec(),
+    ];
+    let (mut segments, mut bytes, mut lag) = (0usize, 0u64, None::<i64>);
     for p in parts {
         let live = p.live.as_ref();
         let state = match live {
@@ -501,20 +523,53 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             None if dd.live.is_some() => "not yet fetched".to_string(),
             None => "-".to_string(),
         };
-        s.push_str(&format!(
-            "{:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6} {:>8} {:>14} {:>10}  {}\n",
+        let l = live.and_then(crate::live::PartitionLive::lag);
+        segments += p.segments;
+        bytes += p.size_bytes;
+        if let Some(l) = l {
+            lag = Some(lag.unwrap_or(0) + l);
+        }
+        rows.push(vec![
             p.tp.to_string(),
-            p.log_start_offset,
-            p.log_end_offset,
+            p.log_start_offset.to_string(),
+            p.log_end_offset.to_string(),
             opt(p.high_watermark, "-"),
-            p.last_stable_offset,
+            p.last_stable_offset.to_string(),
             opt(p.recovery_point, "-"),
             opt(p.leader_epoch, "-"),
-            p.segments,
-            p.size_bytes,
-            opt(live.and_then(crate::live::PartitionLive::lag), "-"),
-            state
-        ));
+            p.segments.to_string(),
+            human_bytes(p.size_bytes),
+            opt(l, "-"),
+            state,
+        ]);
+    }
+    if parts.len() > 1 {
+        let mut total = vec![String::new(); 11];
+        total[0] = format!("TOTAL ({} partitions)", parts.len());
+        total[7] = segments.to_string();
+        total[8] = human_bytes(bytes);
+        total[9] = opt(lag, "");
+        rows.push(total);
+    }
+    // Columns as wide as their content: names and states left, figures right.
+    let widths: Vec<usize> = (0..11)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            match c {
+                0 => line.push_str(&format!("{cell}{}", " ".repeat(pad))),
+                10 => line.push_str(cell),
+                _ => line.push_str(&format!("{}{cell}", " ".repeat(pad))),
+            }
+            if c < 10 {
+                line.push_str("  ");
+            }
+        }
+        s.push_str(line.trim_end());
+        s.push('\n');
     }
     for p in parts {
         for (a, b) in &p.lost_upstream {
@@ -552,4 +607,75 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition(name: &str, end: i64, bytes: u64) -> PartitionStatus {
+        PartitionStatus {
+            tp: TopicPartition::new(name, 0),
+            log_start_offset: 0,
+            log_end_offset: end,
+            high_watermark: Some(end),
+            recovery_point: Some(end),
+            leader_epoch: Some(1),
+            segments: 2,
+            size_bytes: bytes,
+            last_stable_offset: end,
+            topic_id: None,
+            aborted_transactions: 0,
+            diverged: Vec::new(),
+            lost_upstream: Vec::new(),
+            damaged: Vec::new(),
+            fetching_stopped: None,
+            live: None,
+        }
+    }
+
+    #[test]
+    fn the_table_is_as_wide_as_its_content_with_totals() {
+        let parts = [
+            partition("a", 5, 2048),
+            partition("a-rather-long-topic-name", 123_456_789, 3 << 30),
+        ];
+        let text = render_text(&DataDirStatus::default(), &parts);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("not running"))
+            .collect();
+        assert!(
+            lines[0].starts_with("PARTITION                  "),
+            "{text}"
+        );
+        assert!(lines[1].starts_with("a-0   "), "{text}");
+        assert!(
+            lines[2].starts_with("a-rather-long-topic-name-0  "),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains("2.0 KiB") && lines[2].contains("3.0 GiB"),
+            "{text}"
+        );
+        assert!(lines[3].starts_with("TOTAL (2 partitions)"), "{text}");
+        assert!(
+            lines[3].contains("3.0 GiB") && lines[3].contains(" 4 "),
+            "{text}"
+        );
+        // Right-aligned figures end in the same column.
+        let end = |l: &str, what: &str| l.find(what).map(|i| i + what.len());
+        assert_eq!(
+            end(lines[0], "LOG_END"),
+            end(lines[2], "123456789"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn sizes_read_as_people_read_them() {
+        assert_eq!(human_bytes(980), "980 B");
+        assert_eq!(human_bytes(998_671), "975.3 KiB");
+        assert_eq!(human_bytes(1_288_490_189), "1.2 GiB");
+    }
 }
