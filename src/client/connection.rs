@@ -51,25 +51,6 @@ impl BrokerConnection {
         )
     }
 
-    /// Connects, hands the TCP socket to `register` before the version handshake (so another
-    /// thread can shut it down while the handshake waits), then negotiates versions, every
-    /// response (the handshake's included) within `request_timeout`.
-    pub fn connect_registering(
-        addr: &str,
-        client_id: &str,
-        max_response_bytes: usize,
-        request_timeout: Duration,
-        register: impl FnOnce(&TcpStream),
-    ) -> Result<Self> {
-        Self::open(
-            addr,
-            client_id,
-            max_response_bytes,
-            request_timeout,
-            register,
-        )
-    }
-
     /// Connects with `request_timeout` as the deadline of every response, the version
     /// handshake's included: a broker that accepts the connection and never answers holds
     /// the caller no longer than that.
@@ -79,10 +60,13 @@ impl BrokerConnection {
         max_response_bytes: usize,
         request_timeout: Duration,
     ) -> Result<Self> {
-        Self::open(addr, client_id, max_response_bytes, request_timeout, |_| {})
+        Self::connect_registering(addr, client_id, max_response_bytes, request_timeout, |_| {})
     }
 
-    fn open(
+    /// Connects, hands the TCP socket to `register` before the version handshake (so another
+    /// thread can shut it down while the handshake waits), then negotiates versions, every
+    /// response (the handshake's included) within `request_timeout`.
+    pub fn connect_registering(
         addr: &str,
         client_id: &str,
         max_response_bytes: usize,

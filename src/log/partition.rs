@@ -677,13 +677,7 @@ impl PartitionLog {
         // leaves a shorter log, never one with a hole.
         let survivor = self.segments.range(..=offset).next_back().map(|(b, _)| *b);
         if survivor.is_none() {
-            let seg = Segment::create(
-                &self.dir,
-                offset,
-                self.config.index_interval_bytes,
-                now_ms(),
-            )?;
-            fsync_dir(&self.dir)?;
+            let seg = self.new_segment(offset)?;
             let old: Vec<i64> = self.segments.keys().copied().collect();
             // The new segment is in the map before any old one leaves it: the map is never
             // empty, even when a delete fails part-way.
@@ -708,6 +702,14 @@ impl PartitionLog {
         }
         self.active_mut().flush()?;
         fsync_dir(&self.dir)
+    }
+
+    /// A new empty segment at `base`, its directory entry fsynced (for a truncation or a
+    /// skip that replaces the segments; a roll cleans up after itself instead).
+    fn new_segment(&self, base: i64) -> Result<Segment> {
+        let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms())?;
+        fsync_dir(&self.dir)?;
+        Ok(seg)
     }
 
     /// What a truncation to `offset` removes: the byte ranges (from the cut to the end of each
@@ -791,13 +793,7 @@ impl PartitionLog {
             // An empty active segment holds nothing: the new one takes its place. Created
             // first, so that a crash leaves one or the other, never no segment.
             let base = self.active().base_offset;
-            let seg = Segment::create(
-                &self.dir,
-                offset,
-                self.config.index_interval_bytes,
-                now_ms(),
-            )?;
-            fsync_dir(&self.dir)?;
+            let seg = self.new_segment(offset)?;
             if let Some(old) = self.segments.remove(&base) {
                 old.delete()?;
                 fsync_dir(&self.dir)?;
