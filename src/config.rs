@@ -34,29 +34,59 @@ impl<'de> Deserialize<'de> for StartPosition {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
+            D(toml::value::Datetime),
             S(String),
             I(i64),
         }
-        let raw = Raw::deserialize(d).map_err(|_| {
-            de::Error::custom("expected \"earliest\", \"latest\" or a timestamp in ms since epoch")
-        })?;
+        const EXPECTED: &str = "expected \"earliest\", \"latest\", a timestamp in ms since epoch (≥ 0) or an RFC 3339 date-time with a zone (2026-11-30T07:12:03Z)";
+        let raw = Raw::deserialize(d).map_err(|_| de::Error::custom(EXPECTED))?;
         let parsed = match raw {
             Raw::S(s) if s == "earliest" => Some(StartPosition::Earliest),
             Raw::S(s) if s == "latest" => Some(StartPosition::Latest),
-            Raw::S(s) => s
-                .parse::<i64>()
-                .ok()
-                .filter(|t| *t >= 0)
-                .map(StartPosition::Timestamp),
+            Raw::S(s) => match s.parse::<i64>() {
+                Ok(t) => (t >= 0).then_some(StartPosition::Timestamp(t)),
+                Err(_) => s
+                    .parse::<toml::value::Datetime>()
+                    .ok()
+                    .and_then(|dt| datetime_ms(&dt))
+                    .map(StartPosition::Timestamp),
+            },
+            Raw::D(dt) => datetime_ms(&dt).map(StartPosition::Timestamp),
             Raw::I(t) if t >= 0 => Some(StartPosition::Timestamp(t)),
             Raw::I(_) => None,
         };
-        parsed.ok_or_else(|| {
-            de::Error::custom(
-                "expected \"earliest\", \"latest\" or a timestamp in ms since epoch (≥ 0)",
-            )
-        })
+        parsed.ok_or_else(|| de::Error::custom(EXPECTED))
     }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 date-time with a zone; `None` without a date,
+/// a time or a zone (a local time names no instant), or before 1970.
+fn datetime_ms(dt: &toml::value::Datetime) -> Option<i64> {
+    let (date, time, offset) = (dt.date?, dt.time?, dt.offset?);
+    // Days from civil (proleptic Gregorian), as in `logging::format_utc` the other way.
+    let (y, m, d) = (
+        i64::from(date.year),
+        i64::from(date.month),
+        i64::from(date.day),
+    );
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let offset_min = match offset {
+        toml::value::Offset::Z => 0,
+        toml::value::Offset::Custom { minutes } => i64::from(minutes),
+    };
+    let secs = days * 86_400
+        + i64::from(time.hour) * 3600
+        + i64::from(time.minute) * 60
+        + i64::from(time.second.unwrap_or(0))
+        - offset_min * 60;
+    let ms = secs * 1000 + i64::from(time.nanosecond.unwrap_or(0)) / 1_000_000;
+    (ms >= 0).then_some(ms)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -427,6 +457,36 @@ topic = "orders"
 
     fn parse(s: &str) -> Result<Config> {
         Config::parse(s, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn start_takes_rfc_3339_date_times_with_a_zone_quoted_or_not() {
+        let start = |v: &str| {
+            Config::parse(
+                &format!(
+                    "data_dir = \"/d\"\nbootstrap_servers = [\"a:1\"]\n[[follow]]\ntopic = \"t\"\nstart = {v}\n"
+                ),
+                Path::new("t.toml"),
+            )
+            .map(|c| c.follow[0].start)
+        };
+        // 2023-11-14T22:13:20.123Z is 1_700_000_000_123 ms (logging::format_utc's test).
+        let t = StartPosition::Timestamp(1_700_000_000_123);
+        assert_eq!(start("\"2023-11-14T22:13:20.123Z\"").unwrap(), t);
+        assert_eq!(start("2023-11-14T22:13:20.123Z").unwrap(), t);
+        assert_eq!(start("2023-11-14T23:13:20.123+01:00").unwrap(), t);
+        assert_eq!(
+            start("\"2000-02-29T00:00:00Z\"").unwrap(),
+            StartPosition::Timestamp(951_782_400_000)
+        );
+        for bad in [
+            "2023-11-14T22:13:20",
+            "2023-11-14",
+            "\"1969-12-31T23:59:59Z\"",
+        ] {
+            let e = start(bad).unwrap_err().to_string();
+            assert!(e.contains("RFC 3339"), "{bad}: {e}");
+        }
     }
 
     #[test]
