@@ -151,8 +151,14 @@ pub fn live() -> &'static Live {
 }
 
 impl Live {
+    /// On the fetch path for every partition of every response: no allocation once the
+    /// partition is known.
     fn update(&self, tp: &TopicPartition, f: impl FnOnce(&mut PartitionLive)) {
-        f(lock(&self.parts).entry(tp.clone()).or_default());
+        let mut parts = lock(&self.parts);
+        match parts.get_mut(tp) {
+            Some(p) => f(p),
+            None => f(parts.entry(tp.clone()).or_default()),
+        }
     }
 
     /// A fetch answered for `tp` and its records (if any) were appended.

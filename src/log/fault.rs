@@ -482,6 +482,29 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_directory_made_whole_or_not_at_all_and_leftovers_of_a_crash_go() {
+        let d = tempfile::tempdir().unwrap();
+        // A roll failure while the directory is made: nothing of it stays.
+        arm(Step::Roll, 1);
+        assert!(PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).is_err());
+        assert!(files(d.path()).is_empty(), "{:?}", files(d.path()));
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        // A real log, and what a crash left while making another.
+        let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
+        let (b, h) = batches(0, 3);
+        log.append(&b, &h).unwrap();
+        log.flush().unwrap();
+        drop(log);
+        let leftover = d.path().join(".other-0.creating");
+        std::fs::create_dir(&leftover).unwrap();
+        std::fs::write(leftover.join("00000000000000000000.log"), b"").unwrap();
+        let logs = crate::log::manager::LogManager::open(d.path(), config(1 << 20)).unwrap();
+        assert!(!leftover.exists(), "the half-made directory goes");
+        assert_eq!(logs.all().len(), 1, "and is no partition");
+        assert_eq!(log_bytes(d.path()), b, "the real log is untouched");
+    }
+
+    #[test]
     fn a_failed_checkpoint_write_leaves_the_old_file_and_no_temporary() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("recovery-point-offset-checkpoint");
