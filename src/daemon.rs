@@ -537,10 +537,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     }
     crate::log_info!("received signal {}; shutting down", sig.unwrap_or(0));
     crate::notify::notify("STOPPING=1\nSTATUS=stopping");
-    // Interrupt whatever the manager waits on (metadata, ListOffsets), then tell it to stop
-    // its fetchers.
+    // Interrupts whatever the manager and the fetchers wait on; the manager then joins them.
     stop_manager.stop();
-    let _ = to_manager.send(ManagerEvent::Shutdown);
     if manager_thread.join().is_err() {
         crate::log_error!("the fetcher manager panicked");
     }

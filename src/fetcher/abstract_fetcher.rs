@@ -143,28 +143,15 @@ impl FetcherShared {
     }
 }
 
-impl FetcherShared {
-    /// Stops the fetcher from another thread without the partition-map lock (the fetcher
-    /// may hold it across a request): clears the running flag and shuts its socket, so the
-    /// request fails at once and no new connection is made. A later
-    /// [`ShutdownSignal::initiate_shutdown`] wakes it if it sleeps.
-    pub fn stop_now(&self) {
-        self.running.store(false, Ordering::SeqCst);
-        if let Some(s) = self
-            .socket
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-        {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
 impl ShutdownSignal for FetcherShared {
     fn is_running(&self) -> bool {
         self.running.load(Ordering::SeqCst)
     }
+    /// Clears the running flag, shuts the socket of a fetch in flight (it fails at once, and
+    /// no new connection is made) and wakes the thread if it waits. Never blocks on the
+    /// partition-map lock, which the fetcher holds across the requests of a truncation: when
+    /// the lock is taken, the wake-up goes out without it, and a wait that starts just after
+    /// ends within `IDLE_WAIT` anyway.
     fn initiate_shutdown(&self) {
         self.running.store(false, Ordering::SeqCst);
         if let Some(s) = self
@@ -175,9 +162,13 @@ impl ShutdownSignal for FetcherShared {
         {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        // Taking the map lock before notifying closes the window between a waiter's running
+        // Holding the map lock while notifying closes the window between a waiter's running
         // check and its wait.
-        let _map = self.lock();
+        let _map = match self.map.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
         self.cond.notify_all();
     }
 }

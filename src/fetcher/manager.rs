@@ -8,15 +8,16 @@
 //! epoch, the partition moves. Fetchers left without partitions are shut down.
 //! The manager runs on its own thread and sleeps on its event channel between rounds.
 
+use super::abstract_fetcher::LeaderEndPoint;
 use super::abstract_fetcher::{
     AbstractFetcher, FetchParams, FetchStatus, FetcherEvent, FetcherShared, PartitionFetchState,
 };
 use super::leader_endpoint::BrokerEndPoint;
 use super::replica_fetcher::ReplicaLogOps;
-use super::shutdownable::ShutdownableThread;
+use super::shutdownable::{ShutdownSignal, ShutdownableThread};
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
-use crate::client::cluster::{self, ClusterMetadata};
+use crate::client::cluster::{self, ClusterMetadata, OffsetAnswer};
 use crate::config::{Config, OnTopicRecreated, StartPosition};
 use crate::log::manager::{FailureListener, LogManager, lock_log};
 use crate::log::{descriptors, identity};
@@ -69,10 +70,11 @@ pub const MANAGER_THREAD: &str = "fetcher-manager";
 /// is 5 minutes; a follower wants to notice new partitions and leaders sooner).
 pub const METADATA_REFRESH: Duration = Duration::from_secs(30);
 
-/// Lets the daemon stop the manager and every fetcher even while they wait on a broker:
-/// sets the flag checked between steps, shuts down the socket of every connection the
-/// manager has open, and stops each fetcher without taking its partition-map lock (which a
-/// fetcher may hold across a request).
+/// The one way to stop the fetching side, from any thread, even while the manager and the
+/// fetchers wait on brokers: [`StopHandle::stop`] sets the flag every step checks, shuts the
+/// socket of every connection the manager has open, initiates the shutdown of every fetcher
+/// (which never blocks, see [`FetcherShared`]'s `initiate_shutdown`) and wakes the manager,
+/// whose `run` then joins the fetchers and returns. Nothing else stops them.
 #[derive(Debug, Default)]
 pub struct StopHandle {
     stopping: AtomicBool,
@@ -81,6 +83,8 @@ pub struct StopHandle {
     sockets: Mutex<Vec<(u64, TcpStream)>>,
     next_id: std::sync::atomic::AtomicU64,
     fetchers: Mutex<Vec<Weak<FetcherShared>>>,
+    /// The manager's event channel, to wake it.
+    manager: Mutex<Option<Sender<ManagerEvent>>>,
 }
 
 impl StopHandle {
@@ -101,8 +105,16 @@ impl StopHandle {
             .iter()
         {
             if let Some(f) = f.upgrade() {
-                f.stop_now();
+                f.initiate_shutdown();
             }
+        }
+        if let Some(tx) = self
+            .manager
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            let _ = tx.send(ManagerEvent::Wake);
         }
     }
 
@@ -118,7 +130,7 @@ impl StopHandle {
         fetchers.retain(|w| w.strong_count() > 0);
         fetchers.push(Arc::downgrade(f));
         if self.is_stopping() {
-            f.stop_now();
+            f.initiate_shutdown();
         }
     }
 
@@ -195,6 +207,166 @@ impl Drop for TrackedConn {
     }
 }
 
+/// ListOffsets answers per partition: the offset, or the broker's error for it.
+pub type OffsetAnswers = BTreeMap<TopicPartition, std::result::Result<OffsetAnswer, ErrorCode>>;
+
+/// Where the manager learns about the cluster: leaders and their epochs (Metadata), and the
+/// first offsets of partitions with no local log (ListOffsets). The daemon's is
+/// [`BrokerMetadata`]; tests put a scripted cluster here.
+pub trait MetadataSource: Send {
+    /// The metadata of `topics`, from any broker that answers.
+    fn metadata(&mut self, topics: &[String]) -> Result<ClusterMetadata>;
+    /// ListOffsets on broker `broker` at `addr`: (partition, current leader epoch,
+    /// timestamp -2 earliest / -1 latest / ms) each.
+    fn list_offsets(
+        &mut self,
+        broker: i32,
+        addr: &str,
+        isolation_level: i8,
+        asks: &[(TopicPartition, i32, i64)],
+    ) -> Result<OffsetAnswers>;
+}
+
+/// Makes the leader side of a new fetcher thread (Kafka's replica fetcher thread factory).
+/// The daemon's is [`BrokerEndpoints`]; tests put scripted leaders here.
+pub trait EndpointFactory: Send {
+    type EndPoint: LeaderEndPoint + 'static;
+    /// The endpoint of the fetcher for `broker` at `addr`; `shared` is that fetcher's map,
+    /// where a real endpoint registers its socket so a shutdown can interrupt it.
+    fn endpoint(&mut self, broker: i32, addr: &str, shared: &Arc<FetcherShared>) -> Self::EndPoint;
+}
+
+/// The real [`MetadataSource`]: asks the bootstrap brokers and every broker metadata named,
+/// in turn, until one answers, and keeps that connection for the next refresh. Every
+/// connection is registered with the [`StopHandle`], so a shutdown interrupts it.
+pub struct BrokerMetadata {
+    bootstrap: Vec<String>,
+    /// Brokers the last metadata named.
+    known: Vec<String>,
+    client_id: String,
+    request_timeout: Duration,
+    stop: Arc<StopHandle>,
+    conn: Option<TrackedConn>,
+}
+
+impl BrokerMetadata {
+    pub fn new(cfg: &Config, stop: Arc<StopHandle>) -> Self {
+        BrokerMetadata {
+            bootstrap: cfg.bootstrap_servers.clone(),
+            known: Vec::new(),
+            client_id: cfg.client_id.clone(),
+            request_timeout: Duration::from_millis(cfg.fetch.request_timeout_ms as u64),
+            stop,
+            conn: None,
+        }
+    }
+
+    fn remember(&mut self, md: &ClusterMetadata) {
+        self.known = md.brokers.values().cloned().collect();
+        self.known.sort();
+    }
+}
+
+impl MetadataSource for BrokerMetadata {
+    fn metadata(&mut self, topics: &[String]) -> Result<ClusterMetadata> {
+        if let Some(conn) = self.conn.as_mut() {
+            match conn.get().and_then(|c| cluster::fetch_metadata(c, topics)) {
+                Ok(md) => {
+                    self.remember(&md);
+                    return Ok(md);
+                }
+                Err(e) => {
+                    crate::log_debug!("metadata refresh failed: {e:#}; reconnecting");
+                    self.conn = None;
+                }
+            }
+        }
+        let mut addrs = self.bootstrap.clone();
+        for a in &self.known {
+            if !addrs.contains(a) {
+                addrs.push(a.clone());
+            }
+        }
+        let mut errors = Vec::new();
+        for a in &addrs {
+            if self.stop.is_stopping() {
+                anyhow::bail!("shutting down");
+            }
+            let got = StopHandle::connect(&self.stop, a, &self.client_id, self.request_timeout)
+                .and_then(|mut c| {
+                    let md = cluster::fetch_metadata(c.get()?, topics)?;
+                    Ok((c, md))
+                });
+            match got {
+                Ok((c, md)) => {
+                    self.remember(&md);
+                    self.conn = Some(c);
+                    return Ok(md);
+                }
+                Err(e) => errors.push(format!("{e:#}")),
+            }
+        }
+        anyhow::bail!(
+            "no broker answered a Metadata request: {}",
+            errors.join("; ")
+        )
+    }
+
+    fn list_offsets(
+        &mut self,
+        _broker: i32,
+        addr: &str,
+        isolation_level: i8,
+        asks: &[(TopicPartition, i32, i64)],
+    ) -> Result<OffsetAnswers> {
+        let mut tracked =
+            StopHandle::connect(&self.stop, addr, &self.client_id, self.request_timeout)?;
+        cluster::list_offsets(tracked.get()?, isolation_level, asks)
+    }
+}
+
+/// The real [`EndpointFactory`]: a [`BrokerEndPoint`] per fetcher, with the fetch settings.
+pub struct BrokerEndpoints {
+    client_id: String,
+    max_response: usize,
+    isolation_level: i8,
+    data_dir: std::path::PathBuf,
+    request_timeout: Duration,
+}
+
+impl BrokerEndpoints {
+    pub fn new(cfg: &Config, data_dir: &Path) -> Self {
+        let fc = &cfg.fetch;
+        BrokerEndpoints {
+            client_id: cfg.client_id.clone(),
+            // A response holds at most max_bytes, plus one oversized first batch (KIP-74) and
+            // framing; bound it well above that but finitely.
+            max_response: (fc.max_bytes as usize)
+                .saturating_mul(2)
+                .saturating_add(64 << 20),
+            isolation_level: fc.isolation.level(),
+            data_dir: data_dir.to_path_buf(),
+            request_timeout: Duration::from_millis(fc.request_timeout_ms as u64),
+        }
+    }
+}
+
+impl EndpointFactory for BrokerEndpoints {
+    type EndPoint = BrokerEndPoint;
+    fn endpoint(&mut self, broker: i32, addr: &str, shared: &Arc<FetcherShared>) -> BrokerEndPoint {
+        BrokerEndPoint::new(
+            broker,
+            addr,
+            &self.client_id,
+            self.max_response,
+            self.isolation_level,
+            Some(shared.clone()),
+            Some(self.data_dir.clone()),
+            self.request_timeout,
+        )
+    }
+}
+
 /// What the manager has said once, to say again only after it is cleared (typed, so that
 /// clearing one partition's entries cannot clear another's whose name it prefixes).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -234,7 +406,9 @@ pub enum ManagerEvent {
         tp: TopicPartition,
         reason: String,
     },
-    Shutdown,
+    /// Sent by [`StopHandle::stop`] so the manager sees the flag at once; it carries nothing
+    /// else (stopping is the flag, not this event).
+    Wake,
 }
 
 /// Failures of one partition, each within [`FAILURE_MEMORY`] of the one before.
@@ -279,8 +453,11 @@ struct Assignment {
     leader_epoch: i32,
 }
 
-pub struct FetcherManager {
+pub struct FetcherManager<S: MetadataSource = BrokerMetadata, E: EndpointFactory = BrokerEndpoints>
+{
     cfg: Arc<Config>,
+    source: S,
+    endpoints: E,
     logs: Arc<LogManager>,
     fetchers: BTreeMap<(i32, usize), FetcherThread>,
     assigned: BTreeMap<TopicPartition, Assignment>,
@@ -291,8 +468,6 @@ pub struct FetcherManager {
     events_rx: Receiver<ManagerEvent>,
     fetcher_events: Sender<FetcherEvent>,
     stop: Arc<StopHandle>,
-    /// The connection metadata is read on, kept between refreshes.
-    meta_conn: Option<TrackedConn>,
     /// Problems already reported, so a persistent one is logged once, not every round.
     reported: BTreeSet<Said>,
     /// Set while the leader reports another cluster than the one this data dir replicates:
@@ -330,8 +505,31 @@ pub fn fetcher_id(tp: &TopicPartition, n: usize) -> usize {
 }
 
 impl FetcherManager {
+    /// The daemon's manager: metadata from the configured brokers, fetchers over broker
+    /// connections.
     pub fn new(cfg: Arc<Config>, logs: Arc<LogManager>) -> Self {
+        let stop = Arc::new(StopHandle::default());
+        let source = BrokerMetadata::new(&cfg, stop.clone());
+        let endpoints = BrokerEndpoints::new(&cfg, logs.data_dir());
+        FetcherManager::with_seams(cfg, logs, stop, source, endpoints)
+    }
+}
+
+impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
+    /// A manager over any cluster: `source` answers Metadata and ListOffsets, `endpoints`
+    /// makes each fetcher's leader side; `stop` is how it is stopped.
+    pub fn with_seams(
+        cfg: Arc<Config>,
+        logs: Arc<LogManager>,
+        stop: Arc<StopHandle>,
+        source: S,
+        endpoints: E,
+    ) -> Self {
         let (events_tx, events_rx) = std::sync::mpsc::channel();
+        *stop
+            .manager
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(events_tx.clone());
         let (fetcher_events, fetcher_rx) = std::sync::mpsc::channel::<FetcherEvent>();
         // Forward fetcher events into the manager's own channel.
         let failures = events_tx.clone();
@@ -353,6 +551,8 @@ impl FetcherManager {
             });
         FetcherManager {
             cfg,
+            source,
+            endpoints,
             logs,
             fetchers: BTreeMap::new(),
             assigned: BTreeMap::new(),
@@ -362,8 +562,7 @@ impl FetcherManager {
             events_rx,
             fetcher_events,
             reported: BTreeSet::new(),
-            stop: Arc::new(StopHandle::default()),
-            meta_conn: None,
+            stop,
             wrong_cluster: None,
             stopped_written: None,
             failed: BTreeMap::new(),
@@ -373,18 +572,14 @@ impl FetcherManager {
         }
     }
 
-    /// What the daemon calls on SIGTERM, before sending `Shutdown`.
+    /// How the daemon stops the manager and its fetchers (on SIGTERM).
     pub fn stop_handle(&self) -> Arc<StopHandle> {
         self.stop.clone()
     }
 
-    /// A sender the daemon uses to ask for shutdown.
+    /// A sender for reloads.
     pub fn sender(&self) -> Sender<ManagerEvent> {
         self.events_tx.clone()
-    }
-
-    fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.cfg.fetch.request_timeout_ms as u64)
     }
 
     fn report_once(&mut self, key: Said, msg: impl FnOnce() -> String) {
@@ -400,7 +595,7 @@ impl FetcherManager {
         }
     }
 
-    /// Runs until a `Shutdown` event; then shuts every fetcher down and returns.
+    /// Runs until [`StopHandle::stop`]; then shuts every fetcher down and returns.
     pub fn run(mut self) {
         // A list left by an earlier run describes partitions this one has not failed.
         self.record_failed();
@@ -409,7 +604,7 @@ impl FetcherManager {
         let mut incomplete_rounds = 0u32;
         let mut failing_since: Option<Instant> = None;
         let mut last_warned: Option<Instant> = None;
-        loop {
+        while !self.stop.is_stopping() {
             let now = Instant::now();
             // Events are read even when a refresh is due, so none (shutdown) waits on rounds;
             // and at least once a second, so the watchdog sees the manager alive.
@@ -423,67 +618,9 @@ impl FetcherManager {
                 continue;
             }
             match event {
-                Ok(ManagerEvent::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(ManagerEvent::Reload(follow)) => {
-                    let mut cfg = (*self.cfg).clone();
-                    cfg.follow = follow;
-                    self.cfg = Arc::new(cfg);
-                    // Partitions that were waiting to be reported are looked at anew.
-                    self.reported.retain(|k| {
-                        !matches!(k, Said::TopicMissing(_) | Said::PartitionMissing(_))
-                    });
-                    next_refresh = Instant::now();
-                    continue;
-                }
-                Ok(ManagerEvent::PartitionFailed { tp, reason }) => {
-                    self.unassign(&tp);
-                    if let Some(f) = self.failed.get_mut(&tp) {
-                        f.reason = reason;
-                        self.record_failed();
-                        continue;
-                    }
-                    let retry_at = self.on_failure(&tp, &reason);
-                    next_refresh = next_refresh.min(retry_at);
-                    continue;
-                }
-                Ok(ManagerEvent::Fetcher(FetcherEvent::NeedsLeader {
-                    tp,
-                    fetcher,
-                    leader_epoch,
-                    ..
-                })) => {
-                    let current = self
-                        .assigned
-                        .get(&tp)
-                        .map(|a| (fetcher_name(a.broker, a.fetcher_id), a.leader_epoch));
-                    if current == Some((fetcher.clone(), leader_epoch)) {
-                        if let Some(a) = self.assigned.remove(&tp) {
-                            self.handed_back.insert(tp.clone(), a);
-                        }
-                        let now = Instant::now();
-                        let hb = self.hand_backs.entry(tp).or_insert(HandBacks {
-                            count: 0,
-                            last: now,
-                            not_before: now,
-                        });
-                        if now - hb.last > Duration::from_secs(60) {
-                            hb.count = 0;
-                        }
-                        hb.count += 1;
-                        hb.last = now;
-                        hb.not_before = now
-                            + backoff
-                                .saturating_mul(1 << (hb.count - 1).min(16))
-                                .min(HAND_BACK_MAX.max(backoff));
-                        next_refresh = next_refresh.min(hb.not_before);
-                        continue;
-                    } else {
-                        crate::log_debug!(
-                            "{tp}: ignoring a hand-back from {fetcher}, which no longer owns it"
-                        );
-                    }
-                    // Metadata may lag a leader change: look again after a backoff.
-                    next_refresh = next_refresh.min(Instant::now() + backoff);
+                Err(RecvTimeoutError::Disconnected) => break,
+                Ok(e) => {
+                    self.handle(e, &mut next_refresh);
                     continue;
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -548,60 +685,92 @@ impl FetcherManager {
         crate::live::live().forget(MANAGER_THREAD);
     }
 
+    /// Handles one event; `next_refresh` is when the next round is due, brought forward
+    /// when the event calls for one.
+    fn handle(&mut self, event: ManagerEvent, next_refresh: &mut Instant) {
+        let backoff = Duration::from_millis(self.cfg.fetch.backoff_ms as u64);
+        match event {
+            // Stopping is the flag, which the loop checks.
+            ManagerEvent::Wake => {}
+            ManagerEvent::Reload(follow) => {
+                let mut cfg = (*self.cfg).clone();
+                cfg.follow = follow;
+                self.cfg = Arc::new(cfg);
+                // Partitions that were waiting to be reported are looked at anew.
+                self.reported
+                    .retain(|k| !matches!(k, Said::TopicMissing(_) | Said::PartitionMissing(_)));
+                *next_refresh = Instant::now();
+            }
+            ManagerEvent::PartitionFailed { tp, reason } => {
+                self.unassign(&tp);
+                if let Some(f) = self.failed.get_mut(&tp) {
+                    f.reason = reason;
+                    self.record_failed();
+                    return;
+                }
+                let retry_at = self.on_failure(&tp, &reason);
+                *next_refresh = (*next_refresh).min(retry_at);
+            }
+            ManagerEvent::Fetcher(FetcherEvent::NeedsLeader {
+                tp,
+                fetcher,
+                leader_epoch,
+                ..
+            }) => {
+                let current = self
+                    .assigned
+                    .get(&tp)
+                    .map(|a| (fetcher_name(a.broker, a.fetcher_id), a.leader_epoch));
+                if current != Some((fetcher.clone(), leader_epoch)) {
+                    crate::log_debug!(
+                        "{tp}: ignoring a hand-back from {fetcher}, which no longer owns it"
+                    );
+                    // Metadata may lag a leader change: look again after a backoff.
+                    *next_refresh = (*next_refresh).min(Instant::now() + backoff);
+                    return;
+                }
+                if let Some(a) = self.assigned.remove(&tp) {
+                    self.handed_back.insert(tp.clone(), a);
+                }
+                let now = Instant::now();
+                let hb = self.hand_backs.entry(tp).or_insert(HandBacks {
+                    count: 0,
+                    last: now,
+                    not_before: now,
+                });
+                if now - hb.last > Duration::from_secs(60) {
+                    hb.count = 0;
+                }
+                hb.count += 1;
+                hb.last = now;
+                hb.not_before = now
+                    + backoff
+                        .saturating_mul(1 << (hb.count - 1).min(16))
+                        .min(HAND_BACK_MAX.max(backoff));
+                *next_refresh = (*next_refresh).min(hb.not_before);
+            }
+        }
+    }
+
     fn shutdown_all(&mut self) {
+        self.join_fetchers();
+        crate::log_info!("all fetchers stopped");
+    }
+
+    /// Initiates every fetcher's shutdown, then joins them all.
+    fn join_fetchers(&mut self) {
         for f in self.fetchers.values() {
             f.thread.initiate_shutdown();
         }
         for (_, mut f) in std::mem::take(&mut self.fetchers) {
             f.thread.await_shutdown();
         }
-        crate::log_info!("all fetchers stopped");
     }
 
     fn refresh_metadata(&mut self) -> Result<()> {
         let topics: Vec<String> = self.cfg.follow.iter().map(|f| f.topic.clone()).collect();
-        let mut addrs: Vec<String> = self.cfg.bootstrap_servers.clone();
-        for a in self.metadata.brokers.values() {
-            if !addrs.contains(a) {
-                addrs.push(a.clone());
-            }
-        }
-        if let Some(conn) = self.meta_conn.as_mut() {
-            match conn.get().and_then(|c| cluster::fetch_metadata(c, &topics)) {
-                Ok(md) => {
-                    self.metadata = md;
-                    return Ok(());
-                }
-                Err(e) => {
-                    crate::log_debug!("metadata refresh failed: {e:#}; reconnecting");
-                    self.meta_conn = None;
-                }
-            }
-        }
-        let mut errors = Vec::new();
-        for a in &addrs {
-            if self.stop.is_stopping() {
-                anyhow::bail!("shutting down");
-            }
-            let got =
-                StopHandle::connect(&self.stop, a, &self.cfg.client_id, self.request_timeout())
-                    .and_then(|mut c| {
-                        let md = cluster::fetch_metadata(c.get()?, &topics)?;
-                        Ok((c, md))
-                    });
-            match got {
-                Ok((c, md)) => {
-                    self.metadata = md;
-                    self.meta_conn = Some(c);
-                    return Ok(());
-                }
-                Err(e) => errors.push(format!("{e:#}")),
-            }
-        }
-        anyhow::bail!(
-            "no broker answered a Metadata request: {}",
-            errors.join("; ")
-        )
+        self.metadata = self.source.metadata(&topics)?;
+        Ok(())
     }
 
     /// The partitions the configuration asks for, as far as metadata knows them, and whether
@@ -903,12 +1072,7 @@ impl FetcherManager {
 
     /// Shuts every fetcher down; their partitions are assigned again once fetching may go on.
     fn stop_every_fetcher(&mut self) {
-        for f in self.fetchers.values() {
-            f.thread.initiate_shutdown();
-        }
-        for (_, mut f) in std::mem::take(&mut self.fetchers) {
-            f.thread.await_shutdown();
-        }
+        self.join_fetchers();
         let assigned = std::mem::take(&mut self.assigned);
         self.handed_back.extend(assigned);
     }
@@ -1199,21 +1363,7 @@ impl FetcherManager {
             backoff: Duration::from_millis(fc.backoff_ms as u64),
             backoff_max: Duration::from_millis(fc.backoff_max_ms as u64),
         };
-        // A response holds at most max_bytes, plus one oversized first batch (KIP-74) and
-        // framing; bound it well above that but finitely.
-        let max_response = (fc.max_bytes as usize)
-            .saturating_mul(2)
-            .saturating_add(64 << 20);
-        let endpoint = BrokerEndPoint::new(
-            broker,
-            &addr,
-            &self.cfg.client_id,
-            max_response,
-            fc.isolation.level(),
-            Some(shared.clone()),
-            Some(self.logs.data_dir().to_path_buf()),
-            Duration::from_millis(fc.request_timeout_ms as u64),
-        );
+        let endpoint = self.endpoints.endpoint(broker, &addr, &shared);
         let name = fetcher_name(broker, fid);
         let mut fetcher = AbstractFetcher::new(
             name.clone(),
@@ -1240,7 +1390,7 @@ impl FetcherManager {
     /// request per leader for all of them (and a second, for `latest`, for the timestamps with
     /// no later record), so a thousand new partitions cost two round trips, not a thousand.
     fn initial_offsets(
-        &self,
+        &mut self,
         to_add: &BTreeMap<(i32, usize), NewPartitions>,
     ) -> HashMap<TopicPartition, Result<i64, String>> {
         let mut per_broker: BTreeMap<i32, Vec<(TopicPartition, i32, i64)>> = BTreeMap::new();
@@ -1271,7 +1421,7 @@ impl FetcherManager {
     }
 
     fn list_initial_offsets(
-        &self,
+        &mut self,
         broker: i32,
         asks: &[(TopicPartition, i32, i64)],
         out: &mut HashMap<TopicPartition, Result<i64, String>>,
@@ -1279,17 +1429,11 @@ impl FetcherManager {
         let addr = self
             .metadata
             .broker_addr(broker)
-            .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?;
-        let mut tracked = StopHandle::connect(
-            &self.stop,
-            addr,
-            &self.cfg.client_id,
-            self.request_timeout(),
-        )?;
-        let conn = tracked.get()?;
+            .ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))?
+            .to_string();
         let iso = self.cfg.fetch.isolation.level();
         let mut latest = Vec::new();
-        let first = cluster::list_offsets(conn, iso, asks)?;
+        let first = self.source.list_offsets(broker, &addr, iso, asks)?;
         for (tp, epoch, ts) in asks {
             match first.get(tp) {
                 Some(Ok(a)) if a.offset >= 0 => {
@@ -1314,7 +1458,7 @@ impl FetcherManager {
             }
         }
         if !latest.is_empty() {
-            let second = cluster::list_offsets(conn, iso, &latest)?;
+            let second = self.source.list_offsets(broker, &addr, iso, &latest)?;
             for (tp, _, _) in latest {
                 let answer = match second.get(&tp) {
                     Some(Ok(a)) if a.offset >= 0 => Ok(a.offset),
@@ -1404,6 +1548,10 @@ fn write_partition_list<'a>(
         Err(e) => crate::log_error!("cannot record partitions in `{}`: {e:#}", path.display()),
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod seam_tests;
 
 #[cfg(test)]
 mod tests {
