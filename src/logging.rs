@@ -84,6 +84,15 @@ impl std::fmt::Display for Human {
     }
 }
 
+/// An I/O error's message without Rust's ` (os error N)` suffix: `Connection refused`.
+pub fn plain_io_error(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(i) if text.ends_with(')') => text[..i].to_string(),
+        _ => text,
+    }
+}
+
 pub fn enabled(level: u8) -> bool {
     level <= LEVEL.load(Ordering::Relaxed)
 }
@@ -144,6 +153,15 @@ macro_rules! log_debug {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    #[test]
+    fn io_errors_read_without_their_os_error_number() {
+        let e = std::io::Error::from_raw_os_error(111);
+        assert!(e.to_string().ends_with("(os error 111)"), "{e}");
+        assert_eq!(super::plain_io_error(&e), "Connection refused");
+        let custom = std::io::Error::other("broker went away");
+        assert_eq!(super::plain_io_error(&custom), "broker went away");
+    }
 
     #[test]
     fn durations_read_as_people_write_them() {

@@ -88,3 +88,88 @@ fn follows_a_partition_whose_leader_moves_and_whose_fetches_fail() {
     let (ok, out) = support::verify(&data);
     assert!(ok, "{out}");
 }
+
+/// A broker down for 30 s, as systemd's journal sees it: a handful of lines (when it starts
+/// and when it ends), not one per retry; every line carries its priority prefix.
+#[test]
+fn a_broker_down_for_30s_logs_a_handful_of_journal_lines() {
+    use std::os::unix::fs::MetadataExt;
+    let mut leader = support::Leader::start("mock", 1);
+    leader.create_topic("outage", 2);
+    let mut ends = [0i64; 2];
+    for p in 0..2 {
+        ends[p] = leader.produce("outage", p as i32, 200, "none", p as u64).1 + 1;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = support::write_config(
+        dir.path(),
+        &data,
+        &leader.bootstrap,
+        "[[follow]]\ntopic = \"outage\"\n",
+        // Short timeouts and backoffs: many retries fit in the outage.
+        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\nbackoff_max_ms = 2000\nrequest_timeout_ms = 1000\n[checkpoint]\ninterval_ms = 200\n",
+    );
+    // The file the daemon's stderr goes to stands for the journal stream.
+    let log = support::Daemon::log_path_for(&cfg);
+    std::fs::write(&log, "").unwrap();
+    let m = std::fs::metadata(&log).unwrap();
+    let stream = format!("{}:{}", m.dev(), m.ino());
+    let mut d = support::Daemon::start_with_env(&cfg, &[("JOURNAL_STREAM", stream.as_str())]);
+    for p in 0..2 {
+        support::wait_until(Duration::from_secs(60), "first catch-up", || {
+            support::log_end(&data, "outage", p) == ends[p as usize]
+        });
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let before = d.log_text().len();
+    leader.ok(json!({"cmd": "broker_down", "broker": 1}));
+    std::thread::sleep(Duration::from_secs(30));
+    let during = d.log_text()[before..].to_string();
+    leader.ok(json!({"cmd": "broker_up", "broker": 1}));
+    for p in 0..2 {
+        ends[p] = leader
+            .produce("outage", p as i32, 100, "zstd", 10 + p as u64)
+            .1
+            + 1;
+    }
+    for p in 0..2 {
+        support::wait_until(Duration::from_secs(60), "catch-up after the outage", || {
+            support::log_end(&data, "outage", p) == ends[p as usize]
+        });
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let after = d.log_text()[before..].to_string();
+    assert_eq!(d.stop().code(), Some(0));
+    let n = during.lines().count();
+    assert!(
+        (1..=6).contains(&n),
+        "{n} lines while the broker was down for 30 s:\n{during}"
+    );
+    assert!(
+        during.lines().any(|l| l.starts_with("<4>WARN ")),
+        "the outage is said when it starts:\n{during}"
+    );
+    assert!(
+        after.contains("works again"),
+        "the end of the outage is said:\n{after}"
+    );
+    assert!(
+        after.lines().count() <= n + 6,
+        "a few lines more when it ends:\n{after}"
+    );
+    for line in d.log_text().lines() {
+        assert!(
+            ["<3>", "<4>", "<6>"].iter().any(|p| line.starts_with(p)),
+            "no priority prefix: {line}"
+        );
+    }
+    for p in 0..2 {
+        support::assert_byte_identical(
+            &leader.bootstrap,
+            &data,
+            &TopicPartition::new("outage", p),
+            0,
+        );
+    }
+}

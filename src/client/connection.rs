@@ -93,6 +93,8 @@ impl BrokerConnection {
         let stream = match (stream, last_err) {
             (Some(s), _) => s,
             (None, Some(e)) => {
+                // "Connection refused", not "Connection refused (os error 111)".
+                let e = std::io::Error::new(e.kind(), crate::logging::plain_io_error(&e));
                 return Err(e).with_context(|| format!("broker {addr}: connect failed"));
             }
             (None, None) => bail!("broker {addr}: address resolves to nothing"),
@@ -359,14 +361,13 @@ impl BrokerConnection {
                 .with_context(|| format!("broker {}: set timeout", self.addr))?;
         }
         match self.stream.read(buf) {
-            Ok(0) => Err(anyhow::Error::new(std::io::Error::from(
+            // An I/O error in the chain (connection errors are told apart by it), worded
+            // for people: not "unexpected end of file".
+            Ok(0) => Err(anyhow::Error::new(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
+                "connection closed by the broker",
             ))
-            .context(format!(
-                "broker {}: {}: connection closed by the broker",
-                self.addr,
-                what()
-            ))),
+            .context(format!("broker {}: {}", self.addr, what()))),
             Ok(n) => Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
             Err(e)

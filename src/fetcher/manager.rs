@@ -641,10 +641,16 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                         || last_warned.is_none_or(|t| now - t >= Duration::from_secs(60));
                     if loud {
                         let since = failing_since.get_or_insert(now);
+                        let lasted = now - *since;
                         crate::log_warn!(
-                            "metadata refresh failed (for {}s now): {e:#}; retrying every {}ms",
-                            (now - *since).as_secs(),
-                            backoff.as_millis()
+                            "metadata refresh failed{}: {e:#}; retrying in {}, then less often (at least every {})",
+                            if lasted.is_zero() {
+                                String::new()
+                            } else {
+                                format!(" (for {} now)", Human(lasted))
+                            },
+                            Human(backoff),
+                            Human(INCOMPLETE_REFRESH_MAX.max(backoff))
                         );
                         last_warned = Some(now);
                     } else {
