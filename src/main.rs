@@ -13,8 +13,9 @@ replica-follower — keeps an exact, crash-safe local replica of Kafka topic-par
 Usage:
   replica-follower run --config FILE
   replica-follower status --data-dir DIR [--json]
-  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]
+  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET] [--count N] [--records]
   replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
+  replica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339
   replica-follower verify --data-dir DIR
   replica-follower verify --config FILE [--against-leader]
   replica-follower repair --config FILE
@@ -33,7 +34,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower status --data-dir DIR [--json]\nreplica-follower status --config FILE [--json]\n\nWith --config: that configuration's data dir, and the followed partitions (or topics)\nthat have no local log yet.\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
         }
         "dump" => {
-            "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]\n\nPrints the batches (and the records of uncompressed batches) from OFFSET (default 0).\n"
+            "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET]\n                      [--count N] [--records]\n\nPrints the batches holding an offset from --from (default 0) to --to (inclusive,\ndefault the log end), one line each: offsets, position, size, magic, leader epoch,\ncodec, record count, max timestamp and timestamp type (CreateTime/LogAppendTime),\ntransactional and control flags, producer id, epoch and base sequence, the marker of\na control batch, CRC status. Under each, the records in the range (offset, timestamp,\nkey, value, headers; a control record as `COMMIT marker` or `ABORT marker (coordinator\nepoch N)`): of uncompressed batches only, or with --records of every v2 batch,\ndecompressed (gzip, snappy, lz4, zstd; at most 64 MiB a batch).\n--count N: at most N records with --records, at most N batches without.\nExit 1 when a damaged batch or tail was shown or records could not be decompressed or\ndecoded (`cannot …` lines name the segment and batch); 2 on a bad flag value.\n"
         }
         "offsets" => {
             "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\n\nOffsets before time MS (-1 latest, -2 earliest) from the local log, one a line,\nnewest first, at most N (default 1).\n"
@@ -153,8 +154,14 @@ fn main() -> ExitCode {
     let spec: (&[&str], &[&str]) = match cmd.as_str() {
         "run" | "check-config" => (&["config"], &[]),
         "status" => (&["data-dir", "config"], &["json"]),
-        "dump" => (&["data-dir", "topic", "partition", "from"], &[]),
-        "offsets" => (&["data-dir", "topic", "partition", "time", "max"], &[]),
+        "dump" => (
+            &["data-dir", "topic", "partition", "from", "to", "count"],
+            &["records"],
+        ),
+        "offsets" => (
+            &["data-dir", "topic", "partition", "time", "max", "timestamp"],
+            &[],
+        ),
         "verify" => (&["data-dir", "config"], &["against-leader", "all"]),
         "repair" => (&["config"], &[]),
         other => return usage_error(&format!("unknown command `{other}`")),
@@ -236,9 +243,23 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             if from < 0 {
                 return Err("--from must be an offset ≥ 0".into());
             }
+            let to = args.num::<i64>("to")?.unwrap_or(i64::MAX);
+            if to < from {
+                return Err(format!("--to {to} is below --from {from}"));
+            }
+            let count = args.num::<u64>("count")?.unwrap_or(u64::MAX);
+            if count == 0 {
+                return Err("--count must be ≥ 1".into());
+            }
+            let range = inspect::dump::DumpRange {
+                from,
+                to,
+                count,
+                records: args.flags.iter().any(|f| f == "records"),
+            };
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            match inspect::dump::dump(&dir, &tp, from, &mut out) {
+            match inspect::dump::dump(&dir, &tp, range, &mut out) {
                 Ok(s) => {
                     if s.batches == 0 && s.log_end.is_some_and(|end| from >= end) {
                         eprintln!(
@@ -246,11 +267,19 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                             s.log_end.unwrap_or(0)
                         );
                     }
+                    if s.unreadable > 0 {
+                        eprintln!(
+                            "{tp}: the records of {} batch(es) could not be decompressed or decoded (see the `cannot` lines)",
+                            s.unreadable
+                        );
+                    }
                     if s.damaged > 0 {
                         eprintln!(
                             "{tp}: {} damaged batch(es) or tail(s) shown; run `verify`",
                             s.damaged
                         );
+                    }
+                    if s.damaged > 0 || s.unreadable > 0 {
                         return Ok(ExitCode::from(1));
                     }
                     Ok(ExitCode::SUCCESS)

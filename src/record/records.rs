@@ -189,9 +189,17 @@ pub fn control_marker(h: &BatchHeader, batch: &[u8]) -> Option<(ControlType, Opt
     if !h.is_control() || h.attributes & 0x07 != 0 {
         return None;
     }
-    let record = decode_records(h, batch).ok()?.into_iter().next()?;
-    let key = record.key?;
-    let mut r = Reader::new(&key);
+    let body = batch.get(V2_HEADER_SIZE..).unwrap_or_default();
+    let record = RecordIter::new(h, base_timestamp(batch), body)
+        .next()?
+        .ok()?;
+    control_record(&record)
+}
+
+/// What the control record `record` marks, from its key, and for ABORT and COMMIT the
+/// coordinator epoch from its value; `None` when its key is not a control key.
+pub fn control_record(record: &RecordRef<'_>) -> Option<(ControlType, Option<i32>)> {
+    let mut r = Reader::new(record.key?);
     r.i16("control key version").ok()?;
     let kind = match r.i16("control key type").ok()? {
         0 => ControlType::Abort,
@@ -200,7 +208,7 @@ pub fn control_marker(h: &BatchHeader, batch: &[u8]) -> Option<(ControlType, Opt
     };
     let coordinator_epoch = match kind {
         ControlType::Abort | ControlType::Commit => record.value.and_then(|v| {
-            let mut r = Reader::new(&v);
+            let mut r = Reader::new(v);
             r.i16("control value version").ok()?;
             r.i32("coordinator epoch").ok()
         }),
@@ -256,7 +264,7 @@ pub fn build_v2_batch(base_offset: i64, leader_epoch: i32, records: &[NewRecord<
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::record::batch::tests::{BATCH_C, unhex};
 
@@ -297,7 +305,7 @@ mod tests {
 
     /// `b` with its records block compressed by `codec` and `extra` attribute bits set, CRC
     /// recomputed.
-    fn recompressed(b: &[u8], codec: i16, extra: i16) -> Vec<u8> {
+    pub(crate) fn recompressed(b: &[u8], codec: i16, extra: i16) -> Vec<u8> {
         let block = crate::record::compression::tests::compressed(codec, &b[V2_HEADER_SIZE..]);
         let mut out = [&b[..V2_HEADER_SIZE], &block].concat();
         let size = (out.len() - 12) as i32;
