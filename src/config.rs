@@ -43,19 +43,24 @@ impl<'de> Deserialize<'de> for StartPosition {
         let parsed = match raw {
             Raw::S(s) if s == "earliest" => Some(StartPosition::Earliest),
             Raw::S(s) if s == "latest" => Some(StartPosition::Latest),
-            Raw::S(s) => match s.parse::<i64>() {
-                Ok(t) => (t >= 0).then_some(StartPosition::Timestamp(t)),
-                Err(_) => s
-                    .parse::<toml::value::Datetime>()
-                    .ok()
-                    .and_then(|dt| datetime_ms(&dt))
-                    .map(StartPosition::Timestamp),
-            },
+            Raw::S(s) => parse_timestamp(&s).map(StartPosition::Timestamp),
             Raw::D(dt) => datetime_ms(&dt).map(StartPosition::Timestamp),
             Raw::I(t) if t >= 0 => Some(StartPosition::Timestamp(t)),
             Raw::I(_) => None,
         };
         parsed.ok_or_else(|| de::Error::custom(EXPECTED))
+    }
+}
+
+/// A timestamp given as ms since the epoch (≥ 0) or as an RFC 3339 date-time with a zone
+/// (`2026-11-30T07:12:03Z`, `…+01:00`); `None` for anything else.
+pub fn parse_timestamp(s: &str) -> Option<i64> {
+    match s.parse::<i64>() {
+        Ok(t) => (t >= 0).then_some(t),
+        Err(_) => s
+            .parse::<toml::value::Datetime>()
+            .ok()
+            .and_then(|dt| datetime_ms(&dt)),
     }
 }
 

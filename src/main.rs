@@ -13,8 +13,9 @@ replica-follower — keeps an exact, crash-safe local replica of Kafka topic-par
 Usage:
   replica-follower run --config FILE
   replica-follower status --data-dir DIR [--json]
-  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]
+  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET] [--count N] [--records]
   replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
+  replica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339
   replica-follower verify --data-dir DIR
   replica-follower verify --config FILE [--against-leader]
   replica-follower repair --config FILE
@@ -33,10 +34,10 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower status --data-dir DIR [--json]\nreplica-follower status --config FILE [--json]\n\nWith --config: that configuration's data dir, and the followed partitions (or topics)\nthat have no local log yet.\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
         }
         "dump" => {
-            "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET]\n\nPrints the batches (and the records of uncompressed batches) from OFFSET (default 0).\n"
+            "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET]\n                      [--count N] [--records]\n\nPrints the batches holding an offset from --from (default 0) to --to (inclusive,\ndefault the log end), one line each: offsets, position, size, magic, leader epoch,\ncodec, record count, max timestamp and timestamp type (CreateTime/LogAppendTime),\ntransactional and control flags, producer id, epoch and base sequence, the marker of\na control batch, CRC status. Under each, the records in the range (offset, timestamp,\nkey, value, headers; a control record as `COMMIT marker` or `ABORT marker (coordinator\nepoch N)`): of uncompressed batches only, or with --records of every v2 batch,\ndecompressed (gzip, snappy, lz4, zstd; at most 64 MiB a batch).\n--count N: at most N records with --records, at most N batches without.\nExit 1 when a damaged batch or tail was shown or records could not be decompressed or\ndecoded (`cannot …` lines name the segment and batch); 2 on a bad flag value.\n"
         }
         "offsets" => {
-            "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\n\nOffsets before time MS (-1 latest, -2 earliest) from the local log, one a line,\nnewest first, at most N (default 1).\n"
+            "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\nreplica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339\n\n--time: Kafka's classic answer from segment times: offsets before time MS (-1 latest,\n-2 earliest) from the local log, one a line, newest first, at most N (default 1).\n\n--timestamp: the modern ListOffsets answer by record timestamp: the first offset (at or\nafter the log start) whose record timestamp is at or after T, found through the time\nindex and decompressing batches as needed; T in ms since the epoch or an RFC 3339\ndate-time with a zone (2026-11-30T07:12:03Z). Prints `offset=O timestamp=MS (UTC)`,\nor a line starting `none:` with the log end when no record qualifies (Kafka answers\n-1). Exit 1 when a damaged batch lies where the answer is sought; 2 on a bad T.\n"
         }
         "verify" => {
             "replica-follower verify --data-dir DIR [--all]\nreplica-follower verify --config FILE [--against-leader | --all]\n\nWhile a daemon runs on the data dir, each partition is checked up to its checkpointed\nrecovery point (fsynced, so stable) and what lies past it is reported as in flight, so a\ncheck from a timer raises no false alarm; --all checks everything (exact on a stopped\nreplica, which is always checked whole). Checks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
@@ -153,8 +154,14 @@ fn main() -> ExitCode {
     let spec: (&[&str], &[&str]) = match cmd.as_str() {
         "run" | "check-config" => (&["config"], &[]),
         "status" => (&["data-dir", "config"], &["json"]),
-        "dump" => (&["data-dir", "topic", "partition", "from"], &[]),
-        "offsets" => (&["data-dir", "topic", "partition", "time", "max"], &[]),
+        "dump" => (
+            &["data-dir", "topic", "partition", "from", "to", "count"],
+            &["records"],
+        ),
+        "offsets" => (
+            &["data-dir", "topic", "partition", "time", "max", "timestamp"],
+            &[],
+        ),
         "verify" => (&["data-dir", "config"], &["against-leader", "all"]),
         "repair" => (&["config"], &[]),
         other => return usage_error(&format!("unknown command `{other}`")),
@@ -236,9 +243,23 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             if from < 0 {
                 return Err("--from must be an offset ≥ 0".into());
             }
+            let to = args.num::<i64>("to")?.unwrap_or(i64::MAX);
+            if to < from {
+                return Err(format!("--to {to} is below --from {from}"));
+            }
+            let count = args.num::<u64>("count")?.unwrap_or(u64::MAX);
+            if count == 0 {
+                return Err("--count must be ≥ 1".into());
+            }
+            let range = inspect::dump::DumpRange {
+                from,
+                to,
+                count,
+                records: args.flags.iter().any(|f| f == "records"),
+            };
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            match inspect::dump::dump(&dir, &tp, from, &mut out) {
+            match inspect::dump::dump(&dir, &tp, range, &mut out) {
                 Ok(s) => {
                     if s.batches == 0 && s.log_end.is_some_and(|end| from >= end) {
                         eprintln!(
@@ -246,11 +267,19 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                             s.log_end.unwrap_or(0)
                         );
                     }
+                    if s.unreadable > 0 {
+                        eprintln!(
+                            "{tp}: the records of {} batch(es) could not be decompressed or decoded (see the `cannot` lines)",
+                            s.unreadable
+                        );
+                    }
                     if s.damaged > 0 {
                         eprintln!(
                             "{tp}: {} damaged batch(es) or tail(s) shown; run `verify`",
                             s.damaged
                         );
+                    }
+                    if s.damaged > 0 || s.unreadable > 0 {
                         return Ok(ExitCode::from(1));
                     }
                     Ok(ExitCode::SUCCESS)
@@ -270,7 +299,32 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
         "offsets" => {
             let dir = PathBuf::from(args.req("data-dir")?);
             let tp = args.tp()?;
-            let time = args.num::<i64>("time")?.ok_or("`offsets` needs --time")?;
+            if let Some(t) = args.values.get("timestamp") {
+                if args.values.contains_key("time") || args.values.contains_key("max") {
+                    return Err("--timestamp takes neither --time nor --max".into());
+                }
+                let target = replica_follower::config::parse_timestamp(t).ok_or_else(|| {
+                    format!("--timestamp: `{t}` is neither ms since the epoch (≥ 0) nor an RFC 3339 date-time with a zone (2026-11-30T07:12:03Z)")
+                })?;
+                let mut notes = Vec::new();
+                let answer = inspect::offsets::offset_for_timestamp(&dir, &tp, target, &mut notes);
+                for n in notes {
+                    eprintln!("warning: {n}");
+                }
+                let shown = |ms: i64| format!("{ms} ({})", logging::format_utc(ms));
+                return Ok(runtime(answer.map(|a| match a {
+                    inspect::offsets::TimestampAnswer::Found { offset, timestamp } => {
+                        println!("offset={offset} timestamp={}", shown(timestamp))
+                    }
+                    inspect::offsets::TimestampAnswer::None { log_end } => println!(
+                        "none: no record has a timestamp at or after {}; the log end is {log_end} (Kafka's ListOffsets answers offset -1)",
+                        shown(target)
+                    ),
+                })));
+            }
+            let time = args
+                .num::<i64>("time")?
+                .ok_or("`offsets` needs --time or --timestamp")?;
             if time < -2 {
                 return Err("--time must be -1, -2 or a timestamp in ms".into());
             }

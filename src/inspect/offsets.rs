@@ -1,5 +1,8 @@
 //! `replica-follower offsets`: Kafka's classic `fetchOffsetsBefore` (ListOffsets v0) answered
-//! from the local log.
+//! from the local log (`--time`), and the modern ListOffsets question by record timestamp
+//! (`--timestamp`, [`offset_for_timestamp`]).
+//!
+//! ## `--time`
 //!
 //! Entries are (base offset, last-modified time) of every segment, plus (log end, now) when
 //! the last segment is not empty. T = -1 starts at the last entry, T = -2 at the first, any
@@ -7,10 +10,27 @@
 //! taking at most N offsets, newest first; then if any is above the high watermark, drop those
 //! above it and put the high watermark first.
 
+//!
+//! ## `--timestamp`
+//! As Kafka's `UnifiedLog.fetchOffsetByTimestamp` and `LogSegment.findOffsetByTimestamp`:
+//! the first offset at or after the log start whose record timestamp is ≥ T. Segment by
+//! segment, the time index gives the last entry with a timestamp ≤ T, the offset index the
+//! position of a batch at or before that entry's offset; batches are scanned from there, and
+//! in the first batch whose max timestamp is ≥ T (decompressed if need be) the first record
+//! with a timestamp ≥ T is the answer. Indexes carry no checksum, so they are checked as
+//! they are used: an index position that is not the start of the batch it names is ignored
+//! and the segment scanned from its start. Every batch scanned has its CRC checked: an answer
+//! never rests on a damaged batch (that is an error naming the segment and byte).
+
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::partition::list_segment_bases;
 use crate::log::segment;
-use anyhow::{Context, Result, bail};
+use crate::log::segment_reader::SegmentReader;
+use crate::log::{offset_index, time_index};
+use crate::record::SetEnd;
+use crate::record::compression::MAX_DECOMPRESSED;
+use crate::record::records::{RecordIter, base_timestamp, records_block};
+use anyhow::{Context, Result, anyhow, bail};
 use std::path::Path;
 
 /// The pure rule. `entries` are (offset, time) in offset order.
@@ -79,9 +99,318 @@ pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> R
     Ok(offsets_before(&entries, hw, time, max))
 }
 
+/// The answer of `offsets --timestamp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimestampAnswer {
+    /// The first record at or after the log start with a timestamp ≥ T.
+    Found { offset: i64, timestamp: i64 },
+    /// No record qualifies (Kafka answers offset -1); the log end offset, for the message.
+    None { log_end: i64 },
+}
+
+/// What a scan of one segment found.
+enum SegmentScan {
+    Found {
+        offset: i64,
+        timestamp: i64,
+    },
+    NotHere,
+    /// The index pointed at something other than the start of the batch it names.
+    BadStart,
+}
+
+/// `offsets --timestamp T`; `notes` gets a line per index that was not trusted.
+pub fn offset_for_timestamp(
+    data_dir: &Path,
+    tp: &TopicPartition,
+    target: i64,
+    notes: &mut Vec<String>,
+) -> Result<TimestampAnswer> {
+    let dir = data_dir.join(tp.dir_name());
+    if !dir.is_dir() {
+        bail!("{tp}: no partition directory `{}`", dir.display());
+    }
+    let bases = list_segment_bases(&dir)?;
+    let log_start = checkpoint::read_offsets(&data_dir.join(checkpoint::LOG_START_OFFSET))
+        .ok()
+        .and_then(|m| m.get(tp).copied())
+        .or_else(|| bases.first().copied())
+        .unwrap_or(0);
+    for (i, &base) in bases.iter().enumerate() {
+        // A segment that ends below the log start holds nothing to answer with.
+        if bases.get(i + 1).is_some_and(|next| *next <= log_start) {
+            continue;
+        }
+        let log = dir.join(segment::file_name(base, "log"));
+        let (expect, pos) = start_in_segment(&dir, base, target, notes);
+        let mut scan = scan_segment(&log, pos, expect, target, log_start)?;
+        if matches!(scan, SegmentScan::BadStart) {
+            notes.push(format!(
+                "the indexes of `{}` do not point at a batch start for timestamp {target}; scanned the segment from its start (run `verify`)",
+                log.display()
+            ));
+            scan = scan_segment(&log, 0, None, target, log_start)?;
+        }
+        if let SegmentScan::Found { offset, timestamp } = scan {
+            return Ok(TimestampAnswer::Found { offset, timestamp });
+        }
+    }
+    let log_end = match bases.last() {
+        Some(b) => super::status::segment_end_offset(&dir, *b)?,
+        None => 0,
+    };
+    Ok(TimestampAnswer::None { log_end })
+}
+
+/// Where to start scanning segment `base` for `target`: the last offset of the batch expected
+/// there (when an index entry was used) and its byte position.
+fn start_in_segment(
+    dir: &Path,
+    base: i64,
+    target: i64,
+    notes: &mut Vec<String>,
+) -> (Option<i64>, u64) {
+    let time_path = dir.join(segment::file_name(base, "timeindex"));
+    let index_path = dir.join(segment::file_name(base, "index"));
+    if !time_path.exists() || !index_path.exists() {
+        return (None, 0);
+    }
+    let looked_up = time_index::lookup_file(&time_path, base, target).and_then(|entry| {
+        entry
+            .map(|(_, offset)| offset_index::lookup_file(&index_path, base, offset))
+            .transpose()
+    });
+    match looked_up {
+        Ok(Some((offset, pos))) if pos > 0 => (Some(offset), u64::from(pos)),
+        Ok(_) => (None, 0),
+        Err(e) => {
+            notes.push(format!("{e:#}; scanned the segment from its start"));
+            (None, 0)
+        }
+    }
+}
+
+/// Scans the segment `log` from byte `pos` (where the batch ending at `expect` starts, when
+/// given) for the first record at or after `log_start` with a timestamp ≥ `target`.
+fn scan_segment(
+    log: &Path,
+    pos: u64,
+    expect: Option<i64>,
+    target: i64,
+    log_start: i64,
+) -> Result<SegmentScan> {
+    let mut reader = SegmentReader::open(log)?.starting_at(pos);
+    let mut first = true;
+    while let Some((h, at)) = reader.next_batch()? {
+        if first && expect.is_some_and(|last| h.last_offset != last) {
+            return Ok(SegmentScan::BadStart);
+        }
+        first = false;
+        if h.last_offset < log_start {
+            continue;
+        }
+        let wanted = h.max_timestamp >= target;
+        let (crc, b) = reader.checked_batch(wanted && h.magic == 2)?;
+        if let Err(e) = crc {
+            bail!(
+                "`{}` byte {at}: batch {}..{} fails its checksum ({e}); no answer past it (run `verify`)",
+                log.display(),
+                h.base_offset,
+                h.last_offset
+            );
+        }
+        if !wanted {
+            continue;
+        }
+        if h.magic < 2 {
+            if h.is_legacy_wrapper() {
+                bail!(
+                    "`{}` byte {at}: the compressed magic {} message set at offset {} is not read here; no answer past it",
+                    log.display(),
+                    h.magic,
+                    h.last_offset
+                );
+            }
+            if h.base_offset >= log_start {
+                return Ok(SegmentScan::Found {
+                    offset: h.base_offset,
+                    timestamp: h.max_timestamp,
+                });
+            }
+            continue;
+        }
+        let block = records_block(&h, b, MAX_DECOMPRESSED).map_err(|e| {
+            anyhow!(
+                "cannot decompress the records of batch {}..{} at byte {at} of `{}`: {e}",
+                h.base_offset,
+                h.last_offset,
+                log.display()
+            )
+        })?;
+        for r in RecordIter::new(&h, base_timestamp(b), &block) {
+            let r = r.with_context(|| {
+                format!(
+                    "cannot decode the records of batch {}..{} at byte {at} of `{}`",
+                    h.base_offset,
+                    h.last_offset,
+                    log.display()
+                )
+            })?;
+            if r.timestamp >= target && r.offset >= log_start {
+                return Ok(SegmentScan::Found {
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                });
+            }
+        }
+    }
+    if first && expect.is_some() {
+        return Ok(SegmentScan::BadStart);
+    }
+    match reader.end() {
+        Some(SetEnd::Partial { bytes }) => bail!(
+            "`{}`: a partial batch of {bytes} bytes at byte {}; no answer past it (run `verify`)",
+            log.display(),
+            reader.position()
+        ),
+        Some(SetEnd::Corrupt { position, reason }) => bail!(
+            "`{}` byte {position}: {reason}; no answer past it (run `verify`)",
+            log.display()
+        ),
+        _ => Ok(SegmentScan::NotHere),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::segment::Segment;
+    use crate::record::BatchHeader;
+    use crate::record::records::tests::recompressed;
+    use crate::record::records::{NewRecord, build_v2_batch};
+
+    /// Batches of 4 records at base, base + 1, …; record timestamps from `ts`, each batch's
+    /// codec cycling through all five.
+    fn write_segments(data: &Path, segments: &[(i64, &[&[i64]])]) {
+        let dir = data.join("t-0");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut codec = 0;
+        for &(base, batches) in segments {
+            // An index entry after every batch.
+            let mut seg = Segment::create(&dir, base, 1, 0).unwrap();
+            for ts in batches {
+                let recs: Vec<NewRecord<'_>> = ts
+                    .iter()
+                    .map(|&t| NewRecord {
+                        key: None,
+                        value: Some(b"some value, some value"),
+                        timestamp: t,
+                    })
+                    .collect();
+                let b = recompressed(&build_v2_batch(seg.next_offset(), 0, &recs), codec, 0);
+                codec = (codec + 1) % 5;
+                let h = BatchHeader::parse(&b, usize::MAX).unwrap();
+                seg.append(&b, &[h]).unwrap();
+            }
+            seg.flush().unwrap();
+        }
+    }
+
+    fn answer(data: &Path, t: i64) -> (TimestampAnswer, Vec<String>) {
+        let mut notes = Vec::new();
+        let a = offset_for_timestamp(data, &TopicPartition::new("t", 0), t, &mut notes).unwrap();
+        (a, notes)
+    }
+
+    fn found(offset: i64, timestamp: i64) -> TimestampAnswer {
+        TimestampAnswer::Found { offset, timestamp }
+    }
+
+    #[test]
+    fn by_timestamp_the_first_record_at_or_after_it_through_the_indexes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        // Timestamps go back and forth inside batches, as producers' clocks allow.
+        write_segments(
+            data,
+            &[
+                (0, &[&[100, 90, 110], &[120, 130], &[125, 140, 135]]),
+                (8, &[&[200, 150], &[300, 310, 305]]),
+            ],
+        );
+        let cases = [
+            (0, found(0, 100)),
+            (100, found(0, 100)),
+            (101, found(2, 110)),
+            (121, found(4, 130)),
+            (136, found(6, 140)),
+            (141, found(8, 200)),
+            (160, found(8, 200)),
+            (201, found(10, 300)),
+            (306, found(11, 310)),
+            (310, found(11, 310)),
+        ];
+        for (t, want) in cases {
+            let (got, notes) = answer(data, t);
+            assert_eq!(got, want, "T={t}");
+            assert!(notes.is_empty(), "{notes:?}");
+        }
+        assert_eq!(answer(data, 311).0, TimestampAnswer::None { log_end: 13 });
+
+        // The log start hides what is below it.
+        std::fs::write(data.join(checkpoint::LOG_START_OFFSET), "0\n1\nt 0 9\n").unwrap();
+        assert_eq!(answer(data, 0).0, found(9, 150));
+        assert_eq!(answer(data, 160).0, found(10, 300));
+    }
+
+    #[test]
+    fn by_timestamp_an_index_that_lies_is_not_trusted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        write_segments(data, &[(0, &[&[10, 11], &[20, 21], &[30, 31]])]);
+        let index = data.join("t-0").join(segment::file_name(0, "index"));
+        let mut bytes = std::fs::read(&index).unwrap();
+        // Every entry now points 3 bytes into its batch.
+        for e in bytes.chunks_exact_mut(8) {
+            let p = u32::from_be_bytes(e[4..8].try_into().unwrap()) + 3;
+            e[4..8].copy_from_slice(&p.to_be_bytes());
+        }
+        std::fs::write(&index, &bytes).unwrap();
+        let (got, notes) = answer(data, 21);
+        assert_eq!(got, found(3, 21));
+        assert!(
+            notes.len() == 1 && notes[0].contains("scanned the segment from its start"),
+            "{notes:?}"
+        );
+        // Without indexes at all, the same answer.
+        std::fs::remove_file(&index).unwrap();
+        assert_eq!(answer(data, 21), (found(3, 21), Vec::new()));
+    }
+
+    #[test]
+    fn by_timestamp_a_damaged_batch_on_the_way_is_an_error_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        write_segments(data, &[(0, &[&[10, 11], &[20, 21]])]);
+        let log = data.join("t-0").join(segment::file_name(0, "log"));
+        let mut bytes = std::fs::read(&log).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&log, &bytes).unwrap();
+        assert_eq!(
+            answer(data, 5).0,
+            found(0, 10),
+            "the answer lies before the damage"
+        );
+        let mut notes = Vec::new();
+        let e = offset_for_timestamp(data, &TopicPartition::new("t", 0), 15, &mut notes)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("00000000000000000000.log") && e.contains("batch 2..3 fails its checksum"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn design_example() {

@@ -11,6 +11,40 @@ use anyhow::{Context, Result, bail};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
+/// Entries read at a time by [`scan_file`].
+const SCAN_ENTRIES: usize = 4096;
+
+/// Calls `f` with each whole entry of the index file at `path`, in order, until it returns
+/// false; a bounded chunk is read at a time, so a large index is never held whole. Bytes after
+/// the last whole entry are left out. For readers that look an entry up without loading the
+/// index (the inspection commands).
+pub fn scan_file(
+    path: &Path,
+    what: &'static str,
+    entry_size: usize,
+    mut f: impl FnMut(&[u8]) -> bool,
+) -> Result<()> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("failed to open {what} `{}`", path.display()))?;
+    let mut r = std::io::BufReader::with_capacity(entry_size * SCAN_ENTRIES, file);
+    let mut entry = vec![0u8; entry_size];
+    loop {
+        match r.read_exact(&mut entry) {
+            Ok(()) => {
+                if !f(&entry) {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("failed to read {what} `{}`", path.display()));
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct IndexFile {
     path: PathBuf,

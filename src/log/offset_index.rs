@@ -49,6 +49,25 @@ pub fn decode_entries(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = (i
     })
 }
 
+/// [`OffsetIndex::lookup`] on the file at `path`, read as it streams: the last entry
+/// (offset, position) whose offset is ≤ `target`, else (base, 0). Reading stops at an entry
+/// that does not follow the one before it (a damaged index).
+pub fn lookup_file(path: &Path, base_offset: i64, target: i64) -> Result<(i64, u32)> {
+    let mut found: Option<OffsetEntry> = None;
+    super::index_file::scan_file(path, "index", ENTRY_SIZE, |b| {
+        let e = OffsetEntry::decode(b);
+        if base_offset + i64::from(e.0) > target || found.is_some_and(|p| e.0 <= p.0 || e.1 <= p.1)
+        {
+            return false;
+        }
+        found = Some(e);
+        true
+    })?;
+    Ok(found.map_or((base_offset, 0), |OffsetEntry(r, p)| {
+        (base_offset + i64::from(r), p)
+    }))
+}
+
 #[derive(Debug)]
 pub struct OffsetIndex {
     /// Invariant: relative offsets and positions strictly increase.

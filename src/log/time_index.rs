@@ -46,6 +46,23 @@ pub fn decode_entries(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = (i
     })
 }
 
+/// Kafka's `TimeIndex.lookup` on the file at `path`, read as it streams: the last entry
+/// (timestamp, offset) whose timestamp is ≤ `target`; `None` when there is none. Reading stops
+/// at an entry that does not follow the one before it (a damaged index): the entries before
+/// it still bound where the scan for `target` may start.
+pub fn lookup_file(path: &Path, base_offset: i64, target: i64) -> Result<Option<(i64, i64)>> {
+    let mut found: Option<TimeEntry> = None;
+    super::index_file::scan_file(path, "time index", ENTRY_SIZE, |b| {
+        let e = TimeEntry::decode(b);
+        if e.0 > target || found.is_some_and(|p| e.0 <= p.0 || e.1 < p.1) {
+            return false;
+        }
+        found = Some(e);
+        true
+    })?;
+    Ok(found.map(|TimeEntry(t, r)| (t, base_offset + i64::from(r))))
+}
+
 #[derive(Debug)]
 pub struct TimeIndex {
     /// Invariant: timestamps strictly increase, offsets never decrease.

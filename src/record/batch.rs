@@ -92,13 +92,14 @@ pub struct BatchHeader {
 
 impl BatchHeader {
     pub fn compression(&self) -> &'static str {
-        match self.attributes & 0x07 {
-            0 => "none",
-            1 => "gzip",
-            2 => "snappy",
-            3 => "lz4",
-            4 => "zstd",
-            _ => "unknown",
+        super::compression::codec_name(self.attributes & 0x07)
+    }
+    /// Kafka's name of the timestamp type.
+    pub fn timestamp_type(&self) -> &'static str {
+        match (self.magic, self.is_log_append_time()) {
+            (0, _) => "NoTimestampType",
+            (_, true) => "LogAppendTime",
+            (_, false) => "CreateTime",
         }
     }
     pub fn is_control(&self) -> bool {

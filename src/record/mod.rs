@@ -13,9 +13,11 @@
 //! [`batch`] reads one batch header and verifies its checksum; [`set`] walks a record set
 //! (a fetch response's records or a segment file) batch by batch and tells a partial batch at
 //! the end (normal in fetch responses: fetch it again) from a corrupt one.
-//! Nothing here decompresses: the follower stores batches exactly as the leader sent them.
+//! The follower stores batches exactly as the leader sent them and never decompresses them;
+//! [`records`] and [`compression`] read inside a batch for the inspection commands only.
 
 pub mod batch;
+pub mod compression;
 pub mod records;
 pub mod set;
 

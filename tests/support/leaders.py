@@ -57,6 +57,10 @@ Commands (all kinds)
     leader.  -> ``{"ok": true, "leaders": [broker id per partition]}``.
     An existing topic is an error (TOPIC_ALREADY_EXISTS).
 
+``{"cmd": "consume", "topic": "t", "partition": 0, "from": 0, "to": 99}``
+    What a read_uncommitted consumer reads of offsets from..=to: offset,
+    timestamp, timestamp type, key, value and headers (bytes in hex).
+
 ``{"cmd": "leaders", "topic": "t"}``
     One fresh Metadata request -> ``{"ok": true, "leaders": [id, ...]}``
     (index = partition, -1 = leaderless).
@@ -70,6 +74,9 @@ Commands (all kinds)
     "last_offset": L, "count": N}`` (lowest/highest offset reported).
     Optional: ``timeout_s`` (default 60), overall delivery deadline;
     ``batch_records`` (default 500), the most records in one batch.
+    Optional: ``timestamp_ms`` gives record ``i`` the CreateTime
+    ``timestamp_ms + i * timestamp_step_ms`` (step default 1; without it,
+    the producer's clock).
     Defaults: codec none, value_size 100, keys mixed, headers true, seed 1.
     Record ``i`` (0-based) of a command is generated deterministically from
     (seed, topic, partition, i):
@@ -423,6 +430,8 @@ class Leader:
         seed = int(cmd.get("seed", 1))
         timeout_s = float(cmd.get("timeout_s", 60))
         batch_records = int(cmd.get("batch_records", 500))
+        timestamp_ms = cmd.get("timestamp_ms")
+        timestamp_step_ms = int(cmd.get("timestamp_step_ms", 1))
         if codec not in CODECS:
             raise CommandError(f"unknown codec {codec!r}, expected one of {CODECS}")
         if keys not in ("mixed", "none", "all"):
@@ -451,13 +460,15 @@ class Leader:
                 offsets.append(msg.offset())
 
         try:
-            for key, value, hdrs in make_records(topic, partition, count,
-                                                 value_size, keys, headers, seed):
+            for i, (key, value, hdrs) in enumerate(make_records(
+                    topic, partition, count, value_size, keys, headers, seed)):
+                ts = {} if timestamp_ms is None else {
+                    "timestamp": int(timestamp_ms) + i * timestamp_step_ms}
                 while True:
                     try:
                         producer.produce(topic, value=value, key=key,
                                          partition=partition, headers=hdrs,
-                                         on_delivery=on_delivery)
+                                         on_delivery=on_delivery, **ts)
                         break
                     except BufferError:
                         producer.poll(0.05)
@@ -481,6 +492,46 @@ class Leader:
             return {"ok": True, "first_offset": None, "last_offset": None, "count": 0}
         return {"ok": True, "first_offset": min(offsets),
                 "last_offset": max(offsets), "count": len(offsets)}
+
+    def consume(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """The records a read_uncommitted consumer gets for offsets ``from``..=``to`` of
+        one partition (control records are never delivered, so ``to`` must be the
+        offset of a data record).  -> ``{"ok": true,
+        "records": [{"offset", "timestamp", "timestamp_type", "key", "value",
+        "headers": [[name, value], ...]}]}``, bytes as hex strings (null stays null),
+        ``timestamp_type`` 1 CreateTime / 2 LogAppendTime."""
+        topic = req(cmd, "topic", str)
+        partition = req(cmd, "partition")
+        first = req(cmd, "from")
+        last = req(cmd, "to")
+        timeout_s = float(cmd.get("timeout_s", 30))
+        hexed = lambda b: None if b is None else b.hex()
+        c = self.new_consumer(**{"isolation.level": "read_uncommitted",
+                                  "fetch.wait.max.ms": 10})
+        out: list[dict[str, Any]] = []
+        try:
+            c.assign([TopicPartition(topic, partition, first)])
+            deadline = time.monotonic() + timeout_s
+            while not out or out[-1]["offset"] < last:
+                if time.monotonic() > deadline:
+                    got = out[-1]["offset"] if out else None
+                    raise CommandError(f"consume {topic}[{partition}] {first}..={last}: "
+                                       f"timed out, last offset read {got}")
+                msg = c.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    raise CommandError(f"consume {topic}[{partition}]: {msg.error()}")
+                if msg.offset() > last:
+                    break
+                ts_type, ts = msg.timestamp()
+                out.append({"offset": msg.offset(), "timestamp": ts,
+                            "timestamp_type": ts_type, "key": hexed(msg.key()),
+                            "value": hexed(msg.value()),
+                            "headers": [[k, hexed(v)] for k, v in (msg.headers() or [])]})
+        finally:
+            c.close()
+        return {"ok": True, "records": out}
 
     def produce_spread(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """``count`` records to each of partitions 0..partitions-1, one producer for all
@@ -1027,6 +1078,7 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
         "create_topic": leader.create_topic,
         "produce": leader.produce,
         "produce_spread": leader.produce_spread,
+        "consume": leader.consume,
         "high_watermarks": leader.high_watermarks,
         "delete_topic": leader.delete_topic,
         "topic_id": leader.topic_id,
