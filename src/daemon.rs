@@ -26,8 +26,7 @@ pub const LOCK_FILE: &str = ".lock";
 
 /// Takes the data-dir lock; held until the returned file is dropped (process exit included).
 pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("failed to create data dir `{}`", data_dir.display()))?;
+    crate::log::manager::create_data_dir(data_dir)?;
     let path = data_dir.join(LOCK_FILE);
     let f = OpenOptions::new()
         .read(true)
@@ -35,7 +34,13 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .with_context(|| format!("failed to open lock file `{}`", path.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot create lock file `{}` in data dir `{}`",
+                path.display(),
+                data_dir.display()
+            )
+        })?;
     if f.try_lock_exclusive().is_err() {
         bail!(
             "data dir `{}` is locked by another replica-follower (lock file `{}`)",
@@ -384,9 +389,7 @@ fn check_cluster_at_start(cfg: &Config) -> Result<()> {
 /// running daemon), re-fetches what the leaders hold and the replica lacks or holds damaged;
 /// one line per step goes to `out`.
 pub fn repair(cfg: &Config, out: &mut dyn std::io::Write) -> Result<crate::repair::RepairSummary> {
-    if !cfg.data_dir.is_dir() {
-        bail!("data dir `{}` does not exist", cfg.data_dir.display());
-    }
+    crate::log::manager::existing_data_dir(&cfg.data_dir)?;
     let _lock = lock_data_dir(&cfg.data_dir)?;
     crate::repair::repair_data_dir(cfg, out)
 }
