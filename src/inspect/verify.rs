@@ -105,6 +105,7 @@ impl<E> IndexToCheck<E> {
                 }
                 report_capped(problems, &self.path, bad);
             }
+            Err(_) if self.gone() => problems.push(format!("{}: missing", self.path.display())),
             Err(e) => problems.push(format!("{}: unreadable: {e}", self.path.display())),
         }
     }
