@@ -1,8 +1,9 @@
 //! The TOML configuration, parsed and validated.
 //!
-//! Unknown keys, wrong types and bad values are refused while parsing, so the error carries
-//! the TOML line and the key (`TOML parse error at line 7, column 13 … fetch.max_wait_ms …`);
-//! checks that span several keys run afterwards and name the keys concerned.
+//! Unknown keys, wrong types and bad values are refused while parsing; checks that span
+//! several keys run afterwards. Either way the error is one line naming the file, the line
+//! and the dotted key (`f.toml: line 7: key `fetch.max_wait_ms`: must be …`), so it reads
+//! the same on a terminal and in the journal.
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
@@ -393,11 +394,20 @@ impl Config {
         }
     }
 
-    /// Parses and validates `text`; `origin` names the file in errors.
+    /// Parses and validates `text`; `origin` names the file in errors, which are one line:
+    /// `FILE: line N: key `fetch.max_bytes`: <what is wrong>`.
     pub fn parse(text: &str, origin: &Path) -> Result<Config> {
+        let keys = match toml::de::DeTable::parse(text) {
+            Ok(doc) => KeySpans::of(text, doc.get_ref()),
+            Err(e) => bail!(
+                "{}: {}",
+                origin.display(),
+                KeySpans::lines(text).describe(&e)
+            ),
+        };
         let cfg: Config = toml::from_str(text)
-            .map_err(|e| anyhow::anyhow!("{}: {}", origin.display(), e.to_string().trim_end()))?;
-        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("{}: {}", origin.display(), keys.describe(&e)))?;
+        cfg.validate(&keys)
             .with_context(|| format!("{}", origin.display()))?;
         Ok(cfg)
     }
@@ -408,20 +418,31 @@ impl Config {
         Config::parse(&text, path)
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks that span keys or need the whole file; `keys` gives each error its line (that
+    /// of the first named key the file sets).
+    fn validate(&self, keys: &KeySpans) -> Result<()> {
+        let at = |names: &[&str]| keys.line_of_first(names);
         if self.data_dir.as_os_str().is_empty() {
-            bail!("key `data_dir`: must not be empty");
+            bail!("{}key `data_dir`: must not be empty", at(&["data_dir"]));
         }
         if self.client_id.is_empty() || self.client_id.len() > 255 {
-            bail!("key `client_id`: must be 1–255 characters");
+            bail!(
+                "{}key `client_id`: must be 1–255 characters",
+                at(&["client_id"])
+            );
         }
         if self.follow.is_empty() {
-            bail!("key `follow`: at least one [[follow]] table is required");
+            bail!(
+                "{}key `follow`: at least one [[follow]] table is required",
+                at(&["follow"])
+            );
         }
         for (i, f) in self.follow.iter().enumerate() {
-            if self.follow.iter().take(i).any(|g| g.topic == f.topic) {
+            if let Some(j) = self.follow.iter().take(i).position(|g| g.topic == f.topic) {
+                let key = format!("follow[{i}].topic");
                 bail!(
-                    "key `follow[{i}].topic`: topic `{}` is followed twice",
+                    "{}key `{key}`: topic `{}` is followed twice (also `follow[{j}].topic`)",
+                    at(&[&key]),
                     f.topic
                 );
             }
@@ -429,23 +450,163 @@ impl Config {
         if let Some(l) = &self.metrics.listen
             && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
         {
-            bail!("key `metrics.listen`: `{l}` is not a host:port to listen on");
+            bail!(
+                "{}key `metrics.listen`: `{l}` is not a host:port to listen on",
+                at(&["metrics.listen"])
+            );
         }
         if self.fetch.backoff_max_ms < self.fetch.backoff_ms {
             bail!(
-                "key `fetch.backoff_max_ms` ({}) must not be below `fetch.backoff_ms` ({})",
+                "{}key `fetch.backoff_max_ms` ({}) must not be below `fetch.backoff_ms` ({})",
+                at(&["fetch.backoff_max_ms", "fetch.backoff_ms"]),
                 self.fetch.backoff_max_ms,
                 self.fetch.backoff_ms
             );
         }
         if self.fetch.partition_max_bytes > self.fetch.max_bytes {
             bail!(
-                "key `fetch.partition_max_bytes` ({}) must not exceed `fetch.max_bytes` ({})",
+                "{}key `fetch.partition_max_bytes` ({}) must not exceed `fetch.max_bytes` ({})",
+                at(&["fetch.partition_max_bytes", "fetch.max_bytes"]),
                 self.fetch.partition_max_bytes,
                 self.fetch.max_bytes
             );
         }
         Ok(())
+    }
+}
+
+/// Every key the file sets, dotted as an operator writes it (`fetch.max_bytes`,
+/// `follow[1].topic`), with the byte ranges of the key and of its value: what turns the
+/// byte span of a TOML error into the key it is about, and a key into its line.
+struct KeySpans<'t> {
+    text: &'t str,
+    /// Byte offset at which each line starts.
+    line_starts: Vec<usize>,
+    keys: Vec<KeySpan>,
+}
+
+struct KeySpan {
+    name: String,
+    key: std::ops::Range<usize>,
+    value: std::ops::Range<usize>,
+    /// The value is a table: `[fetch]`, or one `[[follow]]`.
+    table: bool,
+    /// One table of an array of tables (`follow[1]`): its "key" is its header.
+    element: bool,
+}
+
+impl<'t> KeySpans<'t> {
+    /// Lines only: for a file that does not parse as TOML.
+    fn lines(text: &'t str) -> KeySpans<'t> {
+        KeySpans {
+            text,
+            line_starts: std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect(),
+            keys: Vec::new(),
+        }
+    }
+
+    fn of(text: &'t str, doc: &toml::de::DeTable<'_>) -> KeySpans<'t> {
+        let mut spans = KeySpans::lines(text);
+        spans.walk_table("", doc);
+        spans
+    }
+
+    fn walk_table(&mut self, prefix: &str, table: &toml::de::DeTable<'_>) {
+        for (k, v) in table.iter() {
+            let name = if prefix.is_empty() {
+                k.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", k.get_ref())
+            };
+            let table = matches!(v.get_ref(), toml::de::DeValue::Table(_));
+            self.keys.push(KeySpan {
+                name: name.clone(),
+                key: k.span(),
+                value: v.span(),
+                table,
+                element: false,
+            });
+            match v.get_ref() {
+                toml::de::DeValue::Table(t) => self.walk_table(&name, t),
+                toml::de::DeValue::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        if let toml::de::DeValue::Table(t) = item.get_ref() {
+                            let name = format!("{name}[{i}]");
+                            self.keys.push(KeySpan {
+                                name: name.clone(),
+                                key: item.span(),
+                                value: item.span(),
+                                table: true,
+                                element: true,
+                            });
+                            self.walk_table(&name, t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// 1-based line and column of byte `pos`.
+    fn line_column(&self, pos: usize) -> (usize, usize) {
+        let line = self.line_starts.partition_point(|&s| s <= pos).max(1);
+        let start = self.line_starts.get(line - 1).copied().unwrap_or(0);
+        (line, pos.saturating_sub(start) + 1)
+    }
+
+    /// `line N: ` for the first of `names` the file sets; empty when it sets none.
+    fn line_of_first(&self, names: &[&str]) -> String {
+        names
+            .iter()
+            .find_map(|n| self.keys.iter().find(|k| k.name == *n))
+            .map(|k| format!("line {}: ", self.line_column(k.key.start).0))
+            .unwrap_or_default()
+    }
+
+    /// A TOML error as one line: `line N: key `K`: message`. The key is the innermost one
+    /// whose key or value holds the error's position; for a missing key, the table that
+    /// lacks it (none at the top level); for a syntax error, the column and the text there.
+    fn describe(&self, e: &toml::de::Error) -> String {
+        let msg = e.message().trim_end();
+        let Some(span) = e.span() else {
+            return msg.to_string();
+        };
+        let holds = |r: &std::ops::Range<usize>| r.start <= span.start && span.start < r.end;
+        let missing = msg.starts_with("missing field");
+        let key = self
+            .keys
+            .iter()
+            .filter(|k| if missing { k.table } else { !k.element })
+            .filter(|k| holds(&k.key) || holds(&k.value))
+            .min_by_key(|k| k.value.len());
+        match key {
+            Some(k) if missing => format!(
+                "line {}: table `{}`: {msg}",
+                self.line_column(k.key.start).0,
+                k.name
+            ),
+            Some(k) => format!(
+                "line {}: key `{}`: {msg}",
+                self.line_column(k.key.start).0,
+                k.name
+            ),
+            None if missing => msg.to_string(),
+            None => {
+                let (line, column) = self.line_column(span.start);
+                let there = self
+                    .text
+                    .get(span.clone())
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty() && t.len() <= 60 && !t.contains('\n'))
+                    .filter(|t| !msg.contains(&format!("`{t}`")))
+                    .map(|t| format!(" `{t}`"))
+                    .unwrap_or_default();
+                format!("line {line}, column {column}: {msg}{there}")
+            }
+        }
     }
 }
 
@@ -565,68 +726,104 @@ interval_ms = 20
     #[test]
     fn errors_name_the_key_and_line() {
         let cases: &[(&str, &str)] = &[
-            ("[fetch]\nmax_wait_msx = 3\n", "max_wait_msx"),
-            ("[fetch]\nmax_wait_ms = \"soon\"\n", "max_wait_ms"),
-            ("[fetch]\nbackoff_ms = 0\n", "backoff_ms"),
-            ("[fetch]\nrequest_timeout_ms = 0\n", "request_timeout_ms"),
-            ("[fetch]\nisolation = \"dirty\"\n", "isolation"),
-            ("[log]\nsegment_bytes = 10\n", "segment_bytes"),
-            ("[log]\nretention_ms = -7\n", "retention_ms"),
-            ("[checkpoint]\ninterval_ms = -1\n", "interval_ms"),
-            ("[[follow]]\ntopic = \"bad topic\"\n", "topic"),
+            (
+                "[fetch]\nmax_wait_msx = 3\n",
+                "line 7: key `fetch.max_wait_msx`",
+            ),
+            (
+                "[fetch]\nmax_wait_ms = \"soon\"\n",
+                "line 7: key `fetch.max_wait_ms`",
+            ),
+            (
+                "[fetch]\nbackoff_ms = 0\n",
+                "line 7: key `fetch.backoff_ms`",
+            ),
+            (
+                "[fetch]\nrequest_timeout_ms = 0\n",
+                "line 7: key `fetch.request_timeout_ms`",
+            ),
+            (
+                "[fetch]\nisolation = \"dirty\"\n",
+                "line 7: key `fetch.isolation`",
+            ),
+            (
+                "[log]\nsegment_bytes = 10\n",
+                "line 7: key `log.segment_bytes`",
+            ),
+            (
+                "[log]\nretention_ms = -7\n",
+                "line 7: key `log.retention_ms`",
+            ),
+            (
+                "[checkpoint]\ninterval_ms = -1\n",
+                "line 7: key `checkpoint.interval_ms`",
+            ),
+            (
+                "[[follow]]\ntopic = \"bad topic\"\n",
+                "line 7: key `follow[1].topic`",
+            ),
             (
                 "[[follow]]\ntopic = \"t\"\nstart = \"yesterday\"\n",
-                "start",
+                "line 8: key `follow[1].start`",
             ),
             (
                 "[[follow]]\ntopic = \"t\"\npartitions = [0, 0]\n",
-                "partitions",
+                "line 8: key `follow[1].partitions`",
             ),
             (
                 "[[follow]]\ntopic = \"t\"\non_topic_recreated = \"delete\"\n",
-                "on_topic_recreated",
+                "line 8: key `follow[1].on_topic_recreated`",
             ),
-            ("surprise = 1\n", "surprise"),
+            ("surprise = 1\n", "line 6: key `follow[0].surprise`"),
         ];
         for (extra, key) in cases {
-            let text = format!("{MINIMAL}{extra}");
-            let e = format!("{:#}", parse(&text).unwrap_err());
+            let e = parse_err(&format!("{MINIMAL}{extra}"));
             assert!(e.contains(key), "{extra:?}: {e}");
             assert!(e.contains("test.toml"), "{e}");
-            assert!(e.contains("line"), "{extra:?} should name a line: {e}");
         }
+    }
+
+    /// The whole error `text` is refused with, as printed.
+    fn parse_err(text: &str) -> String {
+        format!("{:#}", parse(text).unwrap_err())
     }
 
     #[test]
     fn missing_and_cross_key_errors() {
-        let e = format!(
-            "{:#}",
-            parse("bootstrap_servers = [\"a:1\"]\n[[follow]]\ntopic=\"t\"").unwrap_err()
-        );
-        assert!(e.contains("data_dir"), "{e}");
-        let e = format!(
-            "{:#}",
-            parse("data_dir=\"/x\"\nbootstrap_servers = []\n[[follow]]\ntopic=\"t\"").unwrap_err()
-        );
-        assert!(e.contains("bootstrap_servers"), "{e}");
-        let e = format!(
-            "{:#}",
-            parse("data_dir=\"/x\"\nbootstrap_servers = [\"nohost\"]\n[[follow]]\ntopic=\"t\"")
-                .unwrap_err()
-        );
-        assert!(e.contains("host:port"), "{e}");
-        let e = format!(
-            "{:#}",
-            parse(&format!("{MINIMAL}[[follow]]\ntopic = \"orders\"\n")).unwrap_err()
-        );
-        assert!(e.contains("followed twice"), "{e}");
-        let e = format!(
-            "{:#}",
-            parse(&format!(
-                "{MINIMAL}[fetch]\nmax_bytes = 10\npartition_max_bytes = 20\n"
-            ))
-            .unwrap_err()
-        );
-        assert!(e.contains("partition_max_bytes"), "{e}");
+        let no_data_dir = "bootstrap_servers = [\"a:1\"]\n[[follow]]\ntopic=\"t\"";
+        let no_servers = "data_dir=\"/x\"\nbootstrap_servers = []\n[[follow]]\ntopic=\"t\"";
+        let no_port = "data_dir=\"/x\"\nbootstrap_servers = [\"nohost\"]\n[[follow]]\ntopic=\"t\"";
+        let cases: &[(String, &str)] = &[
+            (no_data_dir.into(), "missing field `data_dir`"),
+            (no_servers.into(), "line 2: key `bootstrap_servers`"),
+            (no_port.into(), "`nohost` is not host:port"),
+            (
+                format!("{MINIMAL}[[follow]]\ntopic = \"orders\"\n"),
+                "line 7: key `follow[1].topic`: topic `orders` is followed twice",
+            ),
+            (
+                format!("{MINIMAL}[fetch]\nmax_bytes = 10\npartition_max_bytes = 20\n"),
+                "line 8: key `fetch.partition_max_bytes`",
+            ),
+            // A key left at its default has no line: the other key's is given.
+            (
+                format!("{MINIMAL}[fetch]\nbackoff_ms = 20000\n"),
+                "line 7: key `fetch.backoff_max_ms`",
+            ),
+            // A table lacking a required key is named with its header's line.
+            (
+                format!("{MINIMAL}[[follow]]\npartitions = [1]\n"),
+                "line 6: table `follow[1]`: missing field `topic`",
+            ),
+            // A syntax error: line, column and the text there.
+            (
+                format!("{MINIMAL}[fetch]\nmax_bytes = 1\nmax_bytes = 2\n"),
+                "test.toml: line 8, column 1: duplicate key `max_bytes`",
+            ),
+        ];
+        for (text, expected) in cases {
+            let e = parse_err(text);
+            assert!(e.contains(expected), "{text:?}: {e}");
+        }
     }
 }

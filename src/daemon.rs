@@ -26,8 +26,7 @@ pub const LOCK_FILE: &str = ".lock";
 
 /// Takes the data-dir lock; held until the returned file is dropped (process exit included).
 pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("failed to create data dir `{}`", data_dir.display()))?;
+    crate::log::manager::create_data_dir(data_dir)?;
     let path = data_dir.join(LOCK_FILE);
     let f = OpenOptions::new()
         .read(true)
@@ -35,7 +34,13 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .with_context(|| format!("failed to open lock file `{}`", path.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot create lock file `{}` in data dir `{}`",
+                path.display(),
+                data_dir.display()
+            )
+        })?;
     if f.try_lock_exclusive().is_err() {
         bail!(
             "data dir `{}` is locked by another replica-follower (lock file `{}`)",
@@ -384,31 +389,9 @@ fn check_cluster_at_start(cfg: &Config) -> Result<()> {
 /// running daemon), re-fetches what the leaders hold and the replica lacks or holds damaged;
 /// one line per step goes to `out`.
 pub fn repair(cfg: &Config, out: &mut dyn std::io::Write) -> Result<crate::repair::RepairSummary> {
-    if !cfg.data_dir.is_dir() {
-        bail!("data dir `{}` does not exist", cfg.data_dir.display());
-    }
+    crate::log::manager::existing_data_dir(&cfg.data_dir)?;
     let _lock = lock_data_dir(&cfg.data_dir)?;
     crate::repair::repair_data_dir(cfg, out)
-}
-
-/// A multi-line parser message (TOML's points at the line with a caret) as one log line:
-/// `… at line 5, column 14: `backoff_ms = "soon"`: invalid type …`.
-fn one_line(msg: &str) -> String {
-    let mut parts = Vec::new();
-    for l in msg.lines() {
-        let t = l.trim();
-        let marker = t.trim_start_matches('|').trim();
-        if t.is_empty() || marker.chars().all(|c| c == '^' || c == '-') {
-            continue;
-        }
-        match t.split_once(" | ") {
-            Some((n, code)) if n.trim().bytes().all(|b| b.is_ascii_digit()) => {
-                parts.push(format!("`{}`", code.trim()));
-            }
-            _ => parts.push(t.to_string()),
-        }
-    }
-    parts.join(": ")
 }
 
 /// Reads `path` again on SIGHUP. What can change while running (`follow`) is handed to
@@ -425,9 +408,8 @@ fn reload(
         Ok(c) => c,
         Err(e) => {
             crate::log_error!(
-                "reload of `{}` refused, the running configuration stays: {}",
-                path.display(),
-                one_line(&format!("{e:#}"))
+                "reload of `{}` refused, the running configuration stays: {e:#}",
+                path.display()
             );
             crate::notify::notify("READY=1");
             return running.clone();
@@ -608,14 +590,5 @@ mod tests {
         assert!(p.tick(&live, t0 + every * 4).is_empty());
         live.fetched(&tp, 10_100, 10_100, 10_090, 10_090, None);
         assert!(p.tick(&live, t0 + every * 5).is_empty());
-    }
-
-    #[test]
-    fn a_toml_error_becomes_one_line_with_its_key_and_line() {
-        let msg = "f.toml: TOML parse error at line 5, column 14\n  |\n5 | backoff_ms = \"soon\"\n  |              ^^^^^^\ninvalid type: string \"soon\", expected i64\n";
-        assert_eq!(
-            super::one_line(msg),
-            "f.toml: TOML parse error at line 5, column 14: `backoff_ms = \"soon\"`: invalid type: string \"soon\", expected i64"
-        );
     }
 }

@@ -115,7 +115,9 @@ impl Args {
     }
     fn tp(&self) -> Result<TopicPartition, String> {
         let topic = self.req("topic")?.to_string();
-        let partition = self.num::<i32>("partition")?.ok_or("needs --partition")?;
+        let partition = self
+            .num::<i32>("partition")?
+            .ok_or_else(|| format!("`{}` needs --partition", self.cmd))?;
         if partition < 0 {
             return Err("--partition must be ≥ 0".into());
         }

@@ -1,5 +1,6 @@
-//! The command-line contract: exit codes, errors that name the key and line, `--help` on
-//! every subcommand, the data-dir lock, and `status --json`'s shape.
+//! The command-line contract: `--help` on every subcommand, the data-dir lock against a real
+//! second daemon, and `status --json`'s shape. Each bad input's exit code and message, as the
+//! README lists them, are in `bad_input.rs`.
 
 mod support;
 
@@ -27,79 +28,6 @@ fn help_on_every_subcommand() {
     let (code, out, _) = run(&["--help"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("Exit codes"));
-}
-
-#[test]
-fn bad_usage_exits_2() {
-    assert_eq!(run(&[]).0, Some(2));
-    assert_eq!(run(&["frobnicate"]).0, Some(2));
-    assert_eq!(run(&["status"]).0, Some(2));
-    assert_eq!(run(&["status", "--data-dir"]).0, Some(2));
-    assert_eq!(run(&["status", "--data-dir", "/x", "--bogus"]).0, Some(2));
-    let (code, _, err) = run(&[
-        "offsets",
-        "--data-dir",
-        "/x",
-        "--topic",
-        "t",
-        "--partition",
-        "zero",
-        "--time",
-        "-1",
-    ]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("--partition"), "{err}");
-}
-
-#[test]
-fn config_errors_exit_2_naming_key_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("c.toml");
-    let cases = [
-        (
-            "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\n[[follow]]\ntopic = \"t\"\n[fetch]\nmax_wait_ms = -5\n",
-            "max_wait_ms",
-            "line 6",
-        ),
-        (
-            "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\n[[follow]]\ntopic = \"t\"\n[log]\nsegment_bytes = \"big\"\n",
-            "segment_bytes",
-            "line 6",
-        ),
-        (
-            "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\nretention = 5\n[[follow]]\ntopic = \"t\"\n",
-            "retention",
-            "line 3",
-        ),
-        (
-            "data_dir = \"/d\"\nbootstrap_servers = [\"h\"]\n[[follow]]\ntopic = \"t\"\n",
-            "bootstrap_servers",
-            "line 2",
-        ),
-    ];
-    for (text, key, line) in cases {
-        std::fs::write(&p, text).unwrap();
-        for cmd in ["check-config", "run"] {
-            let (code, _, err) = run(&[cmd, "--config", p.to_str().unwrap()]);
-            assert_eq!(code, Some(2), "{cmd} {text:?}: {err}");
-            assert!(
-                err.contains(key) && err.contains(line) && err.contains("c.toml"),
-                "{cmd}: {err}"
-            );
-        }
-    }
-    let (code, _, err) = run(&["check-config", "--config", "/nonexistent/x.toml"]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("/nonexistent/x.toml"), "{err}");
-    std::fs::write(
-        &p,
-        "data_dir = \"/d\"\nbootstrap_servers = [\"h:1\"]\n[[follow]]\ntopic = \"t\"\n",
-    )
-    .unwrap();
-    assert_eq!(
-        run(&["check-config", "--config", p.to_str().unwrap()]).0,
-        Some(0)
-    );
 }
 
 #[test]
@@ -167,9 +95,6 @@ fn status_json_has_the_contract_fields() {
     let (code, text, _) = run(&["status", "--data-dir", data.to_str().unwrap()]);
     assert_eq!(code, Some(0));
     assert!(text.contains("audit-0"), "{text}");
-    let (code, _, err) = run(&["status", "--data-dir", "/nonexistent/dir"]);
-    assert_eq!(code, Some(1));
-    assert!(err.contains("/nonexistent/dir"), "{err}");
 }
 
 #[test]
@@ -261,12 +186,6 @@ fn version_and_inspection_edge_cases() {
     assert_eq!(code, Some(0));
     assert!(out.starts_with("replica-follower "), "{out}");
 
-    // verify on a directory that is not a data dir fails instead of passing vacuously.
-    let empty = tempfile::tempdir().unwrap();
-    let (code, out, _) = run(&["verify", "--data-dir", empty.path().to_str().unwrap()]);
-    assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("no partition and no checkpoint file"), "{out}");
-
     let (_leader, _keep, data) =
         stopped_replica("inspect", 10, "[log]\nindex_interval_bytes = 100\n");
     let d = data.to_str().unwrap();
@@ -352,17 +271,11 @@ fn verify_against_the_leader_and_repair_check_their_usage_and_name_an_unreachabl
         "[fetch]\nrequest_timeout_ms = 2000\n",
     );
     let (d, c) = (data.to_str().unwrap(), cfg.to_str().unwrap());
-    let missing = dir.path().join("missing.toml");
-    let missing = missing.to_str().unwrap();
     for args in [
-        &["verify", "--data-dir", d, "--against-leader"][..],
-        &["verify", "--data-dir", d, "--config", c],
-        &["verify", "--against-leader"],
+        &["verify", "--against-leader"][..],
         &["repair"],
         &["repair", "--data-dir", d],
         &["repair", "--config", c, "--against-leader"],
-        &["repair", "--config", missing],
-        &["verify", "--config", missing, "--against-leader"],
     ] {
         let (code, _, err) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");

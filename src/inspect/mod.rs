@@ -25,6 +25,24 @@ pub fn partition_dirs(data_dir: &Path) -> Result<Vec<TopicPartition>> {
     Ok(out)
 }
 
+/// What `status` warns of and `verify` fails on: `data_dir` holds no partition and no
+/// checkpoint file, so it is most likely a mistyped path rather than a data dir.
+pub fn not_a_data_dir(data_dir: &Path, partitions: usize) -> Option<String> {
+    let has_checkpoints = [
+        crate::checkpoint::REPLICATION_OFFSET,
+        crate::checkpoint::RECOVERY_POINT,
+        crate::checkpoint::LOG_START_OFFSET,
+    ]
+    .iter()
+    .any(|n| data_dir.join(n).exists());
+    (partitions == 0 && !has_checkpoints).then(|| {
+        format!(
+            "`{}` holds no partition and no checkpoint file: is it a replica-follower data dir?",
+            data_dir.display()
+        )
+    })
+}
+
 /// Escapes a string for JSON output.
 pub fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

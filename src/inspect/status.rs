@@ -244,16 +244,16 @@ fn read_checkpoint(path: &Path, notes: &mut Vec<String>) -> BTreeMap<TopicPartit
 
 /// Status of every partition in `data_dir`, plus notes about unreadable checkpoint files.
 pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
-    if !data_dir.is_dir() {
-        anyhow::bail!("data dir `{}` does not exist", data_dir.display());
-    }
+    crate::log::manager::existing_data_dir(data_dir)?;
     let mut notes = Vec::new();
     let hw = read_checkpoint(&data_dir.join(checkpoint::REPLICATION_OFFSET), &mut notes);
     let rp = read_checkpoint(&data_dir.join(checkpoint::RECOVERY_POINT), &mut notes);
     let ls = read_checkpoint(&data_dir.join(checkpoint::LOG_START_OFFSET), &mut notes);
     let stopped = read_partition_list(&data_dir.join(STOPPED_PARTITIONS_FILE));
     let mut out = Vec::new();
-    for tp in partition_dirs(data_dir)? {
+    let dirs = partition_dirs(data_dir)?;
+    notes.extend(super::not_a_data_dir(data_dir, dirs.len()));
+    for tp in dirs {
         let dir = data_dir.join(tp.dir_name());
         let bases = list_segment_bases(&dir)?;
         let Some(&first) = bases.first() else {

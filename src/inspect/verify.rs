@@ -105,6 +105,7 @@ impl<E> IndexToCheck<E> {
                 }
                 report_capped(problems, &self.path, bad);
             }
+            Err(_) if self.gone() => problems.push(format!("{}: missing", self.path.display())),
             Err(e) => problems.push(format!("{}: unreadable: {e}", self.path.display())),
         }
     }
@@ -449,9 +450,7 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport> {
 /// stable; the bytes past it are being written and are counted as in flight, not judged,
 /// so a check from a timer never raises a false alarm. Otherwise everything is checked.
 pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
-    if !data_dir.is_dir() {
-        anyhow::bail!("data dir `{}` does not exist", data_dir.display());
-    }
+    crate::log::manager::existing_data_dir(data_dir)?;
     let running = if all {
         None
     } else {
@@ -509,19 +508,8 @@ pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
             verify_record_file(&file, first, last, &mut r);
         }
     }
-    let has_checkpoints = [
-        checkpoint::REPLICATION_OFFSET,
-        checkpoint::RECOVERY_POINT,
-        checkpoint::LOG_START_OFFSET,
-    ]
-    .iter()
-    .any(|n| data_dir.join(n).exists());
-    if r.partitions == 0 && !has_checkpoints {
-        r.problems.push(format!(
-            "`{}` holds no partition and no checkpoint file: is it a replica-follower data dir?",
-            data_dir.display()
-        ));
-    }
+    r.problems
+        .extend(super::not_a_data_dir(data_dir, r.partitions));
     // Running, the checkpoints move on while this reads the logs (retention moves the log
     // start, new partitions appear): they are judged on a stopped replica only.
     let checkpoints: &[(&str, &str)] = if live {

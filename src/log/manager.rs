@@ -26,6 +26,29 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 
 pub type SharedLog = Arc<Mutex<PartitionLog>>;
 
+/// Creates `data_dir` (and its parents) when missing; a path that exists as something else
+/// than a directory is refused by name, not as EEXIST.
+pub fn create_data_dir(data_dir: &Path) -> Result<()> {
+    if data_dir.exists() && !data_dir.is_dir() {
+        anyhow::bail!("data dir `{}` is not a directory", data_dir.display());
+    }
+    fs::create_dir_all(data_dir)
+        .with_context(|| format!("failed to create data dir `{}`", data_dir.display()))
+}
+
+/// For the commands that read a data dir and never create one: it must exist and be a
+/// directory.
+pub fn existing_data_dir(data_dir: &Path) -> Result<()> {
+    match fs::metadata(data_dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => anyhow::bail!("data dir `{}` is not a directory", data_dir.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!("data dir `{}` does not exist", data_dir.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read data dir `{}`", data_dir.display())),
+    }
+}
+
 pub fn lock_log(log: &SharedLog) -> MutexGuard<'_, PartitionLog> {
     // A poisoned lock means a thread panicked mid-append; the log's on-disk state is still
     // what recovery would see, so go on with it.
@@ -77,8 +100,7 @@ impl LogManager {
     /// Loads every partition directory under `data_dir` (recovering where needed) and removes
     /// the clean-shutdown marker. The caller holds the data-dir lock.
     pub fn open(data_dir: &Path, config: LogConfig) -> Result<Self> {
-        fs::create_dir_all(data_dir)
-            .with_context(|| format!("failed to create data dir `{}`", data_dir.display()))?;
+        create_data_dir(data_dir)?;
         let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = marker.exists();
         let rp = read_hints(&data_dir.join(checkpoint::RECOVERY_POINT));

@@ -253,9 +253,7 @@ pub fn check_all(
     mut each: impl FnMut(&TopicPartition, Checked<'_>) -> Result<()>,
 ) -> Result<()> {
     let data_dir = &cfg.data_dir;
-    if !data_dir.is_dir() {
-        bail!("data dir `{}` does not exist", data_dir.display());
-    }
+    crate::log::manager::existing_data_dir(data_dir)?;
     let mut leaders = Leaders::connect(cfg)?;
     if let (Some(expected), Some(seen)) =
         (identity::read_cluster_id(data_dir)?, leaders.cluster_id())
