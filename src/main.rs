@@ -12,11 +12,11 @@ replica-follower — keeps an exact, crash-safe local replica of Kafka topic-par
 
 Usage:
   replica-follower run --config FILE
-  replica-follower status --data-dir DIR [--json]
+  replica-follower status --data-dir DIR|--config FILE [--json]
   replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET] [--count N] [--records]
   replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
   replica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339
-  replica-follower verify --data-dir DIR
+  replica-follower verify --data-dir DIR [--all]
   replica-follower verify --config FILE [--against-leader]
   replica-follower repair --config FILE
   replica-follower check-config --config FILE

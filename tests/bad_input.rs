@@ -217,6 +217,37 @@ const USAGE_CASES: &[(&str, &[&str])] = &[
         &["offsets --data-dir DIR --topic t --partition 0 --time -3"],
     ),
     (
+        "non-numeric `--to`",
+        &["dump --data-dir DIR --topic t --partition 0 --to x"],
+    ),
+    (
+        "non-numeric `--count`",
+        &["dump --data-dir DIR --topic t --partition 0 --count x"],
+    ),
+    (
+        "`--to` below `--from`",
+        &["dump --data-dir DIR --topic t --partition 0 --from 5 --to 2"],
+    ),
+    (
+        "`--count 0`",
+        &["dump --data-dir DIR --topic t --partition 0 --count 0"],
+    ),
+    (
+        "bad `--timestamp`",
+        &["offsets --data-dir DIR --topic t --partition 0 --timestamp yesterday"],
+    ),
+    (
+        "`--timestamp` with `--time` or `--max`",
+        &[
+            "offsets --data-dir DIR --topic t --partition 0 --timestamp 5 --time -1",
+            "offsets --data-dir DIR --topic t --partition 0 --timestamp 5 --max 2",
+        ],
+    ),
+    (
+        "`offsets` with neither `--time` nor `--timestamp`",
+        &["offsets --data-dir DIR --topic t --partition 0"],
+    ),
+    (
         "config file missing",
         &[
             "check-config --config FILE",
@@ -373,8 +404,18 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
         s.locked(&["repair --config FILE"])
     }),
     (
-        "`status`, `verify` on a data dir that does not exist",
-        |s| s.data_dir(None, &["status --data-dir DIR", "verify --data-dir DIR"]),
+        "`status`, `verify`, `dump`, `offsets` on a data dir that does not exist",
+        |s| {
+            s.data_dir(
+                None,
+                &[
+                    "status --data-dir DIR",
+                    "verify --data-dir DIR",
+                    "dump --data-dir DIR --topic orders --partition 0",
+                    "offsets --data-dir DIR --topic orders --partition 0 --time -1",
+                ],
+            )
+        },
     ),
     ("`status`, `verify` on a file", |s| {
         std::fs::write(s.dir(), "").unwrap();

@@ -16,7 +16,7 @@ use crate::record::records::{
     ControlType, RecordIter, RecordRef, base_timestamp, control_marker, control_record,
     records_block,
 };
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
@@ -142,10 +142,7 @@ pub fn dump(
     out: &mut impl Write,
 ) -> Result<DumpSummary> {
     let mut summary = DumpSummary::default();
-    let dir = data_dir.join(tp.dir_name());
-    if !dir.is_dir() {
-        bail!("{tp}: no partition directory `{}`", dir.display());
-    }
+    let dir = super::partition_dir(data_dir, tp)?;
     let DumpRange {
         from,
         to,

@@ -25,6 +25,17 @@ pub fn partition_dirs(data_dir: &Path) -> Result<Vec<TopicPartition>> {
     Ok(out)
 }
 
+/// The directory of `tp` in `data_dir`, for `dump` and `offsets`: a data dir that is not
+/// there is said as such, then a partition it does not hold.
+pub fn partition_dir(data_dir: &Path, tp: &TopicPartition) -> Result<std::path::PathBuf> {
+    crate::log::manager::existing_data_dir(data_dir)?;
+    let dir = data_dir.join(tp.dir_name());
+    if !dir.is_dir() {
+        anyhow::bail!("{tp}: no partition directory `{}`", dir.display());
+    }
+    Ok(dir)
+}
+
 /// What `status` warns of and `verify` fails on: `data_dir` holds no partition and no
 /// checkpoint file, so it is most likely a mistyped path rather than a data dir.
 pub fn not_a_data_dir(data_dir: &Path, partitions: usize) -> Option<String> {

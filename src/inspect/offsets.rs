@@ -65,10 +65,7 @@ pub fn offsets_before(
 }
 
 pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> Result<Vec<i64>> {
-    let dir = data_dir.join(tp.dir_name());
-    if !dir.is_dir() {
-        bail!("{tp}: no partition directory `{}`", dir.display());
-    }
+    let dir = super::partition_dir(data_dir, tp)?;
     let bases = list_segment_bases(&dir)?;
     let mut entries = Vec::new();
     let mut last_size = 0;
@@ -126,10 +123,7 @@ pub fn offset_for_timestamp(
     target: i64,
     notes: &mut Vec<String>,
 ) -> Result<TimestampAnswer> {
-    let dir = data_dir.join(tp.dir_name());
-    if !dir.is_dir() {
-        bail!("{tp}: no partition directory `{}`", dir.display());
-    }
+    let dir = super::partition_dir(data_dir, tp)?;
     let bases = list_segment_bases(&dir)?;
     let log_start = checkpoint::read_offsets(&data_dir.join(checkpoint::LOG_START_OFFSET))
         .ok()
