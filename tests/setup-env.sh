@@ -12,3 +12,12 @@ if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$(printf '%s
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
     printf '%s\n' "${packages[@]}" > "$venv/.installed"
 fi
+
+# tests/units.rs judges the shipped units with systemd's own tools (systemd-analyze verify and
+# security, systemd-sysusers); `verify` also wants every command a unit names, /bin/kill
+# (procps) included. Installed from Debian when missing and when we may (root, as in CI);
+# otherwise that test fails saying what is missing.
+if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ]; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing systemd and procps from Debian (for tests/units.rs)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps >/dev/null
+fi
