@@ -12,5 +12,6 @@ cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --all-targets 2>&1 | tee target/test-output.txt
+# Every test binary runs even after one fails, so a run reports every failure at once.
+cargo test --all-targets --no-fail-fast 2>&1 | tee target/test-output.txt
 echo "== done"

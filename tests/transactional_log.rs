@@ -215,15 +215,16 @@ fn recovery_after_a_crash_rebuilds_a_lost_txnindex_exactly() {
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    // Never fsync on its own: at the kill the recovery point is still 0, so the next start
-    // scans every segment.
+    // Never fsync on its own — neither a flush nor a checkpoint (which flushes first) comes
+    // due — so at the kill the recovery point is still 0, and the next start scans every
+    // segment, however long the checks before the kill take.
     let cfg = support::write_config(
         dir.path(),
         &data,
         &leader.addr(),
         &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
         "[log]\nsegment_bytes = 1024\nflush_interval_ms = 600000\n\
-         [checkpoint]\ninterval_ms = 100\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
+         [checkpoint]\ninterval_ms = 600000\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
     );
     let mut d = support::Daemon::start(&cfg);
     wait_caught_up(&leader, &data, "catch-up");
