@@ -40,7 +40,7 @@ pub enum State {
     /// Not fetched: its partition is not on the leader.
     #[serde(rename = "not found on the leader")]
     NotFound,
-    /// Not fetched by choice (`on_topic_recreated = "stop"`).
+    /// Not fetched by choice: not in `follow` (any more), or `on_topic_recreated = "stop"`.
     #[serde(rename = "stopped")]
     Stopped,
 }
@@ -148,6 +148,14 @@ pub fn set_read_committed(on: bool) {
 pub fn live() -> &'static Live {
     static LIVE: OnceLock<Live> = OnceLock::new();
     LIVE.get_or_init(Live::default)
+}
+
+/// A local log's own figures, for a partition not (yet) fetched.
+#[derive(Debug, Clone, Copy)]
+pub struct LogFigures {
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
 }
 
 impl Live {
@@ -283,9 +291,31 @@ impl Live {
         }
     }
 
-    /// A partition no longer followed: it leaves the live figures.
+    /// A partition no longer followed that has no local log: it leaves the live figures.
     pub fn remove(&self, tp: &TopicPartition) {
         lock(&self.parts).remove(tp);
+    }
+
+    /// A partition with a local log that is not fetched (see [`State::Stopped`]): its
+    /// figures are the log's, frozen.
+    pub fn stopped(&self, tp: &TopicPartition, why: &str, log: &LogFigures) {
+        self.update(tp, |p| {
+            p.state = State::Stopped;
+            p.error = Some(why.to_string());
+            p.log_start_offset = Some(log.log_start_offset);
+            p.log_end_offset = Some(log.log_end_offset);
+            p.high_watermark = Some(log.high_watermark);
+        });
+    }
+
+    /// A loaded log that is about to be followed: `starting`, with the log's figures, so
+    /// that the first STATUS= line and `status` count it before its first fetch.
+    pub fn loaded(&self, tp: &TopicPartition, log: &LogFigures) {
+        self.update(tp, |p| {
+            p.log_start_offset = Some(log.log_start_offset);
+            p.log_end_offset = Some(log.log_end_offset);
+            p.high_watermark = Some(log.high_watermark);
+        });
     }
 
     /// A thread ended: it is no longer waited for.
@@ -312,9 +342,10 @@ impl Live {
             .values()
             .filter(|p| p.lag().is_some_and(|l| l > 0))
             .count();
+        let stopped = count(State::Stopped);
         let mut line = format!(
             "{} partition(s): {} caught up, {lagging} lagging ({lag} records behind)",
-            parts.len(),
+            parts.len() - stopped,
             count(State::CaughtUp)
         );
         for (s, what) in [
@@ -322,6 +353,7 @@ impl Live {
             (State::BackingOff, "backing off"),
             (State::Truncating, "truncating"),
             (State::NotFound, "not found on the leader"),
+            (State::Stopped, "more stopped (not followed)"),
         ] {
             let n = count(s);
             if n > 0 {

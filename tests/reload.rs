@@ -81,6 +81,23 @@ fn sighup_adds_and_removes_partitions_and_refuses_a_broken_config() {
             .contains_key(&(TOPIC.to_string(), 0)),
         "its checkpoint entries stay"
     );
+    // `status` shows it stopped, with its log's figures, while the daemon runs.
+    support::wait_until(
+        Duration::from_secs(5),
+        "status of the removed partition",
+        || support::partition_status(&data, TOPIC, 0).is_some_and(|p| p["state"] == "stopped"),
+    );
+    let p0 = support::partition_status(&data, TOPIC, 0).unwrap();
+    let end0 = support::log_end(&data, TOPIC, 0);
+    assert_eq!(p0["high_watermark"], end0, "{p0}");
+    assert!(p0["lag"].is_null(), "a stopped partition has no lag: {p0}");
+    assert!(
+        p0["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not in `follow`"),
+        "{p0}"
+    );
 
     // A config that no longer parses: refused, naming the key and line; 1 still follows.
     std::fs::write(

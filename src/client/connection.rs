@@ -93,8 +93,13 @@ impl BrokerConnection {
         let stream = match (stream, last_err) {
             (Some(s), _) => s,
             (None, Some(e)) => {
-                // "Connection refused", not "Connection refused (os error 111)".
-                let e = std::io::Error::new(e.kind(), crate::logging::plain_io_error(&e));
+                // "Connection refused", not "Connection refused (os error 111)"; out of
+                // descriptors keeps its OS error, which the descriptor budget looks for.
+                let e = if crate::log::descriptors::is_exhausted_io(&e) {
+                    e
+                } else {
+                    std::io::Error::new(e.kind(), crate::logging::plain_io_error(&e))
+                };
                 return Err(e).with_context(|| format!("broker {addr}: connect failed"));
             }
             (None, None) => bail!("broker {addr}: address resolves to nothing"),

@@ -143,16 +143,10 @@ impl FetcherShared {
     }
 }
 
-impl ShutdownSignal for FetcherShared {
-    fn is_running(&self) -> bool {
-        self.running.load(Ordering::SeqCst)
-    }
-    /// Clears the running flag, shuts the socket of a fetch in flight (it fails at once, and
-    /// no new connection is made) and wakes the thread if it waits. Never blocks on the
-    /// partition-map lock, which the fetcher holds across the requests of a truncation: when
-    /// the lock is taken, the wake-up goes out without it, and a wait that starts just after
-    /// ends within `IDLE_WAIT` anyway.
-    fn initiate_shutdown(&self) {
+impl FetcherShared {
+    /// Clears the running flag and shuts the socket of a fetch in flight (it fails at once,
+    /// and no new connection is made).
+    fn stop_fetching(&self) {
         self.running.store(false, Ordering::SeqCst);
         if let Some(s) = self
             .socket
@@ -162,13 +156,33 @@ impl ShutdownSignal for FetcherShared {
         {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        // Holding the map lock while notifying closes the window between a waiter's running
-        // check and its wait.
+    }
+
+    /// [`ShutdownSignal::initiate_shutdown`] for [`super::manager::StopHandle`], which must
+    /// never wait: it only *tries* the partition-map lock (the fetcher holds it across a
+    /// truncation's requests) to wake a waiting fetcher. Should the lock be taken, the
+    /// wake-up goes out without it, and a wait that begins just after ends within
+    /// `IDLE_WAIT`; the owner's own `initiate_shutdown` before it joins wakes it for sure.
+    pub(crate) fn interrupt(&self) {
+        self.stop_fetching();
         let _map = match self.map.try_lock() {
             Ok(g) => Some(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
         };
+        self.cond.notify_all();
+    }
+}
+
+impl ShutdownSignal for FetcherShared {
+    fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+    fn initiate_shutdown(&self) {
+        self.stop_fetching();
+        // Taking the map lock before notifying closes the window between a waiter's running
+        // check and its wait.
+        let _map = self.lock();
         self.cond.notify_all();
     }
 }

@@ -14,7 +14,7 @@ use super::abstract_fetcher::{
 };
 use super::leader_endpoint::BrokerEndPoint;
 use super::replica_fetcher::ReplicaLogOps;
-use super::shutdownable::{ShutdownSignal, ShutdownableThread};
+use super::shutdownable::ShutdownableThread;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
 use crate::client::cluster::{self, ClusterMetadata, OffsetAnswer};
@@ -72,9 +72,9 @@ pub const METADATA_REFRESH: Duration = Duration::from_secs(30);
 
 /// The one way to stop the fetching side, from any thread, even while the manager and the
 /// fetchers wait on brokers: [`StopHandle::stop`] sets the flag every step checks, shuts the
-/// socket of every connection the manager has open, initiates the shutdown of every fetcher
-/// (which never blocks, see [`FetcherShared`]'s `initiate_shutdown`) and wakes the manager,
-/// whose `run` then joins the fetchers and returns. Nothing else stops them.
+/// socket of every connection the manager has open, interrupts every fetcher (flag, socket,
+/// wake-up; it never waits on a fetcher's lock) and wakes the manager, whose `run` then
+/// shuts down and joins the fetchers and returns. Nothing else stops them.
 #[derive(Debug, Default)]
 pub struct StopHandle {
     stopping: AtomicBool,
@@ -105,7 +105,7 @@ impl StopHandle {
             .iter()
         {
             if let Some(f) = f.upgrade() {
-                f.initiate_shutdown();
+                f.interrupt();
             }
         }
         if let Some(tx) = self
@@ -130,7 +130,7 @@ impl StopHandle {
         fetchers.retain(|w| w.strong_count() > 0);
         fetchers.push(Arc::downgrade(f));
         if self.is_stopping() {
-            f.initiate_shutdown();
+            f.interrupt();
         }
     }
 
@@ -247,6 +247,9 @@ pub struct BrokerMetadata {
     request_timeout: Duration,
     stop: Arc<StopHandle>,
     conn: Option<TrackedConn>,
+    /// The connection of the last ListOffsets and its address: the second request of a
+    /// round (the `latest` fallback) goes on the same one.
+    offsets_conn: Option<(String, TrackedConn)>,
 }
 
 impl BrokerMetadata {
@@ -258,6 +261,7 @@ impl BrokerMetadata {
             request_timeout: Duration::from_millis(cfg.fetch.request_timeout_ms as u64),
             stop,
             conn: None,
+            offsets_conn: None,
         }
     }
 
@@ -319,9 +323,25 @@ impl MetadataSource for BrokerMetadata {
         isolation_level: i8,
         asks: &[(TopicPartition, i32, i64)],
     ) -> Result<OffsetAnswers> {
-        let mut tracked =
-            StopHandle::connect(&self.stop, addr, &self.client_id, self.request_timeout)?;
-        cluster::list_offsets(tracked.get()?, isolation_level, asks)
+        // A kept connection the broker may have closed meanwhile gets one fresh retry.
+        if let Some((a, mut c)) = self.offsets_conn.take()
+            && a == addr
+        {
+            match c
+                .get()
+                .and_then(|c| cluster::list_offsets(c, isolation_level, asks))
+            {
+                Ok(answers) => {
+                    self.offsets_conn = Some((a, c));
+                    return Ok(answers);
+                }
+                Err(e) => crate::log_debug!("ListOffsets on {addr} failed: {e:#}; reconnecting"),
+            }
+        }
+        let mut c = StopHandle::connect(&self.stop, addr, &self.client_id, self.request_timeout)?;
+        let answers = cluster::list_offsets(c.get()?, isolation_level, asks)?;
+        self.offsets_conn = Some((addr.to_string(), c));
+        Ok(answers)
     }
 }
 
@@ -549,7 +569,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                     }
                 }
             });
-        FetcherManager {
+        let m = FetcherManager {
             cfg,
             source,
             endpoints,
@@ -569,7 +589,18 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             failure_history: BTreeMap::new(),
             failed_written: None,
             hand_backs: BTreeMap::new(),
+        };
+        // Every loaded log is in the live figures from the start (the first STATUS= line and
+        // `status` count it): followed ones as starting, the others as stopped.
+        for (tp, log) in m.logs.all() {
+            let figures = log_figures(&lock_log(&log));
+            if m.follows(&tp) {
+                crate::live::live().loaded(&tp, &figures);
+            } else {
+                crate::live::live().stopped(&tp, NOT_FOLLOWED, &figures);
+            }
         }
+        m
     }
 
     /// How the daemon stops the manager and its fetchers (on SIGTERM).
@@ -642,15 +673,26 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                     if loud {
                         let since = failing_since.get_or_insert(now);
                         let lasted = now - *since;
+                        // The wait before the next try, as computed below for this round.
+                        let next_wait = backoff
+                            .saturating_mul(1 << incomplete_rounds.min(16))
+                            .min(INCOMPLETE_REFRESH_MAX.max(backoff));
                         crate::log_warn!(
-                            "metadata refresh failed{}: {e:#}; retrying in {}, then less often (at least every {})",
+                            "metadata refresh failed{}: {e:#}; retrying in {}{}",
                             if lasted.is_zero() {
                                 String::new()
                             } else {
                                 format!(" (for {} now)", Human(lasted))
                             },
-                            Human(backoff),
-                            Human(INCOMPLETE_REFRESH_MAX.max(backoff))
+                            Human(next_wait),
+                            if next_wait < INCOMPLETE_REFRESH_MAX.max(backoff) {
+                                format!(
+                                    ", then less often (at least every {})",
+                                    Human(INCOMPLETE_REFRESH_MAX.max(backoff))
+                                )
+                            } else {
+                                String::new()
+                            }
                         );
                         last_warned = Some(now);
                     } else {
@@ -721,7 +763,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 tp,
                 fetcher,
                 leader_epoch,
-                ..
+                reason,
             }) => {
                 let current = self
                     .assigned
@@ -738,6 +780,11 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 if let Some(a) = self.assigned.remove(&tp) {
                     self.handed_back.insert(tp.clone(), a);
                 }
+                crate::live::live().set_state(
+                    &tp,
+                    crate::live::State::BackingOff,
+                    Some(&format!("looking up its leader ({reason})")),
+                );
                 let now = Instant::now();
                 let hb = self.hand_backs.entry(tp).or_insert(HandBacks {
                     count: 0,
@@ -788,6 +835,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
         let follows = self.cfg.follow.clone();
         for f in &follows {
             let Some((err, parts)) = self.metadata.topics.get(&f.topic).cloned() else {
+                self.not_found(&f.topic);
                 missing.insert(f.topic.clone());
                 self.report_once(Said::TopicMissing(f.topic.clone()), || {
                     format!("topic `{}` is not in the leader's metadata", f.topic)
@@ -797,6 +845,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             };
             if !err.is_ok() {
                 if err == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION {
+                    self.not_found(&f.topic);
                     missing.insert(f.topic.clone());
                 }
                 self.report_once(Said::TopicError(f.topic.clone(), err.0), || {
@@ -828,6 +877,16 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
         }
         crate::live::live().set_missing_topics(missing);
         (out, all_known)
+    }
+
+    /// `topic` is not on the leader: its followed partitions with a local log that no fetcher
+    /// has (any more) show as not found, not as whatever they last were.
+    fn not_found(&self, topic: &str) {
+        for (tp, _) in self.logs.all() {
+            if tp.topic == topic && !self.assigned.contains_key(&tp) && self.follows(&tp) {
+                crate::live::live().set_state(&tp, crate::live::State::NotFound, None);
+            }
+        }
     }
 
     /// One round: refresh metadata, (re)assign partitions, stop idle fetchers. Returns whether
@@ -904,6 +963,9 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 .entry((target.broker, target.fetcher_id))
                 .or_default()
                 .push((tp, start, target.leader_epoch));
+        }
+        if self.stop.is_stopping() {
+            return Ok(false);
         }
         let offsets = self.initial_offsets(&to_add);
         // Each new log keeps a descriptor open: create only as many as the limit allows,
@@ -1109,7 +1171,13 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             if self.failed.remove(&tp).is_some() {
                 self.record_failed();
             }
-            crate::live::live().remove(&tp);
+            match self.logs.get(&tp) {
+                Some(log) => {
+                    let figures = log_figures(&lock_log(&log));
+                    crate::live::live().stopped(&tp, NOT_FOLLOWED, &figures);
+                }
+                None => crate::live::live().remove(&tp),
+            }
             crate::log_info!(
                 "{tp}: no longer in `follow`: fetching stopped; its log and checkpoint entries stay"
             );
@@ -1515,6 +1583,17 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             .get_or_create(tp, offset, topic_id)
             .context("cannot create its local log")?;
         Ok(PartitionFetchState::new(offset, epoch, FetchStatus::Fetching).with_topic_id(topic_id))
+    }
+}
+
+/// Why a partition with a local log is not fetched, when the configuration does not follow it.
+const NOT_FOLLOWED: &str = "not in `follow`; its log and checkpoint entries stay";
+
+fn log_figures(log: &crate::log::partition::PartitionLog) -> crate::live::LogFigures {
+    crate::live::LogFigures {
+        log_start_offset: log.log_start_offset(),
+        log_end_offset: log.log_end_offset(),
+        high_watermark: log.high_watermark(),
     }
 }
 

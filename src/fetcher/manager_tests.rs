@@ -261,7 +261,11 @@ struct Running {
 impl Running {
     /// Starts a manager following `follow` (TOML `[[follow]]` tables) with a 50 ms backoff.
     fn start(cluster: Arc<Cluster>, follow: &str) -> Running {
-        let (manager, dir) = manager(&cluster, follow);
+        Running::start_with_backoff(cluster, follow, 50)
+    }
+
+    fn start_with_backoff(cluster: Arc<Cluster>, follow: &str, backoff_ms: u64) -> Running {
+        let (manager, dir) = manager_with_backoff(&cluster, follow, backoff_ms);
         let logs = manager.logs.clone();
         let stop = manager.stop_handle();
         let events = manager.sender();
@@ -296,8 +300,16 @@ impl Drop for Running {
 type Manager = FetcherManager<Source, Leaders>;
 
 fn manager(cluster: &Arc<Cluster>, follow: &str) -> (Manager, tempfile::TempDir) {
+    manager_with_backoff(cluster, follow, 50)
+}
+
+fn manager_with_backoff(
+    cluster: &Arc<Cluster>,
+    follow: &str,
+    backoff_ms: u64,
+) -> (Manager, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = Arc::new(config(dir.path(), follow));
+    let cfg = Arc::new(config_with_backoff(dir.path(), follow, backoff_ms));
     let logs = Arc::new(LogManager::open(dir.path(), cfg.log_config()).unwrap());
     let m = FetcherManager::with_seams(
         cfg,
@@ -319,9 +331,14 @@ fn hand_back(fetcher: &str, epoch: i32) -> ManagerEvent {
 }
 
 fn config(dir: &std::path::Path, follow: &str) -> Config {
+    config_with_backoff(dir, follow, 50)
+}
+
+fn config_with_backoff(dir: &std::path::Path, follow: &str, backoff_ms: u64) -> Config {
     let text = format!(
-        "data_dir = {:?}\nbootstrap_servers = [\"b1:9092\"]\n{follow}\n[fetch]\nbackoff_ms = 50\nbackoff_max_ms = 400\nmax_wait_ms = 10\n",
-        dir.display().to_string()
+        "data_dir = {:?}\nbootstrap_servers = [\"b1:9092\"]\n{follow}\n[fetch]\nbackoff_ms = {backoff_ms}\nbackoff_max_ms = {}\nmax_wait_ms = 10\n",
+        dir.display().to_string(),
+        backoff_ms * 8
     );
     Config::parse(&text, std::path::Path::new("test.toml")).unwrap()
 }
@@ -433,7 +450,7 @@ fn hand_backs_to_the_same_leader_wait_longer_each_time_and_a_move_is_taken_at_on
 fn a_hand_back_waits_its_backoff_and_a_stale_one_changes_nothing() {
     let c = Cluster::new();
     c.lead(&tp(0), 1, 4);
-    let (mut m, _dir) = manager(&c, "[[follow]]\ntopic = \"t\"\n");
+    let (mut m, _dir) = manager_with_backoff(&c, "[[follow]]\ntopic = \"t\"\n", 1000);
     assert!(m.reconcile().unwrap(), "every partition has a fetcher");
     let at_1 = Assignment {
         broker: 1,
@@ -454,26 +471,40 @@ fn a_hand_back_waits_its_backoff_and_a_stale_one_changes_nothing() {
         assert!(m.hand_backs.is_empty());
         assert!(next < far, "metadata is looked at again soon");
     }
-    // From its fetcher: unassigned, and not given back to the same leader before the backoff.
+    // From its fetcher: unassigned, and not given back to the same leader before the backoff
+    // (a second here: no margin a loaded machine could eat).
     let mut next = far;
     let t = Instant::now();
     m.handle(hand_back("fetcher-broker-1-0", 4), &mut next);
     assert!(!m.assigned.contains_key(&tp(0)));
+    let wait = m.hand_backs[&tp(0)].not_before - t;
     assert!(
-        next <= t + Duration::from_millis(60),
-        "the next round comes after the backoff"
+        (Duration::from_millis(1000)..Duration::from_millis(1100)).contains(&wait),
+        "{wait:?}"
+    );
+    assert_eq!(
+        next,
+        m.hand_backs[&tp(0)].not_before,
+        "the next round comes then"
     );
     assert!(!m.reconcile().unwrap(), "still waiting");
     assert!(!m.assigned.contains_key(&tp(0)));
-    std::thread::sleep(Duration::from_millis(60));
+    std::thread::sleep(
+        m.hand_backs[&tp(0)]
+            .not_before
+            .saturating_duration_since(Instant::now()),
+    );
     assert!(m.reconcile().unwrap());
     assert_eq!(m.assigned.get(&tp(0)), Some(&at_1));
     // A second hand-back soon after waits twice as long.
     let mut next = far;
     let t = Instant::now();
     m.handle(hand_back("fetcher-broker-1-0", 4), &mut next);
-    assert!(next >= t + Duration::from_millis(100), "{:?}", next - t);
-    std::thread::sleep(Duration::from_millis(60));
+    let wait = m.hand_backs[&tp(0)].not_before - t;
+    assert!(
+        (Duration::from_millis(2000)..Duration::from_millis(2100)).contains(&wait),
+        "{wait:?}"
+    );
     assert!(!m.reconcile().unwrap(), "the doubled wait is not over");
     // A new leader epoch is no hand-back to wait out.
     c.lead(&tp(0), 1, 5);
@@ -516,18 +547,75 @@ fn stop_ends_run_at_once_and_joins_every_fetcher() {
     for p in 0..4 {
         c.lead(&tp(p), p % 2 + 1, 0);
     }
-    let mut r = Running::start(c.clone(), "[[follow]]\ntopic = \"t\"\n");
+    // Every fetch fails with a retriable error and backs off a second: the fetchers sleep on
+    // their condition variables and the manager on its channel, so only a wake-up ends them
+    // at once.
+    c.refuse(1, ErrorCode::UNKNOWN_SERVER_ERROR);
+    c.refuse(2, ErrorCode::UNKNOWN_SERVER_ERROR);
+    let mut r = Running::start_with_backoff(c.clone(), "[[follow]]\ntopic = \"t\"\n", 1000);
     assert!(eventually(5, || (0..4).all(|p| c.fetched(
         p % 2 + 1,
         &tp(p),
         0
     ))));
+    std::thread::sleep(Duration::from_millis(100));
     let took = r.stop();
-    assert!(took < Duration::from_secs(2), "run returned after {took:?}");
+    assert!(
+        took < Duration::from_millis(300),
+        "run returned after {took:?}"
+    );
     // Every fetcher thread was joined: nothing fetches any more.
     let n = c.total_fetches();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(c.total_fetches(), n);
+}
+
+#[test]
+fn a_fetcher_left_without_partitions_is_shut_down() {
+    let c = Cluster::new();
+    c.lead(&tp(0), 1, 0);
+    c.lead(&tp(1), 2, 0);
+    let (mut m, _dir) = manager(&c, "[[follow]]\ntopic = \"t\"\n");
+    assert!(m.reconcile().unwrap());
+    assert_eq!(
+        m.fetchers.keys().copied().collect::<Vec<_>>(),
+        [(1, 0), (2, 0)]
+    );
+    // Both partitions now led by broker 2 (a new epoch: no hand-back to wait out).
+    c.lead(&tp(0), 2, 1);
+    assert!(m.reconcile().unwrap());
+    assert_eq!(m.fetchers.keys().copied().collect::<Vec<_>>(), [(2, 0)]);
+    assert_eq!(m.fetchers[&(2, 0)].shared.partition_count(), 2);
+    m.stop.stop();
+    m.shutdown_all();
+}
+
+#[test]
+fn a_topic_gone_from_the_leader_shows_as_not_found_not_as_its_last_error() {
+    // A topic of its own: the live figures are one per process.
+    let gone = TopicPartition::new("gone-topic", 0);
+    let c = Cluster::new();
+    c.lead(&gone, 1, 0);
+    let (mut m, _dir) = manager(&c, "[[follow]]\ntopic = \"gone-topic\"\n");
+    assert!(m.reconcile().unwrap());
+    // The leader hands it back, then metadata no longer has the topic.
+    let mut next = Instant::now();
+    m.handle(
+        ManagerEvent::Fetcher(FetcherEvent::NeedsLeader {
+            tp: gone.clone(),
+            reason: "UNKNOWN_TOPIC_OR_PARTITION".into(),
+            fetcher: "fetcher-broker-1-0".into(),
+            leader_epoch: 0,
+        }),
+        &mut next,
+    );
+    let state = |tp: &TopicPartition| crate::live::live().partitions()[tp].state;
+    assert_eq!(state(&gone), crate::live::State::BackingOff);
+    c.md.lock().unwrap().topics.clear();
+    assert!(!m.reconcile().unwrap());
+    assert_eq!(state(&gone), crate::live::State::NotFound);
+    m.stop.stop();
+    m.shutdown_all();
 }
 
 #[test]

@@ -12,17 +12,25 @@
 //!   [`manager::MetadataSource`] and an [`manager::EndpointFactory`]. One
 //!   [`manager::StopHandle`] stops it and every fetcher.
 //!
-//! Lock order (outer first; never take an outer lock while holding an inner one):
+//! Lock order (outer first; a thread holding one takes only later ones):
 //! 1. a fetcher's partition map ([`abstract_fetcher::FetcherShared::lock`]), held by its thread
-//!    across a truncation's requests and while one response is validated and appended;
-//! 2. the log manager's checkpoint lock (the checkpoint task, across one checkpoint);
-//! 3. the log manager's map of logs (only to look a log up or add one);
-//! 4. one partition's log ([`crate::log::manager::lock_log`]).
+//!    across a truncation's requests and while it validates and appends one response (and
+//!    the checkpoint a truncation asks for);
+//! 2. the log manager's checkpoint lock, across one checkpoint (the checkpoint task, the
+//!    manager after creating logs, a fetcher after a truncation);
+//! 3. the log manager's failure-listener slot (a failure found by a checkpoint is told with
+//!    the checkpoint lock held; setting the listener walks every log);
+//! 4. the log manager's map of logs, mostly only to look a log up or add one (archiving holds
+//!    its write lock across that partition's flush and rename);
+//! 5. one partition's log ([`crate::log::manager::lock_log`]); a storage error found under it
+//!    is reported after it is released.
 //!
-//! Leaves, held briefly with nothing taken inside: the disk state, the live state
-//! ([`crate::live`]), the failure listener slot (it only sends on a channel), the stop handle's
-//! lists, and a fetcher's socket slot. [`manager::StopHandle::stop`] only *tries* a partition
-//! map's lock, so a fetcher busy under it cannot delay a shutdown.
+//! Leaves, taking no other lock: the disk state (held across its `statvfs`, its own file and
+//! the STATUS= it sends), the live state ([`crate::live`]), the stop handle's socket list, a
+//! fetcher's socket slot. The stop handle's fetcher list is held while it interrupts each
+//! fetcher, which takes that fetcher's socket slot and only *tries* its partition map: stopping
+//! never waits on a fetcher. The shutdown that follows joins each fetcher after the step it is
+//! in (a network wait ends at once with its socket shut; a disk write or checkpoint finishes).
 
 pub mod abstract_fetcher;
 pub mod leader_endpoint;

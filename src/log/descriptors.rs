@@ -38,9 +38,14 @@ pub fn log_budget() -> u64 {
 pub fn is_exhausted(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::raw_os_error)
-            .is_some_and(|code| code == 24 || code == 23)
+            .is_some_and(is_exhausted_io)
     })
+}
+
+/// Whether `e` is EMFILE or ENFILE.
+pub fn is_exhausted_io(e: &std::io::Error) -> bool {
+    e.raw_os_error()
+        .is_some_and(|code| code == 24 || code == 23)
 }
 
 /// Says that the limit was reached (with `what` met it and how to raise it) at most once a
