@@ -93,6 +93,15 @@ pub fn plain_io_error(e: &std::io::Error) -> String {
     }
 }
 
+/// A count and the noun that fits it, for messages: `1 segment`, `3 segments`.
+pub fn count<N>(n: N, one: &str, many: &str) -> String
+where
+    N: std::fmt::Display + PartialEq + From<u8>,
+{
+    let noun = if n == N::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
 pub fn enabled(level: u8) -> bool {
     level <= LEVEL.load(Ordering::Relaxed)
 }
@@ -161,6 +170,13 @@ mod tests {
         assert_eq!(super::plain_io_error(&e), "Connection refused");
         let custom = std::io::Error::other("broker went away");
         assert_eq!(super::plain_io_error(&custom), "broker went away");
+    }
+
+    #[test]
+    fn counts_take_the_noun_that_fits() {
+        assert_eq!(super::count(1usize, "segment", "segments"), "1 segment");
+        assert_eq!(super::count(0usize, "segment", "segments"), "0 segments");
+        assert_eq!(super::count(3u64, "entry", "entries"), "3 entries");
     }
 
     #[test]

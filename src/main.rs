@@ -2,6 +2,7 @@
 
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::config::Config;
+use replica_follower::logging::count;
 use replica_follower::{daemon, inspect, logging};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -191,9 +192,9 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
         "check-config" => Ok(match load_config(args)? {
             Ok(cfg) => {
                 println!(
-                    "{}: ok ({} topic(s), data dir `{}`)",
+                    "{}: ok ({}, data dir `{}`)",
                     args.req("config")?,
-                    cfg.follow.len(),
+                    count(cfg.follow.len(), "topic", "topics"),
                     cfg.data_dir.display()
                 );
                 ExitCode::SUCCESS
@@ -363,23 +364,25 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 Ok(r) if r.problems.is_empty() => {
                     let archived = if r.archived > 0 {
                         format!(
-                            " (segments and batches include {} archived history/ies)",
-                            r.archived
+                            " (segments and batches include {})",
+                            count(r.archived, "archived history", "archived histories")
                         )
                     } else {
                         String::new()
                     };
                     let in_flight = if r.in_flight_bytes > 0 {
                         format!(
-                            "; {} byte(s) past the recovery points are being written and were not checked (--all checks them)",
-                            r.in_flight_bytes
+                            "; {} past the recovery points are being written and were not checked (--all checks them)",
+                            count(r.in_flight_bytes, "byte", "bytes")
                         )
                     } else {
                         String::new()
                     };
                     println!(
-                        "ok: {} partition(s), {} segment(s), {} batch(es) verified{archived}{in_flight}",
-                        r.partitions, r.segments, r.batches
+                        "ok: {}, {}, {} verified{archived}{in_flight}",
+                        count(r.partitions, "partition", "partitions"),
+                        count(r.segments, "segment", "segments"),
+                        count(r.batches, "batch", "batches")
                     );
                     Ok(ExitCode::SUCCESS)
                 }

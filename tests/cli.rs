@@ -102,7 +102,7 @@ fn the_shipped_example_config_is_valid() {
     let p = support::manifest_dir().join("systemd/follower.toml.example");
     let (code, out, err) = run(&["check-config", "--config", p.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("2 topic(s)"), "{out}");
+    assert!(out.contains("2 topics"), "{out}");
 }
 
 #[test]
