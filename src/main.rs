@@ -130,7 +130,7 @@ fn runtime(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", logging::plain_chain(&e));
             ExitCode::from(1)
         }
     }
@@ -182,7 +182,7 @@ fn main() -> ExitCode {
 fn load_config(args: &Args) -> Result<Result<Config, ExitCode>, String> {
     let path = PathBuf::from(args.req("config")?);
     Ok(Config::load(&path).map_err(|e| {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", logging::plain_chain(&e));
         ExitCode::from(2)
     }))
 }
