@@ -297,7 +297,18 @@ const CONFIG_CASES: &[(&str, &str, Option<usize>)] = &[
         Some(7),
     ),
     (
+        "`fetch.max_bytes` below the default `fetch.partition_max_bytes`",
+        "topic = \"orders\"\n[fetch]\nmax_bytes = 1000\n",
+        Some(6),
+    ),
+    (
         "`fetch.backoff_max_ms` below `fetch.backoff_ms`",
+        "topic = \"orders\"\n[fetch]\nbackoff_ms = 20000\nbackoff_max_ms = 5000\n",
+        Some(7),
+    ),
+    // The error is about the key the file sets, at its line.
+    (
+        "`fetch.backoff_ms` above the default `fetch.backoff_max_ms`",
         "topic = \"orders\"\n[fetch]\nbackoff_ms = 20000\n",
         Some(6),
     ),
