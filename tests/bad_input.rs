@@ -233,6 +233,10 @@ const USAGE_CASES: &[(&str, &[&str])] = &[
         &["dump --data-dir DIR --topic t --partition 0 --count 0"],
     ),
     (
+        "`--max 0`",
+        &["offsets --data-dir DIR --topic t --partition 0 --time -1 --max 0"],
+    ),
+    (
         "bad `--timestamp`",
         &["offsets --data-dir DIR --topic t --partition 0 --timestamp yesterday"],
     ),

@@ -196,9 +196,10 @@ fn version_and_inspection_edge_cases() {
         "{out}"
     );
     assert_eq!(dump_inspect(d, Some("-5")).0, Some(2));
-    let (code, _, err) = dump_inspect(d, Some("5000"));
+    let (code, out, err) = dump_inspect(d, Some("5000"));
     assert_eq!(code, Some(0));
     assert!(err.contains("past the log end 300"), "{err}");
+    assert_eq!(out, "", "only the note, no bare segment header");
 
     // Damage: the log torn mid-batch and the index full of garbage entries.
     let pdir = data.join("inspect-0");
