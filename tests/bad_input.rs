@@ -419,7 +419,7 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
         s.locked(&["repair --config FILE"])
     }),
     (
-        "`status`, `verify`, `dump`, `offsets` on a data dir that does not exist",
+        "`status --data-dir`, `verify`, `dump`, `offsets` on a data dir that does not exist",
         |s| {
             s.data_dir(
                 None,
@@ -431,6 +431,11 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
                 ],
             )
         },
+    ),
+    // Intended: a configuration before its first run, not a mistyped path.
+    (
+        "`status --config` whose data dir does not exist yet (not run so far: every followed partition is listed without a log)",
+        |s| s.valid_config(&s.dir(), &["status --config FILE"]),
     ),
     ("`status`, `verify` on a file", |s| {
         std::fs::write(s.dir(), "").unwrap();
