@@ -455,24 +455,26 @@ impl Config {
                 at(&["metrics.listen"])
             );
         }
-        if self.fetch.backoff_max_ms < self.fetch.backoff_ms {
-            bail!(
-                "{}key `fetch.backoff_max_ms` ({}) must not be below `fetch.backoff_ms` ({})",
-                at(&["fetch.backoff_max_ms", "fetch.backoff_ms"]),
-                self.fetch.backoff_max_ms,
-                self.fetch.backoff_ms
-            );
-        }
-        if self.fetch.partition_max_bytes > self.fetch.max_bytes {
-            bail!(
-                "{}key `fetch.partition_max_bytes` ({}) must not exceed `fetch.max_bytes` ({})",
-                at(&["fetch.partition_max_bytes", "fetch.max_bytes"]),
-                self.fetch.partition_max_bytes,
-                self.fetch.max_bytes
-            );
-        }
-        Ok(())
+        keys.at_most(
+            ("fetch.backoff_ms", self.fetch.backoff_ms),
+            ("fetch.backoff_max_ms", self.fetch.backoff_max_ms),
+            Said::ByHigh,
+        )?;
+        keys.at_most(
+            (
+                "fetch.partition_max_bytes",
+                i64::from(self.fetch.partition_max_bytes),
+            ),
+            ("fetch.max_bytes", i64::from(self.fetch.max_bytes)),
+            Said::ByLow,
+        )
     }
+}
+
+/// Which key a cross-key error is about when the file sets both (or neither).
+enum Said {
+    ByLow,
+    ByHigh,
 }
 
 /// Every key the file sets, dotted as an operator writes it (`fetch.max_bytes`,
@@ -558,6 +560,34 @@ impl<'t> KeySpans<'t> {
     }
 
     /// `line N: ` for the first of `names` the file sets; empty when it sets none.
+    /// Checks `low.1 <= high.1`. The error is about a key the file sets, at its line, and a
+    /// value the file leaves at its default says so: `key `fetch.backoff_ms` (20000) must
+    /// not exceed `fetch.backoff_max_ms` (10000, its default)`.
+    fn at_most(&self, low: (&str, i64), high: (&str, i64), said: Said) -> Result<()> {
+        if low.1 <= high.1 {
+            return Ok(());
+        }
+        let sets = |name: &str| self.keys.iter().any(|k| k.name == name);
+        let by_low = match said {
+            Said::ByLow => sets(low.0) || !sets(high.0),
+            Said::ByHigh => sets(low.0) && !sets(high.0),
+        };
+        let (subject, verb, other) = if by_low {
+            (low, "must not exceed", high)
+        } else {
+            (high, "must not be below", low)
+        };
+        let default = if sets(other.0) { "" } else { ", its default" };
+        bail!(
+            "{}key `{}` ({}) {verb} `{}` ({}{default})",
+            self.line_of_first(&[subject.0]),
+            subject.0,
+            subject.1,
+            other.0,
+            other.1
+        )
+    }
+
     fn line_of_first(&self, names: &[&str]) -> String {
         names
             .iter()
@@ -805,10 +835,23 @@ interval_ms = 20
                 format!("{MINIMAL}[fetch]\nmax_bytes = 10\npartition_max_bytes = 20\n"),
                 "line 8: key `fetch.partition_max_bytes`",
             ),
-            // A key left at its default has no line: the other key's is given.
+            // A key left at its default has no line: the error is about the key the file
+            // sets, and says the other value is the default.
             (
                 format!("{MINIMAL}[fetch]\nbackoff_ms = 20000\n"),
-                "line 7: key `fetch.backoff_max_ms`",
+                "line 7: key `fetch.backoff_ms` (20000) must not exceed `fetch.backoff_max_ms` (10000, its default)",
+            ),
+            (
+                format!("{MINIMAL}[fetch]\nbackoff_max_ms = 500\n"),
+                "line 7: key `fetch.backoff_max_ms` (500) must not be below `fetch.backoff_ms` (1000, its default)",
+            ),
+            (
+                format!("{MINIMAL}[fetch]\nbackoff_max_ms = 500\nbackoff_ms = 600\n"),
+                "line 7: key `fetch.backoff_max_ms` (500) must not be below `fetch.backoff_ms` (600)",
+            ),
+            (
+                format!("{MINIMAL}[fetch]\nmax_bytes = 1000\n"),
+                "line 7: key `fetch.max_bytes` (1000) must not be below `fetch.partition_max_bytes` (1048576, its default)",
             ),
             // A table lacking a required key is named with its header's line.
             (

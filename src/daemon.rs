@@ -434,18 +434,19 @@ fn reload(
     .collect();
     if !restart.is_empty() {
         crate::log_warn!(
-            "reload of `{}`: {} changed and take(s) effect at the next restart",
+            "reload of `{}`: {} changed and {} effect at the next restart",
             path.display(),
-            restart.join(", ")
+            restart.join(", "),
+            if restart.len() == 1 { "takes" } else { "take" }
         );
     }
     if new.follow == running.follow {
         crate::log_info!("reload of `{}`: `follow` is unchanged", path.display());
     } else {
         crate::log_info!(
-            "reload of `{}`: following {} topic entr(y/ies) now",
+            "reload of `{}`: following {} now",
             path.display(),
-            new.follow.len()
+            crate::logging::count(new.follow.len(), "topic entry", "topic entries")
         );
         let _ = to_manager.send(ManagerEvent::Reload(new.follow));
     }

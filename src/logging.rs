@@ -93,6 +93,28 @@ pub fn plain_io_error(e: &std::io::Error) -> String {
     }
 }
 
+/// An error chain as `{:#}` prints it, each I/O error in it without its ` (os error N)`
+/// suffix: "failed to read config `f.toml`: No such file or directory".
+pub fn plain_chain(e: &anyhow::Error) -> String {
+    let parts: Vec<String> = e
+        .chain()
+        .map(|c| match c.downcast_ref::<std::io::Error>() {
+            Some(io) => plain_io_error(io),
+            None => c.to_string(),
+        })
+        .collect();
+    parts.join(": ")
+}
+
+/// A count and the noun that fits it, for messages: `1 segment`, `3 segments`.
+pub fn count<N>(n: N, one: &str, many: &str) -> String
+where
+    N: std::fmt::Display + PartialEq + From<u8>,
+{
+    let noun = if n == N::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
 pub fn enabled(level: u8) -> bool {
     level <= LEVEL.load(Ordering::Relaxed)
 }
@@ -161,6 +183,24 @@ mod tests {
         assert_eq!(super::plain_io_error(&e), "Connection refused");
         let custom = std::io::Error::other("broker went away");
         assert_eq!(super::plain_io_error(&custom), "broker went away");
+    }
+
+    #[test]
+    fn error_chains_read_without_os_error_numbers() {
+        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(2))
+            .context("failed to read config `f.toml`");
+        assert!(format!("{e:#}").ends_with("(os error 2)"), "{e:#}");
+        assert_eq!(
+            super::plain_chain(&e),
+            "failed to read config `f.toml`: No such file or directory"
+        );
+    }
+
+    #[test]
+    fn counts_take_the_noun_that_fits() {
+        assert_eq!(super::count(1usize, "segment", "segments"), "1 segment");
+        assert_eq!(super::count(0usize, "segment", "segments"), "0 segments");
+        assert_eq!(super::count(3u64, "entry", "entries"), "3 entries");
     }
 
     #[test]

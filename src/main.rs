@@ -2,6 +2,7 @@
 
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::config::Config;
+use replica_follower::logging::count;
 use replica_follower::{daemon, inspect, logging};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,7 +38,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET]\n                      [--count N] [--records]\n\nPrints the batches holding an offset from --from (default 0) to --to (inclusive,\ndefault the log end), one line each: offsets, position, size, magic, leader epoch,\ncodec, record count, max timestamp and timestamp type (CreateTime/LogAppendTime),\ntransactional and control flags, producer id, epoch and base sequence, the marker of\na control batch, CRC status. Under each, the records in the range (offset, timestamp,\nkey, value, headers; a control record as `COMMIT marker` or `ABORT marker (coordinator\nepoch N)`): of uncompressed batches only, or with --records of every v2 batch,\ndecompressed (gzip, snappy, lz4, zstd; at most 64 MiB a batch).\n--count N: at most N records with --records, at most N batches without.\nExit 1 when a damaged batch or tail was shown or records could not be decompressed or\ndecoded (`cannot …` lines name the segment and batch); 2 on a bad flag value.\n"
         }
         "offsets" => {
-            "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\nreplica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339\n\n--time: Kafka's classic answer from segment times: offsets before time MS (-1 latest,\n-2 earliest) from the local log, one a line, newest first, at most N (default 1).\n\n--timestamp: the modern ListOffsets answer by record timestamp: the first offset (at or\nafter the log start) whose record timestamp is at or after T, found through the time\nindex and decompressing batches as needed; T in ms since the epoch or an RFC 3339\ndate-time with a zone (2026-11-30T07:12:03Z). Prints `offset=O timestamp=MS (UTC)`,\nor a line starting `none:` with the log end when no record qualifies (Kafka answers\n-1). Exit 1 when a damaged batch lies where the answer is sought; 2 on a bad T.\n"
+            "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\nreplica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339\n\n--time: Kafka's classic answer from segment times: offsets before time MS (-1 latest,\n-2 earliest) from the local log, one a line, newest first, at most N (default 1).\nNothing when no segment is as old as MS (Kafka's answer is empty then too).\n\n--timestamp: the modern ListOffsets answer by record timestamp: the first offset (at or\nafter the log start) whose record timestamp is at or after T, found through the time\nindex and decompressing batches as needed; T in ms since the epoch or an RFC 3339\ndate-time with a zone (2026-11-30T07:12:03Z). Prints `offset=O timestamp=MS (UTC)`,\nor a line starting `none:` with the log end when no record qualifies (Kafka answers\n-1). Exit 1 when a damaged batch lies where the answer is sought; 2 on a bad T.\n"
         }
         "verify" => {
             "replica-follower verify --data-dir DIR [--all]\nreplica-follower verify --config FILE [--against-leader | --all]\n\nWhile a daemon runs on the data dir, each partition is checked up to its checkpointed\nrecovery point (fsynced, so stable) and what lies past it is reported as in flight, so a\ncheck from a timer raises no false alarm; --all checks everything (exact on a stopped\nreplica, which is always checked whole). Checks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
@@ -129,7 +130,7 @@ fn runtime(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", logging::plain_chain(&e));
             ExitCode::from(1)
         }
     }
@@ -181,7 +182,7 @@ fn main() -> ExitCode {
 fn load_config(args: &Args) -> Result<Result<Config, ExitCode>, String> {
     let path = PathBuf::from(args.req("config")?);
     Ok(Config::load(&path).map_err(|e| {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", logging::plain_chain(&e));
         ExitCode::from(2)
     }))
 }
@@ -191,9 +192,9 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
         "check-config" => Ok(match load_config(args)? {
             Ok(cfg) => {
                 println!(
-                    "{}: ok ({} topic(s), data dir `{}`)",
+                    "{}: ok ({}, data dir `{}`)",
                     args.req("config")?,
-                    cfg.follow.len(),
+                    count(cfg.follow.len(), "topic", "topics"),
                     cfg.data_dir.display()
                 );
                 ExitCode::SUCCESS
@@ -331,6 +332,10 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 return Err("--time must be -1, -2 or a timestamp in ms".into());
             }
             let max = args.num::<usize>("max")?.unwrap_or(1);
+            // As `dump --count 0`: an answer that can only be empty is a mistake.
+            if max == 0 {
+                return Err("--max must be ≥ 1".into());
+            }
             Ok(runtime(
                 inspect::offsets::offsets(&dir, &tp, time, max).map(|offs| {
                     for o in offs {
@@ -363,23 +368,25 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 Ok(r) if r.problems.is_empty() => {
                     let archived = if r.archived > 0 {
                         format!(
-                            " (segments and batches include {} archived history/ies)",
-                            r.archived
+                            " (segments and batches include {})",
+                            count(r.archived, "archived history", "archived histories")
                         )
                     } else {
                         String::new()
                     };
                     let in_flight = if r.in_flight_bytes > 0 {
                         format!(
-                            "; {} byte(s) past the recovery points are being written and were not checked (--all checks them)",
-                            r.in_flight_bytes
+                            "; {} past the recovery points are being written and were not checked (--all checks them)",
+                            count(r.in_flight_bytes, "byte", "bytes")
                         )
                     } else {
                         String::new()
                     };
                     println!(
-                        "ok: {} partition(s), {} segment(s), {} batch(es) verified{archived}{in_flight}",
-                        r.partitions, r.segments, r.batches
+                        "ok: {}, {}, {} verified{archived}{in_flight}",
+                        count(r.partitions, "partition", "partitions"),
+                        count(r.segments, "segment", "segments"),
+                        count(r.batches, "batch", "batches")
                     );
                     Ok(ExitCode::SUCCESS)
                 }

@@ -233,6 +233,10 @@ const USAGE_CASES: &[(&str, &[&str])] = &[
         &["dump --data-dir DIR --topic t --partition 0 --count 0"],
     ),
     (
+        "`--max 0`",
+        &["offsets --data-dir DIR --topic t --partition 0 --time -1 --max 0"],
+    ),
+    (
         "bad `--timestamp`",
         &["offsets --data-dir DIR --topic t --partition 0 --timestamp yesterday"],
     ),
@@ -297,7 +301,18 @@ const CONFIG_CASES: &[(&str, &str, Option<usize>)] = &[
         Some(7),
     ),
     (
+        "`fetch.max_bytes` below the default `fetch.partition_max_bytes`",
+        "topic = \"orders\"\n[fetch]\nmax_bytes = 1000\n",
+        Some(6),
+    ),
+    (
         "`fetch.backoff_max_ms` below `fetch.backoff_ms`",
+        "topic = \"orders\"\n[fetch]\nbackoff_ms = 20000\nbackoff_max_ms = 5000\n",
+        Some(7),
+    ),
+    // The error is about the key the file sets, at its line.
+    (
+        "`fetch.backoff_ms` above the default `fetch.backoff_max_ms`",
         "topic = \"orders\"\n[fetch]\nbackoff_ms = 20000\n",
         Some(6),
     ),
@@ -404,7 +419,7 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
         s.locked(&["repair --config FILE"])
     }),
     (
-        "`status`, `verify`, `dump`, `offsets` on a data dir that does not exist",
+        "`status --data-dir`, `verify`, `dump`, `offsets` on a data dir that does not exist",
         |s| {
             s.data_dir(
                 None,
@@ -416,6 +431,11 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
                 ],
             )
         },
+    ),
+    // Intended: a configuration before its first run, not a mistyped path.
+    (
+        "`status --config` whose data dir does not exist yet (not run so far: every followed partition is listed without a log)",
+        |s| s.valid_config(&s.dir(), &["status --config FILE"]),
     ),
     ("`status`, `verify` on a file", |s| {
         std::fs::write(s.dir(), "").unwrap();

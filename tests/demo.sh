@@ -8,4 +8,5 @@ cd "$(dirname "$0")/.."
 source tests/setup-env.sh
 echo "== building replica-follower (release)"
 cargo build --release --quiet
-exec "$venv/bin/python" tests/demo.py target/release/replica-follower target/demo
+# cargo puts the binary under CARGO_TARGET_DIR when it is set.
+exec "$venv/bin/python" tests/demo.py "${CARGO_TARGET_DIR:-target}/release/replica-follower" target/demo

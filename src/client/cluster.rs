@@ -44,12 +44,12 @@ impl ClusterMetadata {
 /// Asks `conn` for the metadata of `topics`.
 pub fn fetch_metadata(conn: &mut BrokerConnection, topics: &[String]) -> Result<ClusterMetadata> {
     let v = conn.require_version(ApiKey::Metadata)?;
-    let addr = conn.addr().to_string();
+    let name = conn.name().to_string();
     let body = conn.send(ApiKey::Metadata, v, Duration::ZERO, |w| {
         metadata::encode_request(w, v, topics)
     })?;
     let resp = metadata::decode_response(body, v)
-        .with_context(|| format!("broker {addr}: bad Metadata v{v} response"))?;
+        .with_context(|| format!("{name}: bad Metadata v{v} response"))?;
     let mut out = ClusterMetadata {
         cluster_id: resp.cluster_id.filter(|c| !c.is_empty()),
         ..ClusterMetadata::default()
@@ -138,7 +138,7 @@ pub fn list_offset(
     )?;
     answers
         .remove(tp)
-        .with_context(|| format!("broker {}: ListOffsets response lacks {tp}", conn.addr()))
+        .with_context(|| format!("{}: ListOffsets response lacks {tp}", conn.name()))
 }
 
 /// ListOffsets for many partitions in one request: (partition, current leader epoch,
@@ -149,7 +149,7 @@ pub fn list_offsets(
     asks: &[(TopicPartition, i32, i64)],
 ) -> Result<BTreeMap<TopicPartition, std::result::Result<OffsetAnswer, ErrorCode>>> {
     let v = conn.require_version(ApiKey::ListOffsets)?;
-    let addr = conn.addr().to_string();
+    let name = conn.name().to_string();
     let mut req: Vec<(String, Vec<ListOffsetsPartition>)> = Vec::new();
     for (tp, current_leader_epoch, timestamp) in asks {
         let p = ListOffsetsPartition {
@@ -166,7 +166,7 @@ pub fn list_offsets(
         list_offsets::encode_request(w, v, isolation_level, &req)
     })?;
     let resp = list_offsets::decode_response(body, v)
-        .with_context(|| format!("broker {addr}: bad ListOffsets v{v} response"))?;
+        .with_context(|| format!("{name}: bad ListOffsets v{v} response"))?;
     let mut out = BTreeMap::new();
     for (topic, parts) in resp {
         for p in parts {
@@ -195,7 +195,7 @@ pub fn epoch_end_offset(
     let Some(v) = conn.version(ApiKey::OffsetForLeaderEpoch) else {
         return Ok(None);
     };
-    let addr = conn.addr().to_string();
+    let name = conn.name().to_string();
     let req = vec![(
         tp.topic.clone(),
         vec![EpochRequest {
@@ -208,14 +208,14 @@ pub fn epoch_end_offset(
         offset_for_leader_epoch::encode_request(w, v, &req)
     })?;
     let resp = offset_for_leader_epoch::decode_response(body, v)
-        .with_context(|| format!("broker {addr}: bad OffsetForLeaderEpoch v{v} response"))?;
+        .with_context(|| format!("{name}: bad OffsetForLeaderEpoch v{v} response"))?;
     let Some(p) = resp
         .into_iter()
         .filter(|(t, _)| *t == tp.topic)
         .flat_map(|(_, ps)| ps.into_iter())
         .find(|p| p.partition == tp.partition)
     else {
-        bail!("broker {addr}: OffsetForLeaderEpoch response lacks {tp}");
+        bail!("{name}: OffsetForLeaderEpoch response lacks {tp}");
     };
     Ok(Some(p))
 }

@@ -29,6 +29,9 @@ const RECV_CHUNK: usize = 1 << 20;
 #[derive(Debug)]
 pub struct BrokerConnection {
     addr: String,
+    /// How messages name the broker: `broker ADDR`, or `broker ID (ADDR)` when the caller
+    /// knows the id, so an error names it once.
+    name: String,
     stream: TcpStream,
     client_id: String,
     next_correlation_id: i32,
@@ -37,6 +40,17 @@ pub struct BrokerConnection {
     recv_buf: Vec<u8>,
     request_timeout: Duration,
     max_response_bytes: usize,
+}
+
+/// The same I/O error (its kind kept, so callers still tell connection failures apart by it)
+/// with a message as people write it: "Connection refused", not "Connection refused (os
+/// error 111)".
+fn plain(e: std::io::Error) -> std::io::Error {
+    // Out of descriptors keeps its OS error, which the descriptor budget looks for.
+    if crate::log::descriptors::is_exhausted_io(&e) {
+        return e;
+    }
+    std::io::Error::new(e.kind(), crate::logging::plain_io_error(&e))
 }
 
 impl BrokerConnection {
@@ -73,10 +87,31 @@ impl BrokerConnection {
         request_timeout: Duration,
         register: impl FnOnce(&TcpStream),
     ) -> Result<Self> {
+        let name = format!("broker {addr}");
+        Self::connect_named(
+            addr,
+            &name,
+            client_id,
+            max_response_bytes,
+            request_timeout,
+            register,
+        )
+    }
+
+    /// [`Self::connect_registering`], with every error of this connection naming the broker
+    /// as `name` (`broker 2 (10.0.0.5:9092)`) instead of by its address alone.
+    pub fn connect_named(
+        addr: &str,
+        name: &str,
+        client_id: &str,
+        max_response_bytes: usize,
+        request_timeout: Duration,
+        register: impl FnOnce(&TcpStream),
+    ) -> Result<Self> {
         let connect_timeout = DEFAULT_CONNECT_TIMEOUT.min(request_timeout);
         let addrs: Vec<_> = addr
             .to_socket_addrs()
-            .with_context(|| format!("broker {addr}: cannot resolve address"))?
+            .with_context(|| format!("{name}: cannot resolve address"))?
             .collect();
         let mut last_err = None;
         let mut stream = None;
@@ -93,26 +128,20 @@ impl BrokerConnection {
         let stream = match (stream, last_err) {
             (Some(s), _) => s,
             (None, Some(e)) => {
-                // "Connection refused", not "Connection refused (os error 111)"; out of
-                // descriptors keeps its OS error, which the descriptor budget looks for.
-                let e = if crate::log::descriptors::is_exhausted_io(&e) {
-                    e
-                } else {
-                    std::io::Error::new(e.kind(), crate::logging::plain_io_error(&e))
-                };
-                return Err(e).with_context(|| format!("broker {addr}: connect failed"));
+                return Err(plain(e)).with_context(|| format!("{name}: connect failed"));
             }
-            (None, None) => bail!("broker {addr}: address resolves to nothing"),
+            (None, None) => bail!("{name}: address resolves to nothing"),
         };
         stream
             .set_nodelay(true)
-            .with_context(|| format!("broker {addr}: set_nodelay"))?;
+            .with_context(|| format!("{name}: set_nodelay"))?;
         stream
             .set_write_timeout(Some(request_timeout))
-            .with_context(|| format!("broker {addr}: set timeout"))?;
+            .with_context(|| format!("{name}: set timeout"))?;
         register(&stream);
         let mut conn = BrokerConnection {
             addr: addr.to_string(),
+            name: name.to_string(),
             stream,
             client_id: client_id.to_string(),
             next_correlation_id: 1,
@@ -128,6 +157,11 @@ impl BrokerConnection {
 
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// How this connection's errors name the broker (`broker ADDR` or `broker ID (ADDR)`).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// A second handle on the socket, so another thread can shut it down.
@@ -152,21 +186,16 @@ impl BrokerConnection {
                     .and_then(|r| r.api_keys.iter().find(|k| k.api_key == 18).map(|k| k.max));
                 let next = theirs.map_or(version - 1, |m| m.min(version - 1)).max(0);
                 crate::log_debug!(
-                    "broker {}: ApiVersions v{version} unsupported, retrying at v{next}",
-                    self.addr
+                    "{}: ApiVersions v{version} unsupported, retrying at v{next}",
+                    self.name
                 );
                 version = next;
                 continue;
             }
-            let resp = api_versions::decode_response(body, version).with_context(|| {
-                format!("broker {}: bad ApiVersions v{version} response", self.addr)
-            })?;
+            let resp = api_versions::decode_response(body, version)
+                .with_context(|| format!("{}: bad ApiVersions v{version} response", self.name))?;
             if !resp.error.is_ok() {
-                bail!(
-                    "broker {}: ApiVersions failed with {}",
-                    self.addr,
-                    resp.error
-                );
+                bail!("{}: ApiVersions failed with {}", self.name, resp.error);
             }
             break resp;
         };
@@ -191,8 +220,8 @@ impl BrokerConnection {
     pub fn require_version(&self, api: ApiKey) -> Result<i16> {
         self.version(api).ok_or_else(|| {
             anyhow!(
-                "broker {}: no common version of {} (we speak v{}–v{})",
-                self.addr,
+                "{}: no common version of {} (we speak v{}–v{})",
+                self.name,
                 api.name(),
                 api.supported().0,
                 api.supported().1
@@ -237,7 +266,8 @@ impl BrokerConnection {
         }
         let sent = self.stream.write_all(&w.buf);
         self.send_buf = w.buf;
-        sent.with_context(|| format!("broker {}: sending {} failed", self.addr, api.name()))?;
+        sent.map_err(plain)
+            .with_context(|| format!("{}: sending {} failed", self.name, api.name()))?;
         Ok(correlation_id)
     }
 
@@ -260,7 +290,7 @@ impl BrokerConnection {
         let mut timeout = wait;
         self.stream
             .set_read_timeout(Some(timeout))
-            .with_context(|| format!("broker {}: set timeout", self.addr))?;
+            .with_context(|| format!("{}: set timeout", self.name))?;
         let mut size = [0u8; 4];
         let mut got = 0;
         while got < size.len() {
@@ -271,8 +301,8 @@ impl BrokerConnection {
         let size = i32::from_be_bytes(size);
         if size < 4 || size as usize > self.max_response_bytes {
             bail!(
-                "broker {}: {} response frame of {size} bytes is out of bounds (limit {})",
-                self.addr,
+                "{}: {} response frame of {size} bytes is out of bounds (limit {})",
+                self.name,
                 api.name(),
                 self.max_response_bytes
             );
@@ -308,11 +338,11 @@ impl BrokerConnection {
         let frame = self.recv_buf.get(..size).unwrap_or_default();
         let mut r = Reader::new(frame);
         let got = decode_response_header(&mut r, api, version)
-            .with_context(|| format!("broker {}: bad {} response header", self.addr, api.name()))?;
+            .with_context(|| format!("{}: bad {} response header", self.name, api.name()))?;
         if got != correlation_id {
             bail!(
-                "broker {}: {} response has correlation id {got}, expected {correlation_id}",
-                self.addr,
+                "{}: {} response has correlation id {got}, expected {correlation_id}",
+                self.name,
                 api.name()
             );
         }
@@ -344,13 +374,19 @@ impl BrokerConnection {
                 )
             }
         };
+        // An I/O error in the chain, as for any connection failure, but worded for people:
+        // not "Resource temporarily unavailable (os error 11)".
         let timed_out = || {
-            anyhow::anyhow!(
-                "broker {}: {} response not complete within the request deadline of {} ms ({got} of {total} bytes arrived)",
-                self.addr,
+            anyhow::Error::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{got} of {total} bytes arrived"),
+            ))
+            .context(format!(
+                "{}: {} response not complete within the request deadline of {} ms",
+                self.name,
                 api.name(),
                 wait.as_millis()
-            )
+            ))
         };
         if left.is_zero() {
             return Err(timed_out());
@@ -363,7 +399,7 @@ impl BrokerConnection {
             *timeout = left;
             self.stream
                 .set_read_timeout(Some(left))
-                .with_context(|| format!("broker {}: set timeout", self.addr))?;
+                .with_context(|| format!("{}: set timeout", self.name))?;
         }
         match self.stream.read(buf) {
             // An I/O error in the chain (connection errors are told apart by it), worded
@@ -372,7 +408,7 @@ impl BrokerConnection {
                 std::io::ErrorKind::UnexpectedEof,
                 "connection closed by the broker",
             ))
-            .context(format!("broker {}: {}", self.addr, what()))),
+            .context(format!("{}: {}", self.name, what()))),
             Ok(n) => Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
             Err(e)
@@ -381,10 +417,10 @@ impl BrokerConnection {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                Err(anyhow::Error::new(e).context(timed_out()))
+                Err(timed_out())
             }
             Err(e) => {
-                Err(anyhow::Error::new(e).context(format!("broker {}: {}", self.addr, what())))
+                Err(anyhow::Error::new(plain(e)).context(format!("{}: {}", self.name, what())))
             }
         }
     }
@@ -403,5 +439,58 @@ impl BrokerConnection {
     /// (double buffering: one response is processed while the next is read).
     pub fn swap_recv_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         std::mem::replace(&mut self.recv_buf, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BrokerConnection;
+    use std::time::Duration;
+
+    /// An I/O error must stay in the chain: the fetcher tells connection failures apart by it.
+    fn io_kind(e: &anyhow::Error) -> Option<std::io::ErrorKind> {
+        e.chain()
+            .find_map(|c| c.downcast_ref::<std::io::Error>())
+            .map(std::io::Error::kind)
+    }
+
+    #[test]
+    fn a_refused_connect_names_the_broker_once_without_the_os_error_number() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let e = BrokerConnection::connect_named(
+            &addr,
+            &format!("broker 7 ({addr})"),
+            "t",
+            1 << 20,
+            Duration::from_secs(2),
+            |_| {},
+        )
+        .expect_err("nothing listens there");
+        assert_eq!(
+            format!("{e:#}"),
+            format!("broker 7 ({addr}): connect failed: Connection refused")
+        );
+        assert_eq!(io_kind(&e), Some(std::io::ErrorKind::ConnectionRefused));
+    }
+
+    #[test]
+    fn a_missed_deadline_reads_plainly_and_stays_an_io_error() {
+        // Accepts (the kernel's backlog) and never answers the version handshake.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address").to_string();
+        let e =
+            BrokerConnection::connect_with_timeout(&addr, "t", 1 << 20, Duration::from_millis(200))
+                .expect_err("no answer");
+        assert_eq!(
+            format!("{e:#}"),
+            format!(
+                "broker {addr}: ApiVersions response not complete within the request deadline of 200 ms: 0 of 4 bytes arrived"
+            )
+        );
+        assert_eq!(io_kind(&e), Some(std::io::ErrorKind::TimedOut));
     }
 }

@@ -81,8 +81,10 @@ impl BrokerEndPoint {
             }
             // The socket is registered before the handshake, so shutdown can interrupt it.
             let shared = self.shared.clone();
-            let c = BrokerConnection::connect_registering(
+            // Named as `describe` names it, so its errors say the broker once.
+            let c = BrokerConnection::connect_named(
                 &self.addr,
+                &self.describe(),
                 &self.client_id,
                 self.max_response_bytes,
                 self.request_timeout,
@@ -94,8 +96,7 @@ impl BrokerEndPoint {
                         }
                     }
                 },
-            )
-            .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
+            )?;
             let mut c = c;
             c.set_request_timeout(self.request_timeout);
             self.check_cluster(&mut c)?;
@@ -121,8 +122,7 @@ impl BrokerEndPoint {
         let Some(expected) = identity::read_cluster_id(dir)? else {
             return Ok(());
         };
-        let md = cluster::fetch_metadata(c, &[])
-            .with_context(|| format!("broker {} ({})", self.broker_id, self.addr))?;
+        let md = cluster::fetch_metadata(c, &[])?;
         match md.cluster_id {
             Some(seen) if seen != expected => Err(IdentityMismatch(format!(
                 "broker {} ({}) reports cluster id {seen}, but data dir `{}` replicates cluster {expected}; not fetching from it",

@@ -163,7 +163,16 @@ pub fn dump(
         let file =
             File::open(&path).with_context(|| format!("failed to read `{}`", path.display()))?;
         let mut reader = SegmentReader::from_file(file, &path)?;
-        writeln!(out, "# segment {}", path.display())?;
+        // Written before the segment's first line: a segment with nothing to show (all
+        // below `from`, or `from` past the log end) prints no bare header.
+        let header = format!("# segment {}", path.display());
+        let mut announced = false;
+        let mut announce = |out: &mut dyn Write| -> std::io::Result<()> {
+            if !std::mem::replace(&mut announced, true) {
+                writeln!(out, "{header}")?;
+            }
+            Ok(())
+        };
         while let Some((h, pos)) = reader.next_batch()? {
             summary.log_end = Some(h.last_offset + 1);
             if h.last_offset < from {
@@ -183,6 +192,7 @@ pub fn dump(
             }
             let marker = control_marker(&h, b)
                 .map_or(String::new(), |m| format!(" marker={}", marker_text(m, "")));
+            announce(out)?;
             writeln!(out, "{}", batch_line(&h, pos, &marker, crc.is_ok()))?;
             if !shown || crc.is_err() {
                 continue;
@@ -225,10 +235,12 @@ pub fn dump(
         match reader.end() {
             Some(SetEnd::Partial { bytes }) => {
                 summary.damaged += 1;
+                announce(out)?;
                 writeln!(out, "# partial batch of {bytes} bytes at the end")?
             }
             Some(SetEnd::Corrupt { position, reason }) => {
                 summary.damaged += 1;
+                announce(out)?;
                 writeln!(out, "# corrupt at byte {position}: {reason}")?
             }
             _ => {}

@@ -63,6 +63,9 @@ pub struct DataDirStatus {
     /// Followed (per `status --config`) but without a local log yet: a partition, or a
     /// whole topic (`None`).
     pub not_yet: Vec<(String, Option<i32>)>,
+    /// The data dir, when it does not exist yet: a configuration before its first run
+    /// (`status --config`), whose followed partitions are all without a log.
+    pub not_created: Option<String>,
 }
 
 /// The entries of `follow` with no local log among `parts`: named partitions without one,
@@ -120,6 +123,7 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
             .map(|s| s.trim().to_string()),
         live: crate::live::read_running(data_dir),
         not_yet: Vec::new(),
+        not_created: (!data_dir.exists()).then(|| data_dir.display().to_string()),
     }
 }
 
@@ -461,9 +465,12 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
 
 pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let mut s = String::new();
-    match &dd.live {
-        Some(l) => s.push_str(&format!("running (pid {}): live figures\n", l.pid)),
-        None => s.push_str("not running: figures from the checkpoint files\n"),
+    match (&dd.live, &dd.not_created) {
+        (Some(l), _) => s.push_str(&format!("running (pid {}): live figures\n", l.pid)),
+        (None, Some(dir)) => s.push_str(&format!(
+            "data dir `{dir}` does not exist yet: nothing replicated so far\n"
+        )),
+        (None, None) => s.push_str("not running: figures from the checkpoint files\n"),
     }
     if let Some(c) = &dd.cluster_id {
         s.push_str(&format!("cluster {c}\n"));

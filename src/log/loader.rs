@@ -21,6 +21,7 @@ use super::epoch_cache::EpochCache;
 use super::partition::{LogConfig, PartitionLog, list_segment_bases, now_ms};
 use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use crate::logging::count;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
@@ -281,10 +282,10 @@ pub fn load(
         }
         fsync_dir(&dir)?;
         crate::log_info!(
-            "{tp}: recovered {} segment(s), cut {} bytes, set aside {} segment(s); log end {leo}",
-            report.recovered_segments,
+            "{tp}: recovered {}, cut {} bytes, set aside {}; log end {leo}",
+            count(report.recovered_segments, "segment", "segments"),
             report.truncated_bytes,
-            report.set_aside_segments
+            count(report.set_aside_segments, "segment", "segments")
         );
     }
     let inactive = log.segments.len().saturating_sub(1);

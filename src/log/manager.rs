@@ -139,10 +139,10 @@ impl LogManager {
                 .with_context(|| format!("failed to load the log of {tp}"))?;
             if let Some((log, _)) = loaded {
                 crate::log_info!(
-                    "{tp}: loaded log {}..{} ({} segment(s), {} bytes){}",
+                    "{tp}: loaded log {}..{} ({}, {} bytes){}",
                     log.log_start_offset(),
                     log.log_end_offset(),
-                    log.summary().segments,
+                    crate::logging::count(log.summary().segments, "segment", "segments"),
                     log.size_bytes(),
                     if clean {
                         ""

@@ -866,8 +866,9 @@ impl PartitionLog {
         if deleted > 0 {
             fsync_dir(&self.dir)?;
             crate::log_info!(
-                "{}: deleted {deleted} segment(s) below offset {offset}",
-                self.tp
+                "{}: deleted {} below offset {offset}",
+                self.tp,
+                crate::logging::count(deleted, "segment", "segments")
             );
         }
         Ok(())

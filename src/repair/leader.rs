@@ -22,7 +22,9 @@ use std::time::Duration;
 /// once and its partitions skipped; a partition without a leader is said per partition.
 #[derive(Debug)]
 pub enum LeaderError {
+    /// `message` names the broker and why (`broker 2 (10.0.0.5:9092): connect failed: …`).
     Unreachable { broker: i32, message: String },
+    /// Why the partition has no leader to ask; the caller names the partition.
     NoLeader(String),
 }
 
@@ -81,26 +83,21 @@ impl Leaders {
     pub fn partition(&mut self, tp: &TopicPartition) -> Result<PartitionLeader<'_>, LeaderError> {
         let leader = match self.metadata.leader(tp) {
             None => {
-                return Err(LeaderError::NoLeader(format!(
-                    "{tp}: the brokers' metadata does not list this partition"
-                )));
+                return Err(LeaderError::NoLeader(
+                    "the brokers' metadata does not list this partition".to_string(),
+                ));
             }
             Some(l) if !l.error.is_ok() => {
-                return Err(LeaderError::NoLeader(format!(
-                    "{tp}: metadata error {}",
-                    l.error
-                )));
+                return Err(LeaderError::NoLeader(format!("metadata error {}", l.error)));
             }
             Some(l) if l.leader_id < 0 => {
-                return Err(LeaderError::NoLeader(format!(
-                    "{tp}: no leader at the moment"
-                )));
+                return Err(LeaderError::NoLeader("no leader at the moment".to_string()));
             }
             Some(l) => l.leader_id,
         };
         let Some(addr) = self.metadata.broker_addr(leader).map(str::to_string) else {
             return Err(LeaderError::NoLeader(format!(
-                "{tp}: its leader, broker {leader}, has no address in the metadata"
+                "its leader, broker {leader}, has no address in the metadata"
             )));
         };
         if let Some(message) = self.unreachable.get(&leader) {
@@ -113,17 +110,20 @@ impl Leaders {
             let max_response = (self.max_bytes as usize)
                 .saturating_add(1 << 20)
                 .max(64 << 20);
-            match BrokerConnection::connect_with_timeout(
+            // Named with its id, so its errors say the broker once.
+            match BrokerConnection::connect_named(
                 &addr,
+                &format!("broker {leader} ({addr})"),
                 &self.client_id,
                 max_response,
                 self.request_timeout,
+                |_| {},
             ) {
                 Ok(c) => {
                     self.conns.insert(leader, c);
                 }
                 Err(e) => {
-                    let message = format!("broker {leader} ({addr}): {e:#}");
+                    let message = format!("{e:#}");
                     self.unreachable.insert(leader, message.clone());
                     return Err(LeaderError::Unreachable {
                         broker: leader,
@@ -135,7 +135,7 @@ impl Leaders {
         let conn = self
             .conns
             .get_mut(&leader)
-            .ok_or_else(|| LeaderError::NoLeader(format!("{tp}: connection vanished")))?;
+            .ok_or_else(|| LeaderError::NoLeader("connection vanished".to_string()))?;
         Ok(PartitionLeader {
             conn,
             tp: tp.clone(),
@@ -278,6 +278,6 @@ impl BatchSource for PartitionLeader<'_> {
     }
 
     fn describe(&self) -> String {
-        format!("broker {} ({})", self.broker, self.conn.addr())
+        self.conn.name().to_string()
     }
 }
