@@ -115,16 +115,27 @@ fn serve_config(dir: &Path, data: &Path, leader: &TestLeader, port: u16) -> std:
     )
 }
 
-#[test]
-fn the_replica_serves_its_bytes_to_kafka_clients() {
+/// A leader holding `records` in batches of `per_batch`, and a daemon following it with
+/// `[serve]` on a free port (its data dir is `data` in the returned temporary directory).
+fn start_serving(
+    records: usize,
+    per_batch: usize,
+) -> (TestLeader, tempfile::TempDir, u16, support::Daemon) {
     let leader = TestLeader::start(TOPIC, 1);
-    leader.append(0, 300, 7);
+    leader.append(0, records, per_batch);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     let cfg = serve_config(dir.path(), &data, &leader, port);
-    let mut d = support::Daemon::start(&cfg);
+    let d = support::Daemon::start(&cfg);
+    (leader, dir, port, d)
+}
+
+#[test]
+fn the_replica_serves_its_bytes_to_kafka_clients() {
+    let (leader, dir, port, mut d) = start_serving(300, 7);
+    let data = dir.path().join("data");
+    let addr = format!("127.0.0.1:{port}");
     let end = leader.log_end(0);
     support::wait_until(Duration::from_secs(30), "catch-up", || {
         support::log_end(&data, TOPIC, 0) == end
@@ -228,4 +239,111 @@ fn the_replica_serves_its_bytes_to_kafka_clients() {
     );
     drop(conn);
     assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+}
+
+/// Sends raw bytes on a new connection and returns whether the server closed it (EOF or a
+/// reset) within a few seconds without answering.
+fn closed_after(addr: &str, bytes: &[u8]) -> bool {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut buf = [0u8; 16];
+    matches!(s.read(&mut buf), Ok(0) | Err(_)) && s.read(&mut buf).map_or(true, |n| n == 0)
+}
+
+#[test]
+fn bad_clients_cost_only_their_own_connection_and_a_stopped_replica_is_served() {
+    let (leader, dir, port, mut d) = start_serving(200, 5);
+    let data = dir.path().join("data");
+    let addr = format!("127.0.0.1:{port}");
+    let mut good = connect(&addr);
+    let id = Uuid(leader.topic_id());
+
+    // Garbage, a frame length of 2 GiB, an unknown API: closed without an answer.
+    assert!(closed_after(&addr, &[0, 0, 0, 6, 0x7f, 0x7f, 1, 2, 3, 4]));
+    assert!(closed_after(&addr, &0x7fff_ffffu32.to_be_bytes()));
+    assert!(closed_after(
+        &addr,
+        &[0, 0, 0, 10, 0, 0, 0, 9, 0, 0, 0, 1, 0xff, 0xff]
+    ));
+    // A client that sends nothing, and twice max_connections at once: the extra ones are
+    // closed at once, the others held until idle; the good connection and following go on.
+    let idle: Vec<_> = (0..16)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    leader.append(0, 100, 5);
+    let end = leader.log_end(0);
+    support::wait_until(Duration::from_secs(30), "following goes on", || {
+        support::log_end(&data, TOPIC, 0) == end
+    });
+    support::wait_until(Duration::from_secs(10), "the high watermark", || {
+        list_offset(&mut good, 7, -1).0 == end
+    });
+    let (served, _) = fetch_all(&mut good, 12, 0, id);
+    drop(idle);
+    let tp = TopicPartition::new(TOPIC, 0);
+    assert!(served == support::local_log_bytes(&data, &tp));
+
+    // While the daemon holds the lock, `serve --data-dir` is refused.
+    let other = free_port().to_string();
+    let listen = format!("127.0.0.1:{other}");
+    let (code, _, err) = support::run_cli(&[
+        "serve",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--listen",
+        &listen,
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("locked"), "{err}");
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+
+    // The stopped replica, served with no leader anywhere: the same bytes, nothing changed.
+    drop(leader);
+    let before = support::hash_tree(&data);
+    let mut child = std::process::Command::new(support::bin())
+        .args([
+            "serve",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            &listen,
+        ])
+        .spawn()
+        .unwrap();
+    let mut conn = connect(&listen);
+    let (stopped, hw) = fetch_all(&mut conn, 12, 0, id);
+    assert_eq!(hw, end);
+    assert!(stopped == served, "the stopped replica serves other bytes");
+    for version in [4, 13] {
+        assert!(
+            fetch_all(&mut conn, version, 0, id).0 == served,
+            "v{version}"
+        );
+    }
+    drop(conn);
+    let pid = child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let after = support::hash_tree(&data);
+    let changed: Vec<_> = before
+        .keys()
+        .filter(|k| before.get(*k) != after.get(*k) && !k.ends_with(".lock"))
+        .collect();
+    assert!(changed.is_empty(), "serve changed {changed:?}");
+
+    // A listen address that cannot be bound: exit 1 naming it.
+    let (code, _, err) = support::run_cli(&[
+        "serve",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--listen",
+        "192.0.2.1:1",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("192.0.2.1:1"), "{err}");
 }
