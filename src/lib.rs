@@ -12,8 +12,8 @@
 //! 6. [`repair`] — holes and damaged segments found against the leader and re-fetched into
 //!    place (`repair`, `verify --against-leader`, the daemon's start-up hole check).
 //! 7. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
-//! 8. [`serve`] — the replica as a read-only Kafka broker: snapshots of the logs sent to
-//!    clients with `sendfile`.
+//! 8. [`serve`] — the replica as a read-only Kafka broker: snapshots of the logs streamed to
+//!    clients from the segment files.
 //! 9. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
 //!    wires the others together.
 //!

@@ -1,7 +1,11 @@
 //! A response as the socket sees it: byte chunks and ranges of segment files. The size
-//! prefix is computed from the pieces first; file ranges then go from the page cache to the
-//! socket with `std::io::copy`, which uses `sendfile` (or `copy_file_range`) on Linux, so
-//! record bytes never pass through this process.
+//! prefix is computed from the pieces first; file ranges are then copied to the socket with
+//! `std::io::copy` from the file, never gathered into a response buffer.
+//!
+//! Measured (strace, rustc 1.95, Linux): std's copy from a `File` to a `TcpStream` does
+//! `read` + `sendto` through an 8 KiB stack buffer, not `sendfile`; a true zero-copy send
+//! needs `sendfile(2)` itself, which `#![forbid(unsafe_code)]` and the crate list rule out
+//! for now. Memory stays bounded either way: no response is held whole.
 
 use anyhow::{Result, bail};
 use std::fs::File;
