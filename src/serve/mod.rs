@@ -14,8 +14,8 @@
 //! # Reading while the follower writes
 //! A request takes a snapshot of a partition's positions under its lock
 //! ([`crate::log::read_view`]) and releases it before touching a file or the socket. Record
-//! bytes are copied from the segment files to the socket as they are sent, never gathered
-//! into a response buffer ([`response`] says why that is not yet `sendfile`). Long-polling
+//! bytes go from the segment files to the socket with `sendfile(2)`, never through a buffer
+//! of ours ([`response`]). Long-polling
 //! fetches wait on the log manager's [`AppendSignal`](crate::log::manager::AppendSignal),
 //! which the follower notifies after every append.
 //!
