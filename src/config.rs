@@ -351,6 +351,57 @@ pub struct MetricsSection {
     pub listen: Option<String>,
 }
 
+/// `[serve]`: the replica as a read-only Kafka broker, off unless `listen` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeSection {
+    /// `host:port` to accept Kafka clients on.
+    pub listen: Option<String>,
+    /// `host:port` Metadata names this broker by (default: `listen`).
+    pub advertised: Option<String>,
+    /// The broker id Metadata reports as every local partition's leader.
+    #[serde(deserialize_with = "non_negative_i32")]
+    pub node_id: i32,
+    /// Connections beyond this are accepted and closed at once.
+    #[serde(deserialize_with = "positive_usize")]
+    pub max_connections: usize,
+    /// A request frame larger than this closes its connection (Kafka's
+    /// `socket.request.max.bytes`, 100 MiB there; a read-only broker's requests are small).
+    #[serde(deserialize_with = "positive_i32")]
+    pub max_request_bytes: i32,
+    /// A connection with no request for this long is closed (Kafka's
+    /// `connections.max.idle.ms`).
+    #[serde(deserialize_with = "positive_i64")]
+    pub idle_timeout_ms: i64,
+}
+
+impl Default for ServeSection {
+    fn default() -> Self {
+        ServeSection {
+            listen: None,
+            advertised: None,
+            node_id: 0,
+            max_connections: 256,
+            max_request_bytes: 1 << 20,
+            idle_timeout_ms: 600_000,
+        }
+    }
+}
+
+fn positive_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let v = i64::deserialize(d)?;
+    if v < 1 {
+        return Err(de::Error::custom(format!("must be ≥ 1, got {v}")));
+    }
+    usize::try_from(v).map_err(|_| de::Error::custom(format!("{v} is too large")))
+}
+
+/// Whether `s` is `host:port` with a port number (the host is not resolved).
+fn is_host_port(s: &str) -> bool {
+    s.rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointSection {
@@ -381,6 +432,8 @@ pub struct Config {
     pub checkpoint: CheckpointSection,
     #[serde(default)]
     pub metrics: MetricsSection,
+    #[serde(default)]
+    pub serve: ServeSection,
 }
 
 impl Config {
@@ -454,6 +507,28 @@ impl Config {
                 "{}key `metrics.listen`: `{l}` is not a host:port to listen on",
                 at(&["metrics.listen"])
             );
+        }
+        if let Some(l) = &self.serve.listen
+            && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
+        {
+            bail!(
+                "{}key `serve.listen`: `{l}` is not a host:port to listen on",
+                at(&["serve.listen"])
+            );
+        }
+        if let Some(a) = &self.serve.advertised {
+            if !is_host_port(a) {
+                bail!(
+                    "{}key `serve.advertised`: `{a}` is not a host:port",
+                    at(&["serve.advertised"])
+                );
+            }
+            if self.serve.listen.is_none() {
+                bail!(
+                    "{}key `serve.advertised`: needs `serve.listen`",
+                    at(&["serve.advertised"])
+                );
+            }
         }
         keys.at_most(
             ("fetch.backoff_ms", self.fetch.backoff_ms),
@@ -805,6 +880,32 @@ interval_ms = 20
                 "line 8: key `follow[1].on_topic_recreated`",
             ),
             ("surprise = 1\n", "line 6: key `follow[0].surprise`"),
+            (
+                "[serve]\nlisten = \"nowhere\"\n",
+                "line 7: key `serve.listen`",
+            ),
+            (
+                "[serve]\nlisten = \"127.0.0.1:0\"\nadvertised = \"host\"\n",
+                "line 8: key `serve.advertised`",
+            ),
+            (
+                "[serve]\nadvertised = \"replica:9093\"\n",
+                "line 7: key `serve.advertised`: needs `serve.listen`",
+            ),
+            (
+                "[serve]\nmax_connections = 0\n",
+                "line 7: key `serve.max_connections`",
+            ),
+            (
+                "[serve]\nmax_request_bytes = 0\n",
+                "line 7: key `serve.max_request_bytes`",
+            ),
+            (
+                "[serve]\nidle_timeout_ms = 0\n",
+                "line 7: key `serve.idle_timeout_ms`",
+            ),
+            ("[serve]\nnode_id = -1\n", "line 7: key `serve.node_id`"),
+            ("[serve]\nport = 9\n", "line 7: key `serve.port`"),
         ];
         for (extra, key) in cases {
             let e = parse_err(&format!("{MINIMAL}{extra}"));

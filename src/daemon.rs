@@ -394,6 +394,25 @@ pub fn repair(cfg: &Config, out: &mut dyn std::io::Write) -> Result<crate::repai
     crate::repair::repair_data_dir(cfg, out)
 }
 
+/// `replica-follower serve`: holding the data-dir lock (so never beside a running daemon or
+/// a repair), serves the stopped replica in `data_dir` read-only until SIGTERM/SIGINT.
+pub fn serve(data_dir: &Path, opts: crate::serve::ServeOptions) -> Result<()> {
+    crate::log::manager::existing_data_dir(data_dir)?;
+    let _lock = lock_data_dir(data_dir)?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("failed to install signal handlers")?;
+    let source = crate::serve::source::Source::stopped(data_dir)?;
+    let mut server = crate::serve::Server::start(opts, source)?;
+    crate::notify::notify("READY=1\nSTATUS=serving");
+    let sig = signals.forever().next();
+    crate::log_info!("received signal {}; stopping", sig.unwrap_or(0));
+    server.stop();
+    Ok(())
+}
+
 /// Reads `path` again on SIGHUP. What can change while running (`follow`) is handed to
 /// the manager; every other section that changed is named as needing a restart. A file that
 /// no longer parses or validates is refused, naming the key and line, and the running
@@ -428,6 +447,7 @@ fn reload(
         ("[log]", new.log != running.log),
         ("[checkpoint]", new.checkpoint != running.checkpoint),
         ("[metrics]", new.metrics != running.metrics),
+        ("[serve]", new.serve != running.serve),
     ]
     .into_iter()
     .filter_map(|(k, changed)| changed.then_some(k))
@@ -485,6 +505,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     // Checkpoint right away so the files describe what was just loaded and recovered.
     logs.checkpoint()?;
     let metrics = start_metrics(&cfg, logs.clone())?;
+    // Readers are served what was loaded from here on; the listener's threads are not
+    // watched by the watchdog (a slow client must not restart the daemon).
+    let mut server = crate::serve::ServeOptions::from_section(&cfg.serve)
+        .map(|o| crate::serve::Server::start(o, crate::serve::source::Source::Live(logs.clone())))
+        .transpose()?;
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;
     let manager = FetcherManager::new(cfg.clone(), logs.clone());
     let to_manager = manager.sender();
@@ -520,6 +545,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     }
     crate::log_info!("received signal {}; shutting down", sig.unwrap_or(0));
     crate::notify::notify("STOPPING=1\nSTATUS=stopping");
+    if let Some(s) = server.as_mut() {
+        s.stop();
+    }
     // Interrupts whatever the manager and the fetchers wait on; the manager then joins them.
     stop_manager.stop();
     if manager_thread.join().is_err() {

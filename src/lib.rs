@@ -11,8 +11,11 @@
 //!    plugged into it, and the manager that assigns partitions to fetcher threads.
 //! 6. [`repair`] — holes and damaged segments found against the leader and re-fetched into
 //!    place (`repair`, `verify --against-leader`, the daemon's start-up hole check).
-//! 7. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task.
-//! 8. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
+//! 7. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
+//! 8. [`serve`] — the replica as a read-only Kafka broker: snapshots of the logs streamed to
+//!    clients from the segment files.
+//! 9. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
+//!    wires the others together.
 //!
 //! [`config`] turns the TOML file into a validated [`config::Config`]; `main.rs` only parses
 //! the command line and dispatches.
@@ -39,3 +42,4 @@ pub mod notify;
 pub mod protocol;
 pub mod record;
 pub mod repair;
+pub mod serve;

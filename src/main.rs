@@ -20,6 +20,7 @@ Usage:
   replica-follower verify --data-dir DIR [--all]
   replica-follower verify --config FILE [--against-leader]
   replica-follower repair --config FILE
+  replica-follower serve --data-dir DIR --listen ADDR [--advertised ADDR]
   replica-follower check-config --config FILE
 
 Run `replica-follower <command> --help` for a command's details; `--version` for the version.
@@ -45,6 +46,9 @@ fn help(cmd: &str) -> &'static str {
         }
         "repair" => {
             "replica-follower repair --config FILE\n\nWith the daemon stopped (it takes the data-dir lock as `run` does), compares each\nfollowed partition with its leader as `verify --against-leader` does and re-fetches\nexactly what is missing or damaged: a hole becomes a segment of its own, named by its\nfirst offset; a segment with damaged or differing batches is rewritten from the\nleader's batches for its offset range (its old bytes kept in damaged/). Every fetched\nbatch is CRC-checked before it is written; files are written to a staging folder,\nfsynced and renamed into place; no other segment is touched. Prints one line per step.\nExit 0 when everything was repaired or nothing needed it, 1 when something could not\nbe (the leader no longer has it, the leader is unreachable, ...), 2 on a bad config.\n"
+        }
+        "serve" => {
+            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\nNo TLS or SASL: listen on loopback or a trusted network.\n"
         }
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
@@ -167,6 +171,7 @@ fn main() -> ExitCode {
         ),
         "verify" => (&["data-dir", "config"], &["against-leader", "all"]),
         "repair" => (&["config"], &[]),
+        "serve" => (&["data-dir", "listen", "advertised"], &[]),
         other => return usage_error(&format!("unknown command `{other}`")),
     };
     let args = match parse(argv, spec.0, spec.1) {
@@ -419,6 +424,20 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             }
             Err(code) => code,
         }),
+        "serve" => {
+            let dir = PathBuf::from(args.req("data-dir")?);
+            let listen = args.req("listen")?.to_string();
+            let defaults = replica_follower::config::ServeSection::default();
+            let opts = replica_follower::serve::ServeOptions {
+                listen,
+                advertised: args.values.get("advertised").cloned(),
+                node_id: defaults.node_id,
+                max_connections: defaults.max_connections,
+                max_request_bytes: defaults.max_request_bytes,
+                idle_timeout: std::time::Duration::from_millis(defaults.idle_timeout_ms as u64),
+            };
+            Ok(runtime(daemon::serve(&dir, opts)))
+        }
         other => Err(format!("unknown command `{other}`")),
     }
 }

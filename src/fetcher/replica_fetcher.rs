@@ -239,7 +239,11 @@ impl ReplicaOps for ReplicaLogOps {
         // The leader's log start moving up (its retention, DeleteRecords) does not delete local
         // data: local deletion is this replica's own retention's job, and `-1` keeps
         // everything, which is what a backup or archive is for.
-        Ok(log.log_end_offset())
+        let end = log.log_end_offset();
+        drop(log);
+        // Readers long-polling this replica (`[serve]`) may now have data.
+        self.logs.appended().notify();
+        Ok(end)
     }
 
     fn paused(&self) -> bool {

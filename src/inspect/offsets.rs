@@ -82,7 +82,7 @@ pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> R
         last_size = meta.len();
     }
     let leo = match bases.last() {
-        Some(b) => super::status::segment_end_offset(&dir, *b)?,
+        Some(b) => crate::log::read_view::segment_end_offset(&dir, *b)?,
         None => 0,
     };
     if last_size > 0 {
@@ -112,6 +112,8 @@ enum SegmentScan {
         timestamp: i64,
     },
     NotHere,
+    /// A batch at or past the upper bound was reached: no later segment can answer.
+    Beyond,
     /// The index pointed at something other than the start of the batch it names.
     BadStart,
 }
@@ -130,30 +132,56 @@ pub fn offset_for_timestamp(
         .and_then(|m| m.get(tp).copied())
         .or_else(|| bases.first().copied())
         .unwrap_or(0);
-    for (i, &base) in bases.iter().enumerate() {
+    let spans: Vec<(i64, Option<u64>)> = bases.iter().map(|&b| (b, None)).collect();
+    if let Some(found) = find_by_timestamp(&dir, &spans, log_start, i64::MAX, target, notes)? {
+        return Ok(found);
+    }
+    let log_end = match bases.last() {
+        Some(b) => crate::log::read_view::segment_end_offset(&dir, *b)?,
+        None => 0,
+    };
+    Ok(TimestampAnswer::None { log_end })
+}
+
+/// The search behind [`offset_for_timestamp`], for any reader of a partition directory:
+/// `segments` are (base offset, bytes of whole batches to read, `None`: the whole file);
+/// only offsets in `[log_start, below)` are answers. `None` when no record qualifies.
+pub fn find_by_timestamp(
+    dir: &Path,
+    segments: &[(i64, Option<u64>)],
+    log_start: i64,
+    below: i64,
+    target: i64,
+    notes: &mut Vec<String>,
+) -> Result<Option<TimestampAnswer>> {
+    for (i, &(base, size)) in segments.iter().enumerate() {
         // A segment that ends below the log start holds nothing to answer with.
-        if bases.get(i + 1).is_some_and(|next| *next <= log_start) {
+        if segments.get(i + 1).is_some_and(|next| next.0 <= log_start) {
             continue;
         }
+        if base >= below {
+            break;
+        }
         let log = dir.join(segment::file_name(base, "log"));
-        let (expect, pos) = start_in_segment(&dir, base, target, notes);
-        let mut scan = scan_segment(&log, pos, expect, target, log_start)?;
+        let (expect, pos) = start_in_segment(dir, base, target, notes);
+        let range = (log_start, below);
+        let mut scan = scan_segment(&log, size, pos, expect, target, range)?;
         if matches!(scan, SegmentScan::BadStart) {
             notes.push(format!(
                 "the indexes of `{}` do not point at a batch start for timestamp {target}; scanned the segment from its start (run `verify`)",
                 log.display()
             ));
-            scan = scan_segment(&log, 0, None, target, log_start)?;
+            scan = scan_segment(&log, size, 0, None, target, range)?;
         }
-        if let SegmentScan::Found { offset, timestamp } = scan {
-            return Ok(TimestampAnswer::Found { offset, timestamp });
+        match scan {
+            SegmentScan::Found { offset, timestamp } => {
+                return Ok(Some(TimestampAnswer::Found { offset, timestamp }));
+            }
+            SegmentScan::Beyond => break,
+            _ => {}
         }
     }
-    let log_end = match bases.last() {
-        Some(b) => super::status::segment_end_offset(&dir, *b)?,
-        None => 0,
-    };
-    Ok(TimestampAnswer::None { log_end })
+    Ok(None)
 }
 
 /// Where to start scanning segment `base` for `target`: the last offset of the batch expected
@@ -184,22 +212,35 @@ fn start_in_segment(
     }
 }
 
-/// Scans the segment `log` from byte `pos` (where the batch ending at `expect` starts, when
-/// given) for the first record at or after `log_start` with a timestamp ≥ `target`.
+/// Scans the segment `log` (its first `size` bytes when given) from byte `pos` (where the
+/// batch ending at `expect` starts, when given) for the first record in `[log_start, below)`
+/// with a timestamp ≥ `target`.
 fn scan_segment(
     log: &Path,
+    size: Option<u64>,
     pos: u64,
     expect: Option<i64>,
     target: i64,
-    log_start: i64,
+    (log_start, below): (i64, i64),
 ) -> Result<SegmentScan> {
-    let mut reader = SegmentReader::open(log)?.starting_at(pos);
+    let mut reader = match size {
+        None => SegmentReader::open(log)?,
+        Some(size) => {
+            let file = std::fs::File::open(log)
+                .with_context(|| format!("failed to open `{}`", log.display()))?;
+            SegmentReader::new(file, log, 0, size)
+        }
+    }
+    .starting_at(pos);
     let mut first = true;
     while let Some((h, at)) = reader.next_batch()? {
         if first && expect.is_some_and(|last| h.last_offset != last) {
             return Ok(SegmentScan::BadStart);
         }
         first = false;
+        if h.base_offset >= below {
+            return Ok(SegmentScan::Beyond);
+        }
         if h.last_offset < log_start {
             continue;
         }
@@ -225,7 +266,7 @@ fn scan_segment(
                     h.last_offset
                 );
             }
-            if h.base_offset >= log_start {
+            if h.base_offset >= log_start && h.base_offset < below {
                 return Ok(SegmentScan::Found {
                     offset: h.base_offset,
                     timestamp: h.max_timestamp,
@@ -250,6 +291,9 @@ fn scan_segment(
                     log.display()
                 )
             })?;
+            if r.offset >= below {
+                return Ok(SegmentScan::Beyond);
+            }
             if r.timestamp >= target && r.offset >= log_start {
                 return Ok(SegmentScan::Found {
                     offset: r.offset,

@@ -7,13 +7,11 @@ use crate::fetcher::manager::{
     FAILED_PARTITIONS_FILE, FETCH_STOPPED_FILE, STOPPED_PARTITIONS_FILE,
 };
 use crate::log::disk::DISK_FULL_FILE;
-use crate::log::offset_index::OffsetIndex;
 use crate::log::partition::list_segment_bases;
-use crate::log::producer_state::{self, ProducerState};
+use crate::log::read_view::{last_stable_offset, segment_end_offset};
 use crate::log::segment;
-use crate::log::segment_reader::SegmentReader;
 use crate::log::{diverged, identity};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -182,61 +180,6 @@ fn list_files(dir: &Path) -> Vec<(String, u64)> {
         .unwrap_or_default();
     out.sort();
     out
-}
-
-/// The last stable offset from the files: the newest producer snapshot at or below the log
-/// end, then the batches after it (headers only, and control batches).
-fn last_stable_offset(dir: &Path, bases: &[i64], leo: i64) -> Result<i64> {
-    let newest = producer_state::list_snapshots(dir)?
-        .into_iter()
-        .rfind(|o| *o <= leo);
-    let (from, mut state) = match newest {
-        Some(o) => {
-            let p = producer_state::snapshot_path(dir, o);
-            let bytes =
-                std::fs::read(&p).with_context(|| format!("failed to read `{}`", p.display()))?;
-            match ProducerState::decode(&p, &bytes) {
-                Ok(st) => (o, st),
-                Err(_) => (i64::MIN, ProducerState::default()),
-            }
-        }
-        None => (i64::MIN, ProducerState::default()),
-    };
-    for (i, base) in bases.iter().enumerate() {
-        if bases.get(i + 1).is_some_and(|next| *next <= from) {
-            continue;
-        }
-        let path = dir.join(segment::file_name(*base, "log"));
-        state.replay(&mut SegmentReader::open(&path)?, from)?;
-    }
-    Ok(state.last_stable_offset(leo))
-}
-
-/// The offset after the last whole batch of a segment: scans the headers from the last sane
-/// entry of its offset index (or from the start) to the end of the file.
-pub fn segment_end_offset(dir: &Path, base: i64) -> Result<i64> {
-    let log_path = dir.join(segment::file_name(base, "log"));
-    let reader = SegmentReader::open(&log_path)?;
-    let index = dir.join(segment::file_name(base, "index"));
-    let from = OffsetIndex::open_evicted(&index, base, reader.size())
-        .ok()
-        .and_then(|i| i.last_entry())
-        .map_or(0, |(_, pos)| u64::from(pos));
-    let end = end_offset(reader.starting_at(from))?.unwrap_or(base);
-    if from > 0 && end == base {
-        // The index pointed somewhere odd: scan the whole segment.
-        return Ok(end_offset(SegmentReader::open(&log_path)?)?.unwrap_or(base));
-    }
-    Ok(end)
-}
-
-/// The offset after the last whole batch `reader` yields.
-fn end_offset(mut reader: SegmentReader) -> Result<Option<i64>> {
-    let mut end = None;
-    while let Some((h, _)) = reader.next_batch()? {
-        end = Some(h.last_offset + 1);
-    }
-    Ok(end)
 }
 
 fn read_checkpoint(path: &Path, notes: &mut Vec<String>) -> BTreeMap<TopicPartition, i64> {

@@ -18,7 +18,9 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
 
 /// Written at a clean shutdown, removed once the logs are loaded; its absence at start-up
 /// means the logs past the recovery point must be recovered.
@@ -56,6 +58,62 @@ pub fn lock_log(log: &SharedLog) -> MutexGuard<'_, PartitionLog> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Wakes readers waiting for data (a long-polling Fetch) when a log may have grown.
+///
+/// The append path pays an atomic increment, and takes the mutex (held by a waiter only
+/// between checking the sequence and sleeping) only when someone waits. Invariant: a waiter
+/// that saw sequence `s` and sleeps is woken by any later [`Self::notify`].
+#[derive(Debug, Default)]
+pub struct AppendSignal {
+    /// Bumped by every notify; written by appenders, read by waiters.
+    seq: AtomicU64,
+    /// How many threads are in [`Self::wait_past`].
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl AppendSignal {
+    pub fn current(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    pub fn notify(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self
+                .lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.cond.notify_all();
+        }
+    }
+
+    /// Sleeps until the sequence moves past `seen` or `timeout` passes; whether it moved.
+    pub fn wait_past(&self, seen: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while self.current() == seen {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g = self
+                .cond
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        self.current() != seen
+    }
+}
+
 #[derive(Debug)]
 pub struct LogManager {
     data_dir: PathBuf,
@@ -68,6 +126,8 @@ pub struct LogManager {
     disk: DiskSpace,
     /// Told of each partition marked failed (the fetcher manager, which stops fetching it).
     on_failed: Mutex<Option<FailureListener>>,
+    /// Notified by the fetchers after each append; waited on by the serving side.
+    appended: Arc<AppendSignal>,
 }
 
 /// Called with a partition, why, and whether it was not failed before, each time a storage
@@ -165,11 +225,17 @@ impl LogManager {
             checkpoint_lock: Mutex::new(BTreeMap::new()),
             disk: DiskSpace::new(data_dir, 0),
             on_failed: Mutex::new(None),
+            appended: Arc::default(),
         })
     }
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// What appenders notify and readers of new data wait on.
+    pub fn appended(&self) -> &Arc<AppendSignal> {
+        &self.appended
     }
 
     /// Appends pause below `min_free` bytes free on the data dir's filesystem (0: only after

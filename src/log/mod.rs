@@ -25,6 +25,7 @@ pub mod partition;
 #[cfg(test)]
 mod partition_tests;
 pub mod producer_state;
+pub mod read_view;
 pub mod repair;
 pub mod segment;
 pub mod segment_reader;

@@ -115,8 +115,21 @@ impl ProducerState {
     /// `from`, reading the bytes of control batches only; returns the `.txnindex` entries of
     /// the ABORT markers met.
     pub fn replay(&mut self, reader: &mut SegmentReader, from: i64) -> Result<Vec<AbortedTxn>> {
+        self.replay_below(reader, from, i64::MAX)
+    }
+
+    /// [`Self::replay`], stopping at the first batch that starts at or above `below`.
+    pub fn replay_below(
+        &mut self,
+        reader: &mut SegmentReader,
+        from: i64,
+        below: i64,
+    ) -> Result<Vec<AbortedTxn>> {
         let mut aborted = Vec::new();
         while let Some((h, _)) = reader.next_batch()? {
+            if h.base_offset >= below {
+                break;
+            }
             if h.last_offset < from || h.producer_id < 0 {
                 continue;
             }

@@ -63,6 +63,29 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<ApiVersionsRes
     Ok(ApiVersionsResponse { error, api_keys })
 }
 
+/// Encodes a response listing `api_keys`. A request at a version above `max` (this side's
+/// top for ApiVersions) is answered as Kafka answers it: a v0 body with UNSUPPORTED_VERSION
+/// and the one range of key 18, so the client can retry at a version both know.
+pub fn encode_response(w: &mut Writer, version: i16, max: i16, api_keys: &[ApiVersionRange]) {
+    if !(0..=max).contains(&version) {
+        w.i16(ErrorCode::UNSUPPORTED_VERSION.0)
+            .array_len(1, false)
+            .i16(18)
+            .i16(0)
+            .i16(max);
+        return;
+    }
+    let flexible = version >= 3;
+    w.i16(0).array_len(api_keys.len(), flexible);
+    for k in api_keys {
+        w.i16(k.api_key).i16(k.min).i16(k.max).empty_tags(flexible);
+    }
+    if version >= 1 {
+        w.i32(0);
+    }
+    w.empty_tags(flexible);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +137,36 @@ mod tests {
                 max: 4
             }]
         );
+    }
+
+    #[test]
+    fn too_new_a_request_gets_vector_b_and_known_ones_roundtrip() {
+        let mut w = Writer::new();
+        encode_response(&mut w, 4, 3, &[]);
+        assert_eq!(w.buf, unhex("0023 00000001 0012 0000 0003"));
+        let keys = vec![
+            ApiVersionRange {
+                api_key: 1,
+                min: 4,
+                max: 13,
+            },
+            ApiVersionRange {
+                api_key: 18,
+                min: 0,
+                max: 3,
+            },
+        ];
+        for v in 0..=3 {
+            let mut w = Writer::new();
+            encode_response(&mut w, v, 3, &keys);
+            let resp = decode_response(&w.buf, v).unwrap();
+            assert_eq!((resp.error, resp.api_keys), (ErrorCode::NONE, keys.clone()));
+        }
+        // ApiVersionsResponse.json v3: error 0, compact array of 1 {1, 4, 13, tags}, throttle
+        // 0, tags.
+        let mut w = Writer::new();
+        encode_response(&mut w, 3, 3, &keys[..1]);
+        assert_eq!(w.buf, unhex("0000 02 0001 0004 000d 00 00000000 00"));
     }
 
     #[test]

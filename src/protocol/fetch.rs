@@ -360,81 +360,122 @@ pub fn decode_response_named<'a>(
     Ok(FetchResponse { error, topics })
 }
 
-/// Encodes a response; the in-process test leader and the round-trip tests use it.
+/// Encodes a response; the in-process test leader and the round-trip tests use it. At v13+
+/// each topic is named by its id's text (as [`decode_request`] names it).
 pub fn encode_response(w: &mut Writer, version: i16, resp: &FetchResponse<'_>) {
-    let flexible = version >= 12;
+    encode_response_head(w, version, resp.error, resp.topics.len());
+    for (topic, parts) in &resp.topics {
+        let id = Uuid::parse(topic).unwrap_or_default();
+        encode_topic_head(w, version, topic, &id, parts.len());
+        for p in parts {
+            encode_partition_head(w, version, p, p.records.len());
+            w.buf.extend_from_slice(p.records);
+            encode_partition_tail(w, version, p);
+        }
+        encode_topic_tail(w, version);
+    }
+    encode_response_tail(w, version);
+}
+
+// A response in pieces, for a server that sends each partition's records from a file
+// without copying them: head, then per topic a topic head, per partition a partition head
+// (announcing `records_len` bytes), the records, a partition tail; a topic tail; the tail.
+
+/// ThrottleTimeMs, ErrorCode and SessionId (v7+; sessionless: 0), the topic count.
+pub fn encode_response_head(w: &mut Writer, version: i16, error: ErrorCode, topics: usize) {
     w.i32(0);
     if version >= 7 {
-        w.i16(resp.error.0).i32(0);
+        w.i16(error.0).i32(0);
     }
-    w.array_len(resp.topics.len(), flexible);
-    for (topic, parts) in &resp.topics {
-        if version >= 13 {
-            // Test use: the topic is named by its id's text (as `decode_request` names it).
-            w.uuid(&Uuid::parse(topic).unwrap_or_default().0);
-        } else {
-            w.string(Some(topic), flexible);
+    w.array_len(topics, version >= 12);
+}
+
+/// The topic's name (≤ v12) or id (v13+), and its partition count.
+pub fn encode_topic_head(w: &mut Writer, version: i16, name: &str, id: &Uuid, partitions: usize) {
+    let flexible = version >= 12;
+    if version >= 13 {
+        w.uuid(&id.0);
+    } else {
+        w.string(Some(name), flexible);
+    }
+    w.array_len(partitions, flexible);
+}
+
+/// A partition's fields up to and including the records' length (`records_len` bytes
+/// follow); `p.records` is not written.
+pub fn encode_partition_head(
+    w: &mut Writer,
+    version: i16,
+    p: &FetchPartitionResponse<'_>,
+    records_len: usize,
+) {
+    let flexible = version >= 12;
+    w.i32(p.partition)
+        .i16(p.error.0)
+        .i64(p.high_watermark)
+        .i64(p.last_stable_offset);
+    if version >= 5 {
+        w.i64(p.log_start_offset);
+    }
+    match &p.aborted_transactions {
+        None if flexible => {
+            w.unsigned_varint(0);
         }
-        w.array_len(parts.len(), flexible);
-        for p in parts {
-            w.i32(p.partition)
-                .i16(p.error.0)
-                .i64(p.high_watermark)
-                .i64(p.last_stable_offset);
-            if version >= 5 {
-                w.i64(p.log_start_offset);
-            }
-            match &p.aborted_transactions {
-                None if flexible => {
-                    w.unsigned_varint(0);
-                }
-                None => {
-                    w.i32(-1);
-                }
-                Some(aborted) => {
-                    w.array_len(aborted.len(), flexible);
-                    for a in aborted {
-                        w.i64(a.producer_id)
-                            .i64(a.first_offset)
-                            .empty_tags(flexible);
-                    }
-                }
-            }
-            if version >= 11 {
-                w.i32(-1);
-            }
-            if flexible {
-                w.unsigned_varint(p.records.len() as u32 + 1);
-            } else {
-                w.i32(p.records.len() as i32);
-            }
-            w.buf.extend_from_slice(p.records);
-            if flexible {
-                let mut tags = Writer::new();
-                let mut count = 0;
-                if let Some(d) = p.diverging_epoch {
-                    tags.unsigned_varint(0)
-                        .unsigned_varint(13)
-                        .i32(d.epoch)
-                        .i64(d.end_offset);
-                    tags.unsigned_varint(0);
-                    count += 1;
-                }
-                if let Some(l) = p.current_leader {
-                    tags.unsigned_varint(1)
-                        .unsigned_varint(9)
-                        .i32(l.leader_id)
-                        .i32(l.leader_epoch);
-                    tags.unsigned_varint(0);
-                    count += 1;
-                }
-                w.unsigned_varint(count);
-                w.buf.extend_from_slice(&tags.buf);
+        None => {
+            w.i32(-1);
+        }
+        Some(aborted) => {
+            w.array_len(aborted.len(), flexible);
+            for a in aborted {
+                w.i64(a.producer_id)
+                    .i64(a.first_offset)
+                    .empty_tags(flexible);
             }
         }
-        w.empty_tags(flexible);
     }
-    w.empty_tags(flexible);
+    if version >= 11 {
+        w.i32(-1);
+    }
+    if flexible {
+        w.unsigned_varint(records_len as u32 + 1);
+    } else {
+        w.i32(records_len as i32);
+    }
+}
+
+/// A partition's tagged fields (v12+: DivergingEpoch, CurrentLeader).
+pub fn encode_partition_tail(w: &mut Writer, version: i16, p: &FetchPartitionResponse<'_>) {
+    if version < 12 {
+        return;
+    }
+    let mut tags = Writer::new();
+    let mut count = 0;
+    if let Some(d) = p.diverging_epoch {
+        tags.unsigned_varint(0)
+            .unsigned_varint(13)
+            .i32(d.epoch)
+            .i64(d.end_offset);
+        tags.unsigned_varint(0);
+        count += 1;
+    }
+    if let Some(l) = p.current_leader {
+        tags.unsigned_varint(1)
+            .unsigned_varint(9)
+            .i32(l.leader_id)
+            .i32(l.leader_epoch);
+        tags.unsigned_varint(0);
+        count += 1;
+    }
+    w.unsigned_varint(count);
+    w.buf.extend_from_slice(&tags.buf);
+}
+
+pub fn encode_topic_tail(w: &mut Writer, version: i16) {
+    w.empty_tags(version >= 12);
+}
+
+pub fn encode_response_tail(w: &mut Writer, version: i16) {
+    w.empty_tags(version >= 12);
 }
 
 #[cfg(test)]

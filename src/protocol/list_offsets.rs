@@ -47,6 +47,59 @@ pub fn encode_request(
     w.empty_tags(flexible);
 }
 
+/// A decoded request: replica id, isolation level (0 below v2), and per topic the
+/// partitions asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListOffsetsRequest {
+    pub replica_id: i32,
+    pub isolation_level: i8,
+    pub topics: Vec<(String, Vec<ListOffsetsPartition>)>,
+}
+
+pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<ListOffsetsRequest> {
+    let flexible = version >= 6;
+    let mut r = Reader::new(body);
+    let replica_id = r.i32("ListOffsets replica_id")?;
+    let isolation_level = if version >= 2 {
+        r.i8("ListOffsets isolation_level")?
+    } else {
+        0
+    };
+    let nt = r.array_count(flexible, 3, "ListOffsets topics")?;
+    let mut topics = Vec::with_capacity(nt);
+    for _ in 0..nt {
+        let name = r.string(flexible, "ListOffsets topic")?;
+        let np = r.array_count(flexible, 12, "ListOffsets partitions")?;
+        let mut parts = Vec::with_capacity(np);
+        for _ in 0..np {
+            let partition = r.i32("ListOffsets partition")?;
+            let current_leader_epoch = if version >= 4 {
+                r.i32("ListOffsets current_leader_epoch")?
+            } else {
+                -1
+            };
+            let timestamp = r.i64("ListOffsets timestamp")?;
+            if flexible {
+                r.skip_tagged_fields("ListOffsets partition tags")?;
+            }
+            parts.push(ListOffsetsPartition {
+                partition,
+                current_leader_epoch,
+                timestamp,
+            });
+        }
+        if flexible {
+            r.skip_tagged_fields("ListOffsets topic tags")?;
+        }
+        topics.push((name, parts));
+    }
+    Ok(ListOffsetsRequest {
+        replica_id,
+        isolation_level,
+        topics,
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListOffsetsPartitionResponse {
     pub partition: i32,
@@ -153,6 +206,30 @@ mod tests {
             assert_eq!(decode_response(&w.buf, v).unwrap(), topics);
             for cut in 0..w.buf.len() {
                 assert!(decode_response(&w.buf[..cut], v).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn request_decodes_what_encode_request_writes_at_every_version() {
+        let p = ListOffsetsPartition {
+            partition: 2,
+            current_leader_epoch: 5,
+            timestamp: 1_700_000_000_000,
+        };
+        for v in 1..=7 {
+            let mut w = Writer::new();
+            encode_request(&mut w, v, 1, &[("t".to_string(), vec![p.clone()])]);
+            let req = decode_request(&w.buf, v).unwrap();
+            let mut want = p.clone();
+            if v < 4 {
+                want.current_leader_epoch = -1;
+            }
+            assert_eq!(req.replica_id, -1);
+            assert_eq!(req.isolation_level, if v >= 2 { 1 } else { 0 });
+            assert_eq!(req.topics, vec![("t".to_string(), vec![want])], "v{v}");
+            for cut in 0..w.buf.len().saturating_sub(1) {
+                assert!(decode_request(&w.buf[..cut], v).is_err(), "v{v} cut {cut}");
             }
         }
     }

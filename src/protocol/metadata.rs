@@ -33,6 +33,38 @@ pub fn encode_request(w: &mut Writer, version: i16, topics: &[String]) {
     w.empty_tags(flexible);
 }
 
+/// One topic a Metadata request names: by name, or (v10+) by id with a null name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestedTopic {
+    pub topic_id: [u8; 16],
+    pub name: Option<String>,
+}
+
+/// Decodes a request's topic list: `None` is a null list (v1+: every topic), an empty list
+/// asks for none. The flags that follow (auto-creation, authorized operations) are not
+/// needed by a read-only broker, which never creates topics and reports no operations.
+pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<Option<Vec<RequestedTopic>>> {
+    let flexible = version >= 9;
+    let mut r = Reader::new(body);
+    let Some(n) = r.array_len(flexible, 1, "Metadata topics")? else {
+        return Ok(None);
+    };
+    let mut topics = Vec::with_capacity(n);
+    for _ in 0..n {
+        let topic_id = if version >= 10 {
+            r.uuid("Metadata topic_id")?
+        } else {
+            [0; 16]
+        };
+        let name = r.nullable_string(flexible, "Metadata topic name")?;
+        if flexible {
+            r.skip_tagged_fields("Metadata topic tags")?;
+        }
+        topics.push(RequestedTopic { topic_id, name });
+    }
+    Ok(Some(topics))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broker {
     pub node_id: i32,
@@ -283,6 +315,36 @@ mod tests {
         for cut in 0..w.buf.len() {
             assert!(decode_response(&w.buf[..cut], 12).is_err(), "cut {cut}");
         }
+    }
+
+    #[test]
+    fn request_decodes_what_encode_request_writes_at_every_version() {
+        for v in 1..=12 {
+            let mut w = Writer::new();
+            encode_request(&mut w, v, &["orders".to_string(), "t".to_string()]);
+            let topics = decode_request(&w.buf, v).unwrap().unwrap();
+            let names: Vec<_> = topics.iter().map(|t| t.name.as_deref()).collect();
+            assert_eq!(names, [Some("orders"), Some("t")], "version {v}");
+        }
+        // A null list (v1+): every topic; MetadataRequest.json v12, null topics, no
+        // auto-creation, no authorized operations: `00 00 00`.
+        assert_eq!(decode_request(&[0, 0, 0], 12).unwrap(), None);
+        assert_eq!(decode_request(&[0xff, 0xff, 0xff, 0xff], 1).unwrap(), None);
+        // An empty list asks for none.
+        assert_eq!(decode_request(&[1, 0, 0], 12).unwrap(), Some(Vec::new()));
+        // v10+: a topic by id, its name null.
+        let mut bytes = vec![2u8];
+        bytes.extend_from_slice(&[9; 16]);
+        bytes.extend_from_slice(&[0, 0, 0, 0]);
+        let t = decode_request(&bytes, 10).unwrap().unwrap();
+        assert_eq!(
+            t,
+            [RequestedTopic {
+                topic_id: [9; 16],
+                name: None
+            }]
+        );
+        assert!(decode_request(&[0, 0, 0, 5], 1).is_err());
     }
 
     #[test]

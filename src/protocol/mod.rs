@@ -126,6 +126,21 @@ impl ApiKey {
     }
 }
 
+/// Answers each partition of a per-topic request (`f` gets the topic name and the
+/// partition's request), keeping the request's topics and order.
+pub fn map_partitions<P, R>(
+    topics: Vec<(String, Vec<P>)>,
+    mut f: impl FnMut(&str, P) -> R,
+) -> Vec<(String, Vec<R>)> {
+    topics
+        .into_iter()
+        .map(|(name, parts)| {
+            let answers = parts.into_iter().map(|p| f(&name, p)).collect();
+            (name, answers)
+        })
+        .collect()
+}
+
 /// Writes a request header (v1, or v2 for flexible versions) into `w`.
 pub fn encode_request_header(
     w: &mut Writer,

@@ -37,6 +37,40 @@ pub fn encode_request(w: &mut Writer, version: i16, topics: &[(String, Vec<Epoch
     w.empty_tags(flexible);
 }
 
+/// Decodes a request (the replica id, v3+, is not needed: every asker is answered alike).
+pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<Vec<(String, Vec<EpochRequest>)>> {
+    let flexible = version >= 4;
+    let mut r = Reader::new(body);
+    if version >= 3 {
+        r.i32("OffsetForLeaderEpoch replica_id")?;
+    }
+    let nt = r.array_count(flexible, 3, "OffsetForLeaderEpoch topics")?;
+    let mut topics = Vec::with_capacity(nt);
+    for _ in 0..nt {
+        let name = r.string(flexible, "OffsetForLeaderEpoch topic")?;
+        let np = r.array_count(flexible, 12, "OffsetForLeaderEpoch partitions")?;
+        let mut parts = Vec::with_capacity(np);
+        for _ in 0..np {
+            let partition = r.i32("OffsetForLeaderEpoch partition")?;
+            let current_leader_epoch = r.i32("OffsetForLeaderEpoch current_leader_epoch")?;
+            let leader_epoch = r.i32("OffsetForLeaderEpoch leader_epoch")?;
+            if flexible {
+                r.skip_tagged_fields("OffsetForLeaderEpoch partition tags")?;
+            }
+            parts.push(EpochRequest {
+                partition,
+                current_leader_epoch,
+                leader_epoch,
+            });
+        }
+        if flexible {
+            r.skip_tagged_fields("OffsetForLeaderEpoch topic tags")?;
+        }
+        topics.push((name, parts));
+    }
+    Ok(topics)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EpochEndOffset {
     pub error: ErrorCode,
@@ -106,6 +140,31 @@ pub fn encode_response(w: &mut Writer, version: i16, topics: &[(String, Vec<Epoc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_decodes_what_encode_request_writes_at_every_version() {
+        let topics = vec![(
+            "t".to_string(),
+            vec![EpochRequest {
+                partition: 0,
+                current_leader_epoch: 3,
+                leader_epoch: 2,
+            }],
+        )];
+        for v in 2..=4 {
+            let mut w = Writer::new();
+            encode_request(&mut w, v, &topics);
+            assert_eq!(decode_request(&w.buf, v).unwrap(), topics, "v{v}");
+            for cut in 0..w.buf.len().saturating_sub(1) {
+                assert!(decode_request(&w.buf[..cut], v).is_err(), "v{v} cut {cut}");
+            }
+        }
+        // OffsetForLeaderEpochRequest.json v4: replica_id -1, topics [t: [p0 cur 3 epoch 2]].
+        let v4 = [
+            0xff, 0xff, 0xff, 0xff, 2, 2, b't', 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0,
+        ];
+        assert_eq!(decode_request(&v4, 4).unwrap(), topics);
+    }
 
     #[test]
     fn response_roundtrip_and_truncation() {

@@ -109,7 +109,6 @@
 
 #![allow(dead_code)]
 
-use replica_follower::protocol::ApiKey;
 use replica_follower::protocol::codec::{DecodeResult, Reader, Writer};
 use replica_follower::protocol::error::ErrorCode;
 use replica_follower::protocol::fetch::{
@@ -121,6 +120,7 @@ use replica_follower::protocol::metadata::{
     self, Broker, MetadataResponse, PartitionMetadata, TopicMetadata,
 };
 use replica_follower::protocol::offset_for_leader_epoch::{self, EpochEndOffset};
+use replica_follower::protocol::{ApiKey, map_partitions};
 use replica_follower::record::BatchHeader;
 use replica_follower::record::batch::V2_HEADER_SIZE;
 use replica_follower::record::records::{NewRecord, build_v2_batch, decode_records};
@@ -1337,25 +1337,8 @@ fn garbage_fetch_body(version: i16, topic: &str, kind: usize) -> Vec<u8> {
 }
 
 fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
-    let flexible = version >= 9;
-    let mut r = Reader::new(body);
-    let requested: Option<Vec<Option<String>>> =
-        match r.array_len(flexible, 1, "Metadata topics")? {
-            None => None,
-            Some(n) => {
-                let mut names = Vec::with_capacity(n);
-                for _ in 0..n {
-                    if version >= 10 {
-                        r.uuid("Metadata topic_id")?;
-                    }
-                    names.push(r.nullable_string(flexible, "Metadata topic name")?);
-                    if flexible {
-                        r.skip_tagged_fields("Metadata topic tags")?;
-                    }
-                }
-                Some(names)
-            }
-        };
+    let requested: Option<Vec<Option<String>>> = metadata::decode_request(body, version)?
+        .map(|topics| topics.into_iter().map(|t| t.name).collect());
     let state = shared.state();
     let ours = || TopicMetadata {
         error: ErrorCode::NONE,
@@ -1401,57 +1384,31 @@ fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<V
 }
 
 fn handle_list_offsets(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
-    let flexible = version >= 6;
-    let mut r = Reader::new(body);
-    r.i32("ListOffsets replica_id")?;
-    let isolation_level = if version >= 2 {
-        r.i8("ListOffsets isolation_level")?
-    } else {
-        0
-    };
+    let req = list_offsets::decode_request(body, version)?;
     let state = shared.state();
-    let nt = r.array_count(flexible, 3, "ListOffsets topics")?;
-    let mut topics = Vec::with_capacity(nt);
-    for _ in 0..nt {
-        let name = r.string(flexible, "ListOffsets topic")?;
-        let np = r.array_count(flexible, 12, "ListOffsets partitions")?;
-        let mut parts = Vec::with_capacity(np);
-        for _ in 0..np {
-            let partition = r.i32("ListOffsets partition")?;
-            if version >= 4 {
-                r.i32("ListOffsets current_leader_epoch")?;
-            }
-            let timestamp = r.i64("ListOffsets timestamp")?;
-            if flexible {
-                r.skip_tagged_fields("ListOffsets partition tags")?;
-            }
-            let log = state.log(partition).filter(|_| name == state.topic);
-            parts.push(match log {
-                Some(log) => {
-                    let (timestamp, offset, leader_epoch) =
-                        log.offset_for_timestamp(timestamp, isolation_level);
-                    ListOffsetsPartitionResponse {
-                        partition,
-                        error: ErrorCode::NONE,
-                        timestamp,
-                        offset,
-                        leader_epoch: if version >= 4 { leader_epoch } else { -1 },
-                    }
-                }
-                None => ListOffsetsPartitionResponse {
+    let topics = map_partitions(req.topics, |name, p| {
+        let partition = p.partition;
+        match state.log(partition).filter(|_| name == state.topic) {
+            Some(log) => {
+                let (timestamp, offset, leader_epoch) =
+                    log.offset_for_timestamp(p.timestamp, req.isolation_level);
+                ListOffsetsPartitionResponse {
                     partition,
-                    error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    timestamp: -1,
-                    offset: -1,
-                    leader_epoch: -1,
-                },
-            });
+                    error: ErrorCode::NONE,
+                    timestamp,
+                    offset,
+                    leader_epoch: if version >= 4 { leader_epoch } else { -1 },
+                }
+            }
+            None => ListOffsetsPartitionResponse {
+                partition,
+                error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                timestamp: -1,
+                offset: -1,
+                leader_epoch: -1,
+            },
         }
-        if flexible {
-            r.skip_tagged_fields("ListOffsets topic tags")?;
-        }
-        topics.push((name, parts));
-    }
+    });
     let mut w = Writer::new();
     list_offsets::encode_response(&mut w, version, &topics);
     Ok(w.buf)
@@ -1462,49 +1419,28 @@ fn handle_offset_for_leader_epoch(
     body: &[u8],
     version: i16,
 ) -> DecodeResult<Vec<u8>> {
-    let flexible = version >= 4;
-    let mut r = Reader::new(body);
-    if version >= 3 {
-        r.i32("OffsetForLeaderEpoch replica_id")?;
-    }
+    let req = offset_for_leader_epoch::decode_request(body, version)?;
     let state = shared.state();
-    let nt = r.array_count(flexible, 3, "OffsetForLeaderEpoch topics")?;
-    let mut topics = Vec::with_capacity(nt);
-    for _ in 0..nt {
-        let name = r.string(flexible, "OffsetForLeaderEpoch topic")?;
-        let np = r.array_count(flexible, 12, "OffsetForLeaderEpoch partitions")?;
-        let mut parts = Vec::with_capacity(np);
-        for _ in 0..np {
-            let partition = r.i32("OffsetForLeaderEpoch partition")?;
-            r.i32("OffsetForLeaderEpoch current_leader_epoch")?;
-            let requested = r.i32("OffsetForLeaderEpoch leader_epoch")?;
-            if flexible {
-                r.skip_tagged_fields("OffsetForLeaderEpoch partition tags")?;
-            }
-            let log = state.log(partition).filter(|_| name == state.topic);
-            parts.push(match log {
-                Some(log) => {
-                    let (leader_epoch, end_offset) = log.end_offset_for(requested);
-                    EpochEndOffset {
-                        error: ErrorCode::NONE,
-                        partition,
-                        leader_epoch,
-                        end_offset,
-                    }
-                }
-                None => EpochEndOffset {
-                    error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+    let topics = map_partitions(req, |name, p| {
+        let partition = p.partition;
+        match state.log(partition).filter(|_| name == state.topic) {
+            Some(log) => {
+                let (leader_epoch, end_offset) = log.end_offset_for(p.leader_epoch);
+                EpochEndOffset {
+                    error: ErrorCode::NONE,
                     partition,
-                    leader_epoch: -1,
-                    end_offset: -1,
-                },
-            });
+                    leader_epoch,
+                    end_offset,
+                }
+            }
+            None => EpochEndOffset {
+                error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                partition,
+                leader_epoch: -1,
+                end_offset: -1,
+            },
         }
-        if flexible {
-            r.skip_tagged_fields("OffsetForLeaderEpoch topic tags")?;
-        }
-        topics.push((name, parts));
-    }
+    });
     let mut w = Writer::new();
     offset_for_leader_epoch::encode_response(&mut w, version, &topics);
     Ok(w.buf)

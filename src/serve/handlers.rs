@@ -1,0 +1,459 @@
+//! One answer per API, as Kafka's broker gives it to a client of a partition it leads —
+//! with nothing to write: this broker leads every local partition, alone (replicas = ISR =
+//! itself), at the latest epoch of the partition's leader-epoch checkpoint.
+
+use super::response::Piece;
+use super::source::{Source, aborted_transactions, epoch_at, leader_epoch, read_batches};
+use crate::checkpoint::TopicPartition;
+use crate::log::read_view::LogView;
+use crate::protocol::api_versions::{self, ApiVersionRange};
+use crate::protocol::codec::{DecodeResult, Writer};
+use crate::protocol::error::ErrorCode;
+use crate::protocol::fetch::{self, DivergingEpoch, FetchPartition, FetchPartitionResponse};
+use crate::protocol::list_offsets::{self, ListOffsetsPartitionResponse};
+use crate::protocol::metadata::{self, Broker, MetadataResponse, PartitionMetadata, TopicMetadata};
+use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset};
+use crate::protocol::uuid::Uuid;
+use crate::protocol::{ApiKey, map_partitions};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The versions this broker serves, as ApiVersions advertises them.
+pub const SERVED: [(ApiKey, i16, i16); 5] = [
+    (ApiKey::Fetch, 4, 13),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+];
+
+/// A Fetch waits for data at most this long, whatever its max_wait_ms says, so that a
+/// client cannot park a thread for days (clients' own request timeouts are 30 s).
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+pub struct Context {
+    pub source: Source,
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub stopping: AtomicBool,
+}
+
+impl Context {
+    fn cluster_id(&self) -> Option<String> {
+        crate::log::identity::read_cluster_id(self.source.data_dir()).unwrap_or(None)
+    }
+
+    /// The local topics and their partitions, with the topic id of each topic.
+    fn topics(&self) -> BTreeMap<String, Vec<i32>> {
+        let mut out: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for tp in self.source.partitions() {
+            out.entry(tp.topic).or_default().push(tp.partition);
+        }
+        out
+    }
+
+    fn topic_id(&self, topic: &str, partitions: &[i32]) -> Option<Uuid> {
+        partitions.iter().find_map(|&p| {
+            self.source
+                .view(&TopicPartition::new(topic, p), i64::MAX)
+                .and_then(|v| v.topic_id)
+        })
+    }
+}
+
+pub fn api_versions(version: i16) -> Vec<u8> {
+    let ranges: Vec<ApiVersionRange> = SERVED
+        .iter()
+        .map(|&(api, min, max)| ApiVersionRange {
+            api_key: api.key(),
+            min,
+            max,
+        })
+        .collect();
+    let mut w = Writer::new();
+    api_versions::encode_response(&mut w, version, 3, &ranges);
+    w.buf
+}
+
+pub fn metadata(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+    let requested = metadata::decode_request(body, version)?;
+    let local = ctx.topics();
+    let describe = |name: &str, parts: &[i32]| TopicMetadata {
+        error: ErrorCode::NONE,
+        name: name.to_string(),
+        topic_id: ctx.topic_id(name, parts).unwrap_or_default().0,
+        partitions: parts
+            .iter()
+            .map(|&p| PartitionMetadata {
+                error: ErrorCode::NONE,
+                partition: p,
+                leader_id: ctx.node_id,
+                leader_epoch: if version >= 7 {
+                    ctx.source
+                        .view(&TopicPartition::new(name, p), i64::MAX)
+                        .map_or(0, |v| leader_epoch(&v))
+                } else {
+                    -1
+                },
+            })
+            .collect(),
+    };
+    let topics = match requested {
+        None => local.iter().map(|(t, p)| describe(t, p)).collect(),
+        Some(asked) => asked
+            .into_iter()
+            .map(|t| {
+                let by_name = t.name.clone().filter(|n| local.contains_key(n));
+                let by_id = || {
+                    local
+                        .iter()
+                        .find(|(n, p)| {
+                            t.topic_id != [0; 16]
+                                && ctx.topic_id(n, p).is_some_and(|id| id.0 == t.topic_id)
+                        })
+                        .map(|(n, _)| n.clone())
+                };
+                match by_name.or_else(by_id) {
+                    Some(n) => describe(&n, local.get(&n).map_or(&[][..], Vec::as_slice)),
+                    None => TopicMetadata {
+                        error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        name: t.name.unwrap_or_default(),
+                        topic_id: t.topic_id,
+                        partitions: Vec::new(),
+                    },
+                }
+            })
+            .collect(),
+    };
+    let resp = MetadataResponse {
+        brokers: vec![Broker {
+            node_id: ctx.node_id,
+            host: ctx.host.clone(),
+            port: ctx.port,
+        }],
+        cluster_id: ctx.cluster_id(),
+        topics,
+    };
+    let mut w = Writer::new();
+    metadata::encode_response(&mut w, version, &resp);
+    Ok(w.buf)
+}
+
+/// Kafka's check of a request's current leader epoch against the leader's (-1: no check).
+fn check_epoch(view: &LogView, current_leader_epoch: i32) -> ErrorCode {
+    let ours = leader_epoch(view);
+    if current_leader_epoch < 0 || current_leader_epoch == ours {
+        ErrorCode::NONE
+    } else if current_leader_epoch < ours {
+        ErrorCode::FENCED_LEADER_EPOCH
+    } else {
+        ErrorCode::UNKNOWN_LEADER_EPOCH
+    }
+}
+
+pub fn list_offsets(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+    let req = list_offsets::decode_request(body, version)?;
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for (name, parts) in req.topics {
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts {
+            let tp = TopicPartition::new(name.clone(), p.partition);
+            let answer = |error, timestamp, offset, leader_epoch| ListOffsetsPartitionResponse {
+                partition: p.partition,
+                error,
+                timestamp,
+                offset,
+                leader_epoch: if version >= 4 { leader_epoch } else { -1 },
+            };
+            let Some(view) = ctx.source.view(&tp, i64::MIN) else {
+                out.push(answer(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1));
+                continue;
+            };
+            let fenced = check_epoch(&view, p.current_leader_epoch);
+            if !fenced.is_ok() {
+                out.push(answer(fenced, -1, -1, -1));
+                continue;
+            }
+            let below = if req.isolation_level == 1 {
+                view.last_stable_offset
+            } else {
+                view.high_watermark
+            };
+            out.push(match p.timestamp {
+                list_offsets::EARLIEST => answer(
+                    ErrorCode::NONE,
+                    -1,
+                    view.log_start_offset,
+                    epoch_at(&view, view.log_start_offset),
+                ),
+                list_offsets::LATEST => answer(ErrorCode::NONE, -1, below, leader_epoch(&view)),
+                t if t < 0 => answer(ErrorCode::NONE, -1, -1, -1),
+                t => match by_timestamp(&view, below, t) {
+                    Some((offset, timestamp)) => {
+                        answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
+                    }
+                    None => answer(ErrorCode::NONE, -1, -1, -1),
+                },
+            });
+        }
+        topics.push((name, out));
+    }
+    let mut w = Writer::new();
+    list_offsets::encode_response(&mut w, version, &topics);
+    Ok(w.buf)
+}
+
+/// The first record at or after the log start, below `below`, with a timestamp ≥ `target`.
+fn by_timestamp(view: &LogView, below: i64, target: i64) -> Option<(i64, i64)> {
+    let dir = view.segments.first()?.log_path.parent()?;
+    let spans: Vec<(i64, Option<u64>)> = view
+        .segments
+        .iter()
+        .map(|s| (s.base_offset, Some(s.size)))
+        .collect();
+    let mut notes = Vec::new();
+    let found = crate::inspect::offsets::find_by_timestamp(
+        dir,
+        &spans,
+        view.log_start_offset,
+        below,
+        target,
+        &mut notes,
+    );
+    for n in notes {
+        crate::log_debug!("ListOffsets: {n}");
+    }
+    match found {
+        Ok(Some(crate::inspect::offsets::TimestampAnswer::Found { offset, timestamp })) => {
+            Some((offset, timestamp))
+        }
+        Ok(_) => None,
+        Err(e) => {
+            crate::log_warn!("ListOffsets by timestamp {target}: {e:#}");
+            None
+        }
+    }
+}
+
+pub fn offset_for_leader_epoch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+    let req = offset_for_leader_epoch::decode_request(body, version)?;
+    let topics = map_partitions(req, |name, p| {
+        let answer = |error, leader_epoch, end_offset| EpochEndOffset {
+            error,
+            partition: p.partition,
+            leader_epoch,
+            end_offset,
+        };
+        let tp = TopicPartition::new(name, p.partition);
+        let Some(view) = ctx.source.view(&tp, i64::MAX) else {
+            return answer(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
+        };
+        let fenced = check_epoch(&view, p.current_leader_epoch);
+        if !fenced.is_ok() {
+            return answer(fenced, -1, -1);
+        }
+        let (e, o) = end_offset_for(&view, p.leader_epoch);
+        answer(ErrorCode::NONE, e, o)
+    });
+    let mut w = Writer::new();
+    offset_for_leader_epoch::encode_response(&mut w, version, &topics);
+    Ok(w.buf)
+}
+
+/// Kafka's `LeaderEpochFileCache.endOffsetFor`: the latest epoch ends at the log end; an
+/// older one at the start of the next higher epoch, reported under the largest epoch at or
+/// below it (or under itself when it is below every known epoch); an epoch above the
+/// latest, or none known, is -1/-1.
+pub fn end_offset_for(view: &LogView, epoch: i32) -> (i32, i64) {
+    let Some(latest) = view.latest_epoch() else {
+        return (-1, -1);
+    };
+    if epoch < 0 {
+        return (-1, -1);
+    }
+    if epoch == latest {
+        return (latest, view.log_end_offset);
+    }
+    let Some(&(_, higher_start)) = view.epochs.iter().find(|&&(e, _)| e > epoch) else {
+        return (-1, -1);
+    };
+    let floor = view
+        .epochs
+        .iter()
+        .rev()
+        .find(|&&(e, _)| e <= epoch)
+        .map_or(epoch, |&(e, _)| e);
+    (floor, higher_start)
+}
+
+/// One partition's part of a Fetch answer.
+struct PartAnswer {
+    head: FetchPartitionResponse<'static>,
+    ranges: Vec<super::response::FileRange>,
+    bytes: u64,
+}
+
+fn fetch_partition(
+    ctx: &Context,
+    topic: &str,
+    p: &FetchPartition,
+    version: i16,
+    isolation_level: i8,
+    budget: &mut (u64, bool),
+) -> PartAnswer {
+    let mut head = FetchPartitionResponse {
+        partition: p.partition,
+        error: ErrorCode::NONE,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        aborted_transactions: None,
+        diverging_epoch: None,
+        current_leader: None,
+        records: &[],
+    };
+    let none = |head| PartAnswer {
+        head,
+        ranges: Vec::new(),
+        bytes: 0,
+    };
+    let tp = TopicPartition::new(topic, p.partition);
+    let Some(view) = ctx.source.view(&tp, p.fetch_offset) else {
+        head.error = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION;
+        return none(head);
+    };
+    head.high_watermark = view.high_watermark;
+    head.last_stable_offset = view.last_stable_offset;
+    head.log_start_offset = view.log_start_offset;
+    let fenced = check_epoch(&view, p.current_leader_epoch);
+    if !fenced.is_ok() {
+        head.error = fenced;
+        return none(head);
+    }
+    // Kafka's Partition.fetchRecords: a last fetched epoch whose end here is below the fetch
+    // offset (or that is newer than any here) means the reader's log diverged.
+    if version >= 12 && p.last_fetched_epoch >= 0 {
+        let (e, end) = end_offset_for(&view, p.last_fetched_epoch);
+        if e < 0 || end < p.fetch_offset || e < p.last_fetched_epoch {
+            head.diverging_epoch = Some(DivergingEpoch {
+                epoch: e,
+                end_offset: end,
+            });
+            return none(head);
+        }
+    }
+    if p.fetch_offset < view.log_start_offset || p.fetch_offset > view.log_end_offset {
+        head.error = ErrorCode::OFFSET_OUT_OF_RANGE;
+        return none(head);
+    }
+    let below = if isolation_level == 1 {
+        view.last_stable_offset
+    } else {
+        view.high_watermark
+    };
+    let limit = budget.0.min(p.partition_max_bytes.max(0) as u64);
+    let read = match read_batches(&view, p.fetch_offset, below, limit, budget.1) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::log_warn!("{tp}: serving a fetch at {} failed: {e:#}", p.fetch_offset);
+            head.error = ErrorCode::UNKNOWN_SERVER_ERROR;
+            return none(head);
+        }
+    };
+    if read.bytes > 0 {
+        budget.0 = budget.0.saturating_sub(read.bytes);
+        budget.1 = false;
+        if isolation_level == 1 {
+            let upper = read.end_offset.unwrap_or(p.fetch_offset);
+            head.aborted_transactions = Some(aborted_transactions(&view, p.fetch_offset, upper));
+        }
+    }
+    PartAnswer {
+        head,
+        bytes: read.bytes,
+        ranges: read.ranges,
+    }
+}
+
+/// Answers a Fetch: whole batches below the high watermark (the last stable offset under
+/// read_committed), waiting up to max_wait_ms for min_bytes, woken by the follower's appends.
+pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece>> {
+    let req = fetch::decode_request(body, version)?;
+    // At v13 topics come as ids (their text, from the decoder): back to local names.
+    let names: BTreeMap<String, String> = if version >= 13 {
+        ctx.topics()
+            .iter()
+            .filter_map(|(n, p)| ctx.topic_id(n, p).map(|id| (id.to_string(), n.clone())))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+    let deadline = Instant::now() + wait;
+    let signal = ctx.source.appended().clone();
+    let answers = loop {
+        let seen = signal.current();
+        let mut budget = (req.max_bytes.max(0) as u64, true);
+        let answers: Vec<(&String, Vec<PartAnswer>)> = req
+            .topics
+            .iter()
+            .map(|(topic, parts)| {
+                let name = names.get(topic).unwrap_or(topic);
+                let parts = parts
+                    .iter()
+                    .map(|p| {
+                        let mut a = fetch_partition(
+                            ctx,
+                            name,
+                            p,
+                            version,
+                            req.isolation_level,
+                            &mut budget,
+                        );
+                        if version >= 13 && !names.contains_key(topic) {
+                            a.head.error = ErrorCode(100); // UNKNOWN_TOPIC_ID
+                        }
+                        a
+                    })
+                    .collect();
+                (topic, parts)
+            })
+            .collect();
+        let bytes: u64 = answers.iter().flat_map(|(_, p)| p).map(|a| a.bytes).sum();
+        let settled = answers
+            .iter()
+            .flat_map(|(_, p)| p)
+            .any(|a| !a.head.error.is_ok() || a.head.diverging_epoch.is_some());
+        let now = Instant::now();
+        if bytes >= req.min_bytes.max(0) as u64
+            || settled
+            || now >= deadline
+            || ctx.stopping.load(Ordering::SeqCst)
+        {
+            break answers;
+        }
+        drop(answers);
+        signal.wait_past(seen, deadline - now);
+    };
+    let mut pieces = Vec::new();
+    let mut w = Writer::new();
+    fetch::encode_response_head(&mut w, version, ErrorCode::NONE, answers.len());
+    for (topic, parts) in answers {
+        let id = Uuid::parse(topic).unwrap_or_default();
+        fetch::encode_topic_head(&mut w, version, topic, &id, parts.len());
+        for a in parts {
+            fetch::encode_partition_head(&mut w, version, &a.head, a.bytes as usize);
+            if !a.ranges.is_empty() {
+                pieces.push(Piece::Bytes(std::mem::take(&mut w.buf)));
+                pieces.extend(a.ranges.into_iter().map(Piece::File));
+            }
+            fetch::encode_partition_tail(&mut w, version, &a.head);
+        }
+        fetch::encode_topic_tail(&mut w, version);
+    }
+    fetch::encode_response_tail(&mut w, version);
+    pieces.push(Piece::Bytes(w.buf));
+    Ok(pieces)
+}

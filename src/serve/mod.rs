@@ -1,0 +1,332 @@
+//! The replica as a read-only Kafka broker (`[serve]`, and `replica-follower serve`).
+//!
+//! # Shape
+//! One accept thread (`serve-accept`) and one thread per connection (`serve-conn-N`), std
+//! threads all; none is watched by the systemd watchdog, so a slow client can never restart
+//! the daemon. Requests on a connection are answered in order, one at a time.
+//!
+//! # What it speaks
+//! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13, OffsetForLeaderEpoch
+//! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Any other
+//! API, or a version outside those ranges, closes the connection, as Kafka does for requests
+//! it cannot parse (a debug line says why).
+//!
+//! # Reading while the follower writes
+//! A request takes a snapshot of a partition's positions under its lock
+//! ([`crate::log::read_view`]) and releases it before touching a file or the socket. Record
+//! bytes go from the segment files to the socket with `sendfile(2)`, never through a buffer
+//! of ours ([`response`]). Long-polling
+//! fetches wait on the log manager's [`AppendSignal`](crate::log::manager::AppendSignal),
+//! which the follower notifies after every append.
+//!
+//! # Limits for an exposed port
+//! At most `max_connections` connections (more are accepted and closed at once, with one
+//! WARN a minute at most); a frame above `max_request_bytes` closes its connection; a
+//! connection idle for `idle_timeout_ms` is closed; a client that does not read its response
+//! within [`WRITE_TIMEOUT`] is dropped. There is no TLS or SASL yet: bind to loopback or a
+//! trusted network.
+
+pub mod handlers;
+pub mod response;
+pub mod source;
+
+use crate::config::ServeSection;
+use crate::protocol::ApiKey;
+use crate::protocol::codec::{Reader, Writer};
+use anyhow::{Context as _, Result};
+use handlers::Context;
+use response::{Piece, write_frame};
+use source::Source;
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A client that does not take its response within this is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long accepting pauses after a failed accept (out of descriptors, mostly).
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The settings of a listener (from `[serve]` or the `serve` command line).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: String,
+    pub advertised: Option<String>,
+    pub node_id: i32,
+    pub max_connections: usize,
+    pub max_request_bytes: i32,
+    pub idle_timeout: Duration,
+}
+
+impl ServeOptions {
+    /// From `[serve]`; `None` when `listen` is not set.
+    pub fn from_section(s: &ServeSection) -> Option<ServeOptions> {
+        Some(ServeOptions {
+            listen: s.listen.clone()?,
+            advertised: s.advertised.clone(),
+            node_id: s.node_id,
+            max_connections: s.max_connections,
+            max_request_bytes: s.max_request_bytes,
+            idle_timeout: Duration::from_millis(s.idle_timeout_ms as u64),
+        })
+    }
+}
+
+struct Shared {
+    ctx: Context,
+    opts: ServeOptions,
+    open: AtomicUsize,
+    next_id: AtomicU64,
+    /// A clone of each open connection, to shut it down on stop.
+    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// When the last "too many connections" WARN was said.
+    last_refusal_warn: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, TcpStream>> {
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A running listener; [`Server::stop`] (or dropping it) closes it and every connection.
+pub struct Server {
+    shared: Arc<Shared>,
+    addr: std::net::SocketAddr,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds `opts.listen` (an error names it) and starts accepting.
+    pub fn start(opts: ServeOptions, source: Source) -> Result<Server> {
+        let listener = TcpListener::bind(&opts.listen)
+            .with_context(|| format!("cannot listen on serve.listen = \"{}\"", opts.listen))?;
+        let addr = listener.local_addr().context("listener address")?;
+        let advertised = opts.advertised.clone().unwrap_or_else(|| addr.to_string());
+        let (host, port) = advertised
+            .rsplit_once(':')
+            .map(|(h, p)| (h.to_string(), p.parse::<i32>().unwrap_or(0)))
+            .unwrap_or((advertised.clone(), 0));
+        let shared = Arc::new(Shared {
+            ctx: Context {
+                source,
+                node_id: opts.node_id,
+                host,
+                port,
+                stopping: Default::default(),
+            },
+            opts,
+            open: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+            conns: Mutex::new(HashMap::new()),
+            last_refusal_warn: Mutex::new(None),
+        });
+        let s2 = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("serve-accept".into())
+            .spawn(move || accept_loop(&s2, &listener))
+            .context("failed to start the serve accept thread")?;
+        crate::log_info!(
+            "serving the replica as a read-only Kafka broker on {addr} (node {}, advertised as {advertised})",
+            shared.opts.node_id
+        );
+        Ok(Server {
+            shared,
+            addr,
+            accept: Some(accept),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Closes the listener and shuts every connection down; a fetch waiting for data is
+    /// woken. Connection threads are not joined (a client mid-send must not hold up a
+    /// shutdown): their sockets are closed, so they end at once.
+    pub fn stop(&mut self) {
+        self.shared.ctx.stopping.store(true, Ordering::SeqCst);
+        self.shared.ctx.source.appended().notify();
+        // The accept thread blocks in accept(2) (no polling while idle): a connection of our
+        // own wakes it to see the flag.
+        let mut wake = self.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let woken = TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok();
+        if let Some(t) = self.accept.take()
+            && woken
+        {
+            let _ = t.join();
+        }
+        for (_, c) in self.shared.conns().drain() {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    while !shared.ctx.stopping.load(Ordering::SeqCst) {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of descriptors, mostly: wait, the connections that end free some.
+                crate::log_debug!("serve: accept failed: {e}");
+                std::thread::sleep(ACCEPT_RETRY);
+                continue;
+            }
+        };
+        if shared.ctx.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        if shared.open.load(Ordering::SeqCst) >= shared.opts.max_connections {
+            refuse(shared, stream);
+            continue;
+        }
+        let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+        let Ok(handle) = stream.try_clone() else {
+            continue;
+        };
+        shared.open.fetch_add(1, Ordering::SeqCst);
+        shared.conns().insert(id, handle);
+        let s2 = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("serve-conn-{id}"))
+            .spawn(move || {
+                let peer = stream
+                    .peer_addr()
+                    .map_or_else(|_| "?".to_string(), |a| a.to_string());
+                if let Err(e) = serve_connection(&s2, stream) {
+                    crate::log_debug!("serve: connection from {peer} closed: {e:#}");
+                }
+                s2.conns().remove(&id);
+                s2.open.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            shared.conns().remove(&id);
+            shared.open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Closes a connection beyond `max_connections` at once; says so once a minute at most.
+fn refuse(shared: &Shared, stream: TcpStream) {
+    let _ = stream.shutdown(Shutdown::Both);
+    let mut last = shared
+        .last_refusal_warn
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+        *last = Some(Instant::now());
+        crate::log_warn!(
+            "serve: {} connections open (serve.max_connections); refusing more (said once a minute)",
+            shared.opts.max_connections
+        );
+    }
+}
+
+/// Why a connection ends.
+#[derive(Debug)]
+enum Closed {
+    /// The client went away or was idle too long.
+    Eof,
+}
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client closed it or was idle")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+fn read_frame(stream: &mut TcpStream, max: i32, buf: &mut Vec<u8>) -> Result<()> {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).map_err(|_| Closed::Eof)?;
+    let size = i32::from_be_bytes(size);
+    if !(0..=max).contains(&size) {
+        anyhow::bail!("a request frame of {size} bytes (serve.max_request_bytes is {max})");
+    }
+    buf.clear();
+    buf.resize(size as usize, 0);
+    stream
+        .read_exact(buf)
+        .context("the request frame ended early")?;
+    Ok(())
+}
+
+fn serve_connection(shared: &Shared, mut stream: TcpStream) -> Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(shared.opts.idle_timeout))?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let mut frame = Vec::new();
+    loop {
+        if shared.ctx.stopping.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        match read_frame(&mut stream, shared.opts.max_request_bytes, &mut frame) {
+            Ok(()) => {}
+            Err(e) if e.is::<Closed>() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let mut pieces = answer(&shared.ctx, &frame)?;
+        write_frame(&mut stream, &mut pieces)?;
+    }
+}
+
+/// The response frame's pieces for one request frame; an error closes the connection.
+fn answer(ctx: &Context, frame: &[u8]) -> Result<Vec<Piece>> {
+    let mut r = Reader::new(frame);
+    let api_key = r.i16("api_key")?;
+    let version = r.i16("api_version")?;
+    let correlation_id = r.i32("correlation_id")?;
+    r.nullable_string(false, "client_id")?;
+    let Some(&(api, min, max)) = handlers::SERVED.iter().find(|(a, _, _)| a.key() == api_key)
+    else {
+        anyhow::bail!("API key {api_key} is not served (read-only broker)");
+    };
+    let mut head = Writer::new();
+    head.i32(correlation_id);
+    if api == ApiKey::ApiVersions {
+        // Answered even at a version it does not know, so the client can learn ours.
+        let mut pieces = vec![Piece::Bytes(head.buf)];
+        pieces.push(Piece::Bytes(handlers::api_versions(version)));
+        return Ok(pieces);
+    }
+    if !(min..=max).contains(&version) {
+        anyhow::bail!("{} v{version} is not served (v{min}–v{max})", api.name());
+    }
+    let flexible = api.is_flexible(version);
+    if flexible {
+        r.skip_tagged_fields("request header tags")?;
+    }
+    head.empty_tags(flexible);
+    let body = frame.get(r.position()..).unwrap_or_default();
+    let mut pieces = vec![Piece::Bytes(head.buf)];
+    match api {
+        ApiKey::Fetch => pieces.extend(handlers::fetch(ctx, body, version)?),
+        ApiKey::Metadata => pieces.push(Piece::Bytes(handlers::metadata(ctx, body, version)?)),
+        ApiKey::ListOffsets => {
+            pieces.push(Piece::Bytes(handlers::list_offsets(ctx, body, version)?))
+        }
+        ApiKey::OffsetForLeaderEpoch => pieces.push(Piece::Bytes(
+            handlers::offset_for_leader_epoch(ctx, body, version)?,
+        )),
+        ApiKey::ApiVersions => {}
+    }
+    Ok(pieces)
+}

@@ -1,0 +1,247 @@
+//! Where the served partitions come from: the running daemon's logs (each snapshot taken
+//! under the partition lock, which is then released before any file or socket I/O) or a
+//! stopped data dir read once at start. And the walk that turns a snapshot into the byte
+//! ranges of whole batches a Fetch returns.
+
+use super::response::FileRange;
+use crate::checkpoint::TopicPartition;
+use crate::log::manager::{AppendSignal, LogManager, lock_log};
+use crate::log::read_view::{LogView, SegmentSpan};
+use crate::log::{offset_index, txn_index};
+use crate::protocol::fetch::AbortedTransaction;
+use crate::record::BatchHeader;
+use crate::record::batch::{LOG_OVERHEAD, V2_HEADER_SIZE};
+use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub enum Source {
+    Live(Arc<LogManager>),
+    /// A stopped replica: nothing changes while it is served.
+    Stopped {
+        data_dir: PathBuf,
+        views: BTreeMap<TopicPartition, LogView>,
+        appended: Arc<AppendSignal>,
+    },
+}
+
+impl Source {
+    /// Reads every partition of a stopped data dir, changing nothing.
+    pub fn stopped(data_dir: &Path) -> Result<Source> {
+        let mut views = BTreeMap::new();
+        for tp in crate::inspect::partition_dirs(data_dir)? {
+            if let Some(v) = LogView::open_stopped(data_dir, &tp)
+                .with_context(|| format!("{tp}: cannot read its log"))?
+            {
+                views.insert(tp, v);
+            }
+        }
+        Ok(Source::Stopped {
+            data_dir: data_dir.to_path_buf(),
+            views,
+            appended: Arc::default(),
+        })
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        match self {
+            Source::Live(logs) => logs.data_dir(),
+            Source::Stopped { data_dir, .. } => data_dir,
+        }
+    }
+
+    pub fn appended(&self) -> &Arc<AppendSignal> {
+        match self {
+            Source::Live(logs) => logs.appended(),
+            Source::Stopped { appended, .. } => appended,
+        }
+    }
+
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        match self {
+            Source::Live(logs) => logs.all().into_iter().map(|(tp, _)| tp).collect(),
+            Source::Stopped { views, .. } => views.keys().cloned().collect(),
+        }
+    }
+
+    /// A snapshot for reading from `from` (`i64::MIN`: every segment).
+    pub fn view(&self, tp: &TopicPartition, from: i64) -> Option<LogView> {
+        match self {
+            Source::Live(logs) => {
+                let log = logs.get(tp)?;
+                let log = lock_log(&log);
+                Some(log.read_view(from))
+            }
+            Source::Stopped { views, .. } => views.get(tp).cloned(),
+        }
+    }
+}
+
+/// The leader epoch this broker leads a partition at: the latest in its history (0 without).
+pub fn leader_epoch(view: &LogView) -> i32 {
+    view.latest_epoch().unwrap_or(0)
+}
+
+/// The epoch of the batch holding `offset`: the last one starting at or below it.
+pub fn epoch_at(view: &LogView, offset: i64) -> i32 {
+    view.epochs
+        .iter()
+        .rev()
+        .find(|&&(_, start)| start <= offset)
+        .map_or(-1, |&(e, _)| e)
+}
+
+/// Whole batches read from a snapshot.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub ranges: Vec<FileRange>,
+    pub bytes: u64,
+    /// The offset after the last batch read.
+    pub end_offset: Option<i64>,
+}
+
+/// The byte ranges of the whole batches from the one holding `from`, each ending below
+/// `below` (the high watermark, or the last stable offset), within `max_bytes` — except that
+/// with `min_one` the first batch is taken whatever its size (KIP-74). Only headers are read
+/// (one positioned read a batch); a header that does not parse ends the read there.
+pub fn read_batches(
+    view: &LogView,
+    from: i64,
+    below: i64,
+    max_bytes: u64,
+    min_one: bool,
+) -> Result<Read> {
+    let mut out = Read::default();
+    for seg in view.segments_from(from) {
+        if seg.base_offset >= below {
+            break;
+        }
+        if seg.next_offset <= from || seg.size == 0 {
+            continue;
+        }
+        let file = match File::open(&seg.log_path) {
+            Ok(f) => f,
+            // Deleted by retention or truncation since the snapshot: what is left is served.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("failed to open `{}`", seg.log_path.display()));
+            }
+        };
+        let mut pos = start_position(seg, &file, from);
+        let mut range: Option<(u64, u64)> = None;
+        let mut full = false;
+        while pos + LOG_OVERHEAD as u64 <= seg.size {
+            let mut prefix = [0u8; V2_HEADER_SIZE];
+            let want = (seg.size - pos).min(V2_HEADER_SIZE as u64) as usize;
+            let got = read_fully_at(&file, prefix.get_mut(..want).unwrap_or_default(), pos)?;
+            let Ok(h) = BatchHeader::parse_header_of(
+                prefix.get(..got).unwrap_or_default(),
+                seg.size - pos,
+                usize::MAX,
+            ) else {
+                break;
+            };
+            let size = h.size_in_bytes as u64;
+            if h.last_offset < from {
+                pos += size;
+                continue;
+            }
+            if h.last_offset >= below {
+                full = true;
+                break;
+            }
+            let first = out.bytes == 0;
+            if out.bytes + size > max_bytes && !(first && min_one) {
+                full = true;
+                break;
+            }
+            out.bytes += size;
+            out.end_offset = Some(h.last_offset + 1);
+            range = Some(range.map_or((pos, size), |(p, l)| (p, l + size)));
+            pos += size;
+        }
+        if let Some((pos, len)) = range {
+            out.ranges.push(FileRange {
+                file,
+                path: seg.log_path.clone(),
+                pos,
+                len,
+            });
+        }
+        if full {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// A positioned read that fills `buf` unless the file ends first; the bytes read.
+fn read_fully_at(file: &File, buf: &mut [u8], pos: u64) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(buf.get_mut(n..).unwrap_or_default(), pos + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("failed to read a batch header"),
+        }
+    }
+    Ok(n)
+}
+
+/// Where to start walking `seg` for `from`: the in-memory index entry taken with the
+/// snapshot, else the index file's entry when the batch header there agrees with it (index
+/// files carry no checksum), else the segment's start.
+fn start_position(seg: &SegmentSpan, file: &File, from: i64) -> u64 {
+    if let Some((_, pos)) = seg.index_hint {
+        return u64::from(pos).min(seg.size);
+    }
+    let Ok((entry, pos)) =
+        offset_index::lookup_file(&seg.offset_index_path(), seg.base_offset, from)
+    else {
+        return 0;
+    };
+    let pos = u64::from(pos);
+    if pos == 0 || pos >= seg.size {
+        return 0;
+    }
+    let mut prefix = [0u8; V2_HEADER_SIZE];
+    let Ok(got) = read_fully_at(file, &mut prefix, pos) else {
+        return 0;
+    };
+    match BatchHeader::parse_header_of(
+        prefix.get(..got).unwrap_or_default(),
+        seg.size - pos,
+        usize::MAX,
+    ) {
+        Ok(h) if h.base_offset >= seg.base_offset && h.last_offset <= entry => pos,
+        _ => 0,
+    }
+}
+
+/// The aborted transactions a read_committed reader of `[from, upper)` needs: those in the
+/// `.txnindex` of the segments from the one holding `from` whose data overlaps the range
+/// (Kafka's `collectAbortedTransactions`).
+pub fn aborted_transactions(view: &LogView, from: i64, upper: i64) -> Vec<AbortedTransaction> {
+    let mut out = Vec::new();
+    for seg in view.segments_from(from) {
+        let Ok(entries) = txn_index::read(&seg.txn_index_path()) else {
+            continue;
+        };
+        out.extend(
+            entries
+                .into_iter()
+                .filter(|t| t.last_offset >= from && t.first_offset < upper)
+                .map(|t| AbortedTransaction {
+                    producer_id: t.producer_id,
+                    first_offset: t.first_offset,
+                }),
+        );
+    }
+    out
+}
