@@ -369,6 +369,23 @@ impl Writer {
             }
         }
     }
+    /// BYTES or COMPACT_BYTES; `None` encodes null.
+    pub fn bytes(&mut self, v: Option<&[u8]>, compact: bool) -> &mut Self {
+        match (v, compact) {
+            (None, true) => self.unsigned_varint(0),
+            (None, false) => self.i32(-1),
+            (Some(b), true) => {
+                self.unsigned_varint(b.len() as u32 + 1);
+                self.buf.extend_from_slice(b);
+                self
+            }
+            (Some(b), false) => {
+                self.i32(b.len() as i32);
+                self.buf.extend_from_slice(b);
+                self
+            }
+        }
+    }
     /// ARRAY or COMPACT_ARRAY count.
     pub fn array_len(&mut self, n: usize, compact: bool) -> &mut Self {
         if compact {

@@ -32,7 +32,12 @@ impl ErrorCode {
     pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode(3);
     pub const LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(5);
     pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
+    pub const TOPIC_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(29);
+    pub const GROUP_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(30);
+    pub const CLUSTER_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(31);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(53);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
     pub const OFFSET_NOT_AVAILABLE: ErrorCode = ErrorCode(78);
@@ -58,9 +63,11 @@ impl ErrorCode {
             13 => "NETWORK_EXCEPTION",
             15 => "COORDINATOR_NOT_AVAILABLE",
             29 => "TOPIC_AUTHORIZATION_FAILED",
+            30 => "GROUP_AUTHORIZATION_FAILED",
             31 => "CLUSTER_AUTHORIZATION_FAILED",
             35 => "UNSUPPORTED_VERSION",
             42 => "INVALID_REQUEST",
+            53 => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
             56 => "KAFKA_STORAGE_ERROR",
             70 => "FETCH_SESSION_ID_NOT_FOUND",
             71 => "INVALID_FETCH_SESSION_EPOCH",

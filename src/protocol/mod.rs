@@ -1,5 +1,7 @@
 //! The Kafka wire protocol: primitives ([`codec`]), error codes ([`error`]), request and
-//! response headers (here), and one module per API a follower uses.
+//! response headers (here), and one module per API a follower uses — plus, for the serve
+//! listener, the error answers to the APIs a read-only broker refuses ([`RefusedApi`]:
+//! [`produce`], [`group`], [`admin`]).
 //!
 //! Framing: every message is an INT32 size, then a header and a body. Request header v1 =
 //! api_key INT16, api_version INT16, correlation_id INT32, client_id NULLABLE_STRING; v2 adds a
@@ -9,13 +11,16 @@
 //! Encoders only write what the version has; decoders take `&[u8]` and return a
 //! [`codec::DecodeError`] naming the field on any malformed input, never panic.
 
+pub mod admin;
 pub mod api_versions;
 pub mod codec;
 pub mod error;
 pub mod fetch;
+pub mod group;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
+pub mod produce;
 pub mod uuid;
 
 #[cfg(test)]
@@ -126,6 +131,106 @@ impl ApiKey {
     }
 }
 
+/// The APIs the serve listener answers although a read-only replica cannot do what they
+/// ask (`serve::refusals` says with what), with the versions whose answers this code
+/// encodes — every version of Kafka's schema as of Kafka 4.0's development tree — and the
+/// first flexible version of each. A follower never sends them, so they are kept apart from
+/// [`ApiKey`]. DescribeCluster is here too: it is answered, but only the listener needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RefusedApi {
+    Produce,
+    OffsetCommit,
+    OffsetFetch,
+    FindCoordinator,
+    JoinGroup,
+    Heartbeat,
+    LeaveGroup,
+    SyncGroup,
+    DescribeGroups,
+    ListGroups,
+    CreateTopics,
+    DeleteTopics,
+    DeleteRecords,
+    InitProducerId,
+    DescribeConfigs,
+    AlterConfigs,
+    CreatePartitions,
+    IncrementalAlterConfigs,
+    DescribeCluster,
+}
+
+impl RefusedApi {
+    pub const ALL: [RefusedApi; 19] = [
+        RefusedApi::Produce,
+        RefusedApi::OffsetCommit,
+        RefusedApi::OffsetFetch,
+        RefusedApi::FindCoordinator,
+        RefusedApi::JoinGroup,
+        RefusedApi::Heartbeat,
+        RefusedApi::LeaveGroup,
+        RefusedApi::SyncGroup,
+        RefusedApi::DescribeGroups,
+        RefusedApi::ListGroups,
+        RefusedApi::CreateTopics,
+        RefusedApi::DeleteTopics,
+        RefusedApi::DeleteRecords,
+        RefusedApi::InitProducerId,
+        RefusedApi::DescribeConfigs,
+        RefusedApi::AlterConfigs,
+        RefusedApi::CreatePartitions,
+        RefusedApi::IncrementalAlterConfigs,
+        RefusedApi::DescribeCluster,
+    ];
+
+    /// The API with this key, if it is one of these.
+    pub fn from_key(key: i16) -> Option<RefusedApi> {
+        Self::ALL.into_iter().find(|a| a.key() == key)
+    }
+
+    /// (key, min version, max version, first flexible version, name).
+    fn spec(self) -> (i16, i16, i16, i16, &'static str) {
+        match self {
+            RefusedApi::Produce => (0, 0, 11, 9, "Produce"),
+            RefusedApi::OffsetCommit => (8, 0, 9, 8, "OffsetCommit"),
+            RefusedApi::OffsetFetch => (9, 0, 9, 6, "OffsetFetch"),
+            RefusedApi::FindCoordinator => (10, 0, 6, 3, "FindCoordinator"),
+            RefusedApi::JoinGroup => (11, 0, 9, 6, "JoinGroup"),
+            RefusedApi::Heartbeat => (12, 0, 4, 4, "Heartbeat"),
+            RefusedApi::LeaveGroup => (13, 0, 5, 4, "LeaveGroup"),
+            RefusedApi::SyncGroup => (14, 0, 5, 4, "SyncGroup"),
+            RefusedApi::DescribeGroups => (15, 0, 5, 5, "DescribeGroups"),
+            RefusedApi::ListGroups => (16, 0, 5, 3, "ListGroups"),
+            RefusedApi::CreateTopics => (19, 0, 7, 5, "CreateTopics"),
+            RefusedApi::DeleteTopics => (20, 0, 6, 4, "DeleteTopics"),
+            RefusedApi::DeleteRecords => (21, 0, 2, 2, "DeleteRecords"),
+            RefusedApi::InitProducerId => (22, 0, 5, 2, "InitProducerId"),
+            RefusedApi::DescribeConfigs => (32, 0, 4, 4, "DescribeConfigs"),
+            RefusedApi::AlterConfigs => (33, 0, 2, 2, "AlterConfigs"),
+            RefusedApi::CreatePartitions => (37, 0, 3, 2, "CreatePartitions"),
+            RefusedApi::IncrementalAlterConfigs => (44, 0, 1, 1, "IncrementalAlterConfigs"),
+            RefusedApi::DescribeCluster => (60, 0, 1, 0, "DescribeCluster"),
+        }
+    }
+
+    pub fn key(self) -> i16 {
+        self.spec().0
+    }
+
+    /// Versions whose answer is encoded, inclusive.
+    pub fn supported(self) -> (i16, i16) {
+        let (_, min, max, _, _) = self.spec();
+        (min, max)
+    }
+
+    pub fn is_flexible(self, version: i16) -> bool {
+        version >= self.spec().3
+    }
+
+    pub fn name(self) -> &'static str {
+        self.spec().4
+    }
+}
+
 /// Answers each partition of a per-topic request (`f` gets the topic name and the
 /// partition's request), keeping the request's topics and order.
 pub fn map_partitions<P, R>(
@@ -139,6 +244,40 @@ pub fn map_partitions<P, R>(
             (name, answers)
         })
         .collect()
+}
+
+/// Reads ARRAY{Name STRING, Partitions ARRAY{PartitionIndex INT32, …}} (the shape of the
+/// write requests a refusal echoes), with a tag section after each partition and topic when
+/// `flexible`; `rest` reads what follows each partition's index. `min_partition` is the
+/// smallest encoded partition, to bound the count before anything is allocated.
+pub fn read_topic_partitions(
+    r: &mut Reader<'_>,
+    flexible: bool,
+    min_partition: usize,
+    what: &str,
+    mut rest: impl FnMut(&mut Reader<'_>) -> DecodeResult<()>,
+) -> DecodeResult<Vec<(String, Vec<i32>)>> {
+    // Smallest topic: a name length and a partition count.
+    let min_topic = if flexible { 2 } else { 6 };
+    let nt = r.array_count(flexible, min_topic, what)?;
+    let mut topics = Vec::with_capacity(nt);
+    for _ in 0..nt {
+        let name = r.string(flexible, what)?;
+        let np = r.array_count(flexible, min_partition, what)?;
+        let mut parts = Vec::with_capacity(np);
+        for _ in 0..np {
+            parts.push(r.i32(what)?);
+            rest(r)?;
+            if flexible {
+                r.skip_tagged_fields(what)?;
+            }
+        }
+        if flexible {
+            r.skip_tagged_fields(what)?;
+        }
+        topics.push((name, parts));
+    }
+    Ok(topics)
 }
 
 /// Writes a request header (v1, or v2 for flexible versions) into `w`.

@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The versions this broker serves, as ApiVersions advertises them.
+/// The versions this broker serves from its log; ApiVersions advertises these and the
+/// refused APIs ([`super::refusals::advertised`]).
 pub const SERVED: [(ApiKey, i16, i16); 5] = [
     (ApiKey::Fetch, 4, 13),
     (ApiKey::ListOffsets, 1, 7),
@@ -41,7 +42,7 @@ pub struct Context {
 }
 
 impl Context {
-    fn cluster_id(&self) -> Option<String> {
+    pub(super) fn cluster_id(&self) -> Option<String> {
         crate::log::identity::read_cluster_id(self.source.data_dir()).unwrap_or(None)
     }
 
@@ -63,14 +64,17 @@ impl Context {
     }
 }
 
+/// Every API this listener answers, as (key, min, max): those served from the log, then the
+/// refused ones.
+pub fn advertised() -> impl Iterator<Item = (i16, i16, i16)> {
+    let served = SERVED.into_iter().map(|(a, min, max)| (a.key(), min, max));
+    let refused = super::refusals::advertised().map(|(a, min, max)| (a.key(), min, max));
+    served.chain(refused)
+}
+
 pub fn api_versions(version: i16) -> Vec<u8> {
-    let ranges: Vec<ApiVersionRange> = SERVED
-        .iter()
-        .map(|&(api, min, max)| ApiVersionRange {
-            api_key: api.key(),
-            min,
-            max,
-        })
+    let ranges: Vec<ApiVersionRange> = advertised()
+        .map(|(api_key, min, max)| ApiVersionRange { api_key, min, max })
         .collect();
     let mut w = Writer::new();
     api_versions::encode_response(&mut w, version, 3, &ranges);

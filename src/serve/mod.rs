@@ -7,9 +7,12 @@
 //!
 //! # What it speaks
 //! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13, OffsetForLeaderEpoch
-//! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Any other
-//! API, or a version outside those ranges, closes the connection, as Kafka does for requests
-//! it cannot parse (a debug line says why).
+//! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Produce,
+//! the group APIs and the admin APIs are answered with the error Kafka gives a client that
+//! may not do that, non-retriable ([`refusals`] has the table); they are advertised too, so
+//! that clients send them and report that error. A request at a version outside the
+//! advertised range, of an API not advertised, or that cannot be decoded closes the
+//! connection, as Kafka's broker does for a request it cannot parse (a debug line says why).
 //!
 //! # Reading while the follower writes
 //! A request takes a snapshot of a partition's positions under its lock
@@ -27,12 +30,13 @@
 //! trusted network.
 
 pub mod handlers;
+pub mod refusals;
 pub mod response;
 pub mod source;
 
 use crate::config::ServeSection;
-use crate::protocol::ApiKey;
 use crate::protocol::codec::{Reader, Writer};
+use crate::protocol::{ApiKey, RefusedApi};
 use anyhow::{Context as _, Result};
 use handlers::Context;
 use response::{Piece, write_frame};
@@ -283,21 +287,28 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) -> Result<()> {
             Err(e) if e.is::<Closed>() => return Ok(()),
             Err(e) => return Err(e),
         }
-        let mut pieces = answer(&shared.ctx, &frame)?;
-        write_frame(&mut stream, &mut pieces)?;
+        // A request that wants no response (Produce with acks=0) gets none.
+        if let Some(mut pieces) = answer(&shared.ctx, &frame)? {
+            write_frame(&mut stream, &mut pieces)?;
+        }
     }
 }
 
-/// The response frame's pieces for one request frame; an error closes the connection.
-fn answer(ctx: &Context, frame: &[u8]) -> Result<Vec<Piece>> {
+/// The response frame's pieces for one request frame (`None`: no response is due); an error
+/// closes the connection.
+fn answer(ctx: &Context, frame: &[u8]) -> Result<Option<Vec<Piece>>> {
     let mut r = Reader::new(frame);
     let api_key = r.i16("api_key")?;
     let version = r.i16("api_version")?;
     let correlation_id = r.i32("correlation_id")?;
     r.nullable_string(false, "client_id")?;
+    if let Some(refused) = RefusedApi::from_key(api_key) {
+        return answer_refused(ctx, refused, version, correlation_id, r);
+    }
     let Some(&(api, min, max)) = handlers::SERVED.iter().find(|(a, _, _)| a.key() == api_key)
     else {
-        anyhow::bail!("API key {api_key} is not served (read-only broker)");
+        // Kafka knows every key a client sends; one unknown to it cannot be parsed either.
+        anyhow::bail!("API key {api_key} is neither served nor refused here (not in ApiVersions)");
     };
     let mut head = Writer::new();
     head.i32(correlation_id);
@@ -305,11 +316,9 @@ fn answer(ctx: &Context, frame: &[u8]) -> Result<Vec<Piece>> {
         // Answered even at a version it does not know, so the client can learn ours.
         let mut pieces = vec![Piece::Bytes(head.buf)];
         pieces.push(Piece::Bytes(handlers::api_versions(version)));
-        return Ok(pieces);
+        return Ok(Some(pieces));
     }
-    if !(min..=max).contains(&version) {
-        anyhow::bail!("{} v{version} is not served (v{min}–v{max})", api.name());
-    }
+    unsupported_version(api.name(), version, (min, max))?;
     let flexible = api.is_flexible(version);
     if flexible {
         r.skip_tagged_fields("request header tags")?;
@@ -328,5 +337,40 @@ fn answer(ctx: &Context, frame: &[u8]) -> Result<Vec<Piece>> {
         )),
         ApiKey::ApiVersions => {}
     }
-    Ok(pieces)
+    Ok(Some(pieces))
+}
+
+/// Kafka's broker cannot parse a request at a version it does not know: its RequestContext
+/// raises InvalidRequestException and the processor closes the connection, unanswered.
+fn unsupported_version(name: &str, version: i16, (min, max): (i16, i16)) -> Result<()> {
+    if !(min..=max).contains(&version) {
+        anyhow::bail!("{name} v{version} is not served (v{min}–v{max}); closed, as Kafka does");
+    }
+    Ok(())
+}
+
+/// The answer to an API a read-only broker refuses ([`refusals`]); `r` is past the header's
+/// client id.
+fn answer_refused(
+    ctx: &Context,
+    api: RefusedApi,
+    version: i16,
+    correlation_id: i32,
+    mut r: Reader<'_>,
+) -> Result<Option<Vec<Piece>>> {
+    unsupported_version(api.name(), version, api.supported())?;
+    let flexible = api.is_flexible(version);
+    if flexible {
+        r.skip_tagged_fields("request header tags")?;
+    }
+    let body = r.take(r.remaining(), "request body")?;
+    let answered = refusals::answer(ctx, api, version, body)
+        .with_context(|| format!("{} v{version}", api.name()))?;
+    let Some(body) = answered else {
+        return Ok(None);
+    };
+    crate::log_debug!("serve: {} v{version} refused (read-only)", api.name());
+    let mut head = Writer::new();
+    head.i32(correlation_id).empty_tags(flexible);
+    Ok(Some(vec![Piece::Bytes(head.buf), Piece::Bytes(body)]))
 }
