@@ -64,13 +64,18 @@ impl Context {
 }
 
 pub fn api_versions(version: i16) -> Vec<u8> {
-    let ranges: Vec<ApiVersionRange> = SERVED
-        .iter()
-        .map(|&(api, min, max)| ApiVersionRange {
+    let (min, max) = super::produce::VERSIONS;
+    let produce = ApiVersionRange {
+        api_key: super::produce::API_KEY,
+        min,
+        max,
+    };
+    let ranges: Vec<ApiVersionRange> = std::iter::once(produce)
+        .chain(SERVED.iter().map(|&(api, min, max)| ApiVersionRange {
             api_key: api.key(),
             min,
             max,
-        })
+        }))
         .collect();
     let mut w = Writer::new();
     api_versions::encode_response(&mut w, version, 3, &ranges);

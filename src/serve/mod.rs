@@ -7,7 +7,7 @@
 //!
 //! # What it speaks
 //! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13, OffsetForLeaderEpoch
-//! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Any other
+//! v2–4 ([`handlers`]), and Produce v3–v7, only to refuse it ([`produce`]); this node (`node_id`) leads every local partition alone. Any other
 //! API, or a version outside those ranges, closes the connection, as Kafka does for requests
 //! it cannot parse (a debug line says why).
 //!
@@ -27,6 +27,7 @@
 //! trusted network.
 
 pub mod handlers;
+pub mod produce;
 pub mod response;
 pub mod source;
 
@@ -276,17 +277,34 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) -> Result<()> {
             Err(e) => return Err(e),
         }
         let mut pieces = answer(&shared.ctx, &frame)?;
-        write_frame(&mut stream, &mut pieces)?;
+        // Nothing to send: a Produce with acks = 0.
+        if !pieces.is_empty() {
+            write_frame(&mut stream, &mut pieces)?;
+        }
     }
 }
 
-/// The response frame's pieces for one request frame; an error closes the connection.
+/// The response frame's pieces for one request frame (none: no response is due); an error
+/// closes the connection.
 fn answer(ctx: &Context, frame: &[u8]) -> Result<Vec<Piece>> {
     let mut r = Reader::new(frame);
     let api_key = r.i16("api_key")?;
     let version = r.i16("api_version")?;
     let correlation_id = r.i32("correlation_id")?;
     r.nullable_string(false, "client_id")?;
+    if api_key == produce::API_KEY {
+        let (min, max) = produce::VERSIONS;
+        if !(min..=max).contains(&version) {
+            anyhow::bail!("Produce v{version} is not served (v{min}–v{max}, refused)");
+        }
+        let body = frame.get(r.position()..).unwrap_or_default();
+        let Some(body) = produce::refuse(body, version)? else {
+            return Ok(Vec::new());
+        };
+        let mut head = Writer::new();
+        head.i32(correlation_id);
+        return Ok(vec![Piece::Bytes(head.buf), Piece::Bytes(body)]);
+    }
     let Some(&(api, min, max)) = handlers::SERVED.iter().find(|(a, _, _)| a.key() == api_key)
     else {
         anyhow::bail!("API key {api_key} is not served (read-only broker)");
