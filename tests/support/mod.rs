@@ -960,3 +960,74 @@ pub fn follow_until(
     assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
     (dir, data, cfg)
 }
+
+/// Runs `tests/support/clients.py` (real confluent-kafka clients) with `args`; its JSON answer.
+pub fn clients_py(args: &[&str]) -> Value {
+    let out = Command::new(python())
+        .arg(manifest_dir().join("tests/support/clients.py"))
+        .args(args)
+        .output()
+        .expect("run clients.py");
+    assert!(
+        out.status.success(),
+        "clients.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("clients.py prints JSON")
+}
+
+/// Every record of `topic`/`partition` a confluent-kafka consumer reads from `bootstrap`
+/// (assign() from offset 0, no group, no commit) up to the end of the partition at
+/// `isolation` (`read_uncommitted` or `read_committed`): `{"offset", "key", "value",
+/// "headers"}` objects, bytes in hex. Panics if the consumer saw any error on the way.
+pub fn consume_all(bootstrap: &str, topic: &str, partition: i32, isolation: &str) -> Vec<Value> {
+    let p = partition.to_string();
+    let v = clients_py(&[
+        "consume",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--partition",
+        &p,
+        "--isolation",
+        isolation,
+    ]);
+    assert_eq!(
+        v["errors"],
+        json!([]),
+        "the consumer of {topic}[{partition}] from {bootstrap} saw errors"
+    );
+    v["records"].as_array().expect("records").clone()
+}
+
+/// The offsets of `records` as [`consume_all`] returns them.
+pub fn offsets_of(records: &[Value]) -> Vec<i64> {
+    records
+        .iter()
+        .filter_map(|r| r["offset"].as_i64())
+        .collect()
+}
+
+/// Debian's `kcat`, or a panic saying how to get it (tests/setup-env.sh installs it as root).
+pub fn kcat() -> &'static str {
+    let found = Command::new("kcat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "kcat is missing: install Debian's kcat (apt-get install kcat; tests/setup-env.sh does it when run as root)"
+    );
+    "kcat"
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
