@@ -46,20 +46,7 @@ fn confluent_kafka_and_kcat_read_the_replica_as_they_read_the_leader() {
             ends[p as usize] = last + 1;
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let addr = format!("127.0.0.1:{}", support::free_port());
-    let cfg = support::topic_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        TOPIC,
-        &format!(
-            "[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n[checkpoint]\ninterval_ms = 100\n\
-             [fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[serve]\nlisten = \"{addr}\"\n"
-        ),
-    );
-    let mut d = support::Daemon::start(&cfg);
+    let (_dir, data, addr, mut d) = support::serving_follower(&leader.bootstrap, TOPIC);
     for p in 0..PARTITIONS {
         let want = ends[p as usize];
         support::wait_until(Duration::from_secs(60), &format!("p{p} at {want}"), || {

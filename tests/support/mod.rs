@@ -1031,3 +1031,42 @@ pub fn free_port() -> u16 {
         .expect("bind 127.0.0.1:0")
         .port()
 }
+
+/// A follower of every partition of `topic` from `bootstrap` with `[serve]` on a free
+/// loopback port, small segments and quick rounds: (temp dir, data dir, listener address,
+/// the running daemon).
+pub fn serving_follower(
+    bootstrap: &str,
+    topic: &str,
+) -> (tempfile::TempDir, PathBuf, String, Daemon) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cfg = topic_config(
+        dir.path(),
+        &data,
+        bootstrap,
+        topic,
+        &format!(
+            "[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n[checkpoint]\ninterval_ms = 100\n\
+             [fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[serve]\nlisten = \"{addr}\"\n"
+        ),
+    );
+    let d = Daemon::start(&cfg);
+    (dir, data, addr, d)
+}
+
+/// `replica-follower serve --data-dir DATA --listen ADDR`, once it accepts connections.
+pub fn spawn_serve(data_dir: &Path, listen: &str) -> Child {
+    let child = Command::new(bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen", listen])
+        .spawn()
+        .expect("start serve");
+    wait_until(Duration::from_secs(10), "serve to listen", || {
+        std::net::TcpStream::connect(listen).is_ok()
+    });
+    child
+}
