@@ -14,8 +14,8 @@
 //! # Reading while the follower writes
 //! A request takes a snapshot of a partition's positions under its lock
 //! ([`crate::log::read_view`]) and releases it before touching a file or the socket. Record
-//! bytes are copied from the segment files to the socket as they are sent, never gathered
-//! into a response buffer ([`response`] says why that is not yet `sendfile`). Long-polling
+//! bytes go from the segment files to the socket with `sendfile(2)`, never through a buffer
+//! of ours ([`response`]). Long-polling
 //! fetches wait on the log manager's [`AppendSignal`](crate::log::manager::AppendSignal),
 //! which the follower notifies after every append.
 //!
@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 /// A client that does not take its response within this is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often the accept loop looks at the stop flag when no one connects.
-const ACCEPT_POLL: Duration = Duration::from_millis(20);
+/// How long accepting pauses after a failed accept (out of descriptors, mostly).
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// The settings of a listener (from `[serve]` or the `serve` command line).
 #[derive(Debug, Clone)]
@@ -108,9 +108,6 @@ impl Server {
         let listener = TcpListener::bind(&opts.listen)
             .with_context(|| format!("cannot listen on serve.listen = \"{}\"", opts.listen))?;
         let addr = listener.local_addr().context("listener address")?;
-        listener
-            .set_nonblocking(true)
-            .context("cannot make the serve listener non-blocking")?;
         let advertised = opts.advertised.clone().unwrap_or_else(|| addr.to_string());
         let (host, port) = advertised
             .rsplit_once(':')
@@ -156,7 +153,19 @@ impl Server {
     pub fn stop(&mut self) {
         self.shared.ctx.stopping.store(true, Ordering::SeqCst);
         self.shared.ctx.source.appended().notify();
-        if let Some(t) = self.accept.take() {
+        // The accept thread blocks in accept(2) (no polling while idle): a connection of our
+        // own wakes it to see the flag.
+        let mut wake = self.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let woken = TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok();
+        if let Some(t) = self.accept.take()
+            && woken
+        {
             let _ = t.join();
         }
         for (_, c) in self.shared.conns().drain() {
@@ -175,17 +184,16 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     while !shared.ctx.stopping.load(Ordering::SeqCst) {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(ACCEPT_POLL);
-                continue;
-            }
             Err(e) => {
                 // Out of descriptors, mostly: wait, the connections that end free some.
                 crate::log_debug!("serve: accept failed: {e}");
-                std::thread::sleep(ACCEPT_POLL * 5);
+                std::thread::sleep(ACCEPT_RETRY);
                 continue;
             }
         };
+        if shared.ctx.stopping.load(Ordering::SeqCst) {
+            break;
+        }
         if shared.open.load(Ordering::SeqCst) >= shared.opts.max_connections {
             refuse(shared, stream);
             continue;
