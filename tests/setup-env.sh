@@ -15,12 +15,14 @@ fi
 
 # tests/units.rs judges the shipped units with systemd's own tools (systemd-analyze verify and
 # security, systemd-sysusers); `verify` also wants every command a unit names, /bin/kill
-# (procps) included; tests/unit_syscalls.rs traces the daemon with strace. Installed from
+# (procps) included; tests/unit_syscalls.rs traces the daemon with strace; tests/serve_clients.rs
+# reads the replica's listener with kcat. Installed from
 # Debian when missing and when we may (root, as in CI); otherwise those tests fail saying what
 # is missing.
-if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command -v strace >/dev/null; } \
+if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command -v strace >/dev/null \
+    || ! command -v kcat >/dev/null; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing systemd, procps and strace from Debian (for tests/units.rs, tests/unit_syscalls.rs)"
-    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace >/dev/null; } \
-        || echo "== could not install them: tests/units.rs and tests/unit_syscalls.rs will say what is missing"
+    echo "== installing systemd, procps, strace and kcat from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs)"
+    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat >/dev/null; } \
+        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs and tests/serve_clients.rs will say what is missing"
 fi

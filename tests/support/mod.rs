@@ -960,3 +960,113 @@ pub fn follow_until(
     assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
     (dir, data, cfg)
 }
+
+/// Runs `tests/support/clients.py` (real confluent-kafka clients) with `args`; its JSON answer.
+pub fn clients_py(args: &[&str]) -> Value {
+    let out = Command::new(python())
+        .arg(manifest_dir().join("tests/support/clients.py"))
+        .args(args)
+        .output()
+        .expect("run clients.py");
+    assert!(
+        out.status.success(),
+        "clients.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("clients.py prints JSON")
+}
+
+/// Every record of `topic`/`partition` a confluent-kafka consumer reads from `bootstrap`
+/// (assign() from offset 0, no group, no commit) up to the end of the partition at
+/// `isolation` (`read_uncommitted` or `read_committed`): `{"offset", "key", "value",
+/// "headers"}` objects, bytes in hex. Panics if the consumer saw any error on the way.
+pub fn consume_all(bootstrap: &str, topic: &str, partition: i32, isolation: &str) -> Vec<Value> {
+    let p = partition.to_string();
+    let v = clients_py(&[
+        "consume",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--partition",
+        &p,
+        "--isolation",
+        isolation,
+    ]);
+    assert_eq!(
+        v["errors"],
+        json!([]),
+        "the consumer of {topic}[{partition}] from {bootstrap} saw errors"
+    );
+    v["records"].as_array().expect("records").clone()
+}
+
+/// The offsets of `records` as [`consume_all`] returns them.
+pub fn offsets_of(records: &[Value]) -> Vec<i64> {
+    records
+        .iter()
+        .filter_map(|r| r["offset"].as_i64())
+        .collect()
+}
+
+/// Debian's `kcat`, or a panic saying how to get it (tests/setup-env.sh installs it as root).
+pub fn kcat() -> &'static str {
+    let found = Command::new("kcat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "kcat is missing: install Debian's kcat (apt-get install kcat; tests/setup-env.sh does it when run as root)"
+    );
+    "kcat"
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// A follower of every partition of `topic` from `bootstrap` with `[serve]` on a free
+/// loopback port, small segments and quick rounds: (temp dir, data dir, listener address,
+/// the running daemon).
+pub fn serving_follower(
+    bootstrap: &str,
+    topic: &str,
+) -> (tempfile::TempDir, PathBuf, String, Daemon) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cfg = topic_config(
+        dir.path(),
+        &data,
+        bootstrap,
+        topic,
+        &format!(
+            "[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n[checkpoint]\ninterval_ms = 100\n\
+             [fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[serve]\nlisten = \"{addr}\"\n"
+        ),
+    );
+    let d = Daemon::start(&cfg);
+    (dir, data, addr, d)
+}
+
+/// `replica-follower serve --data-dir DATA --listen ADDR`, once it accepts connections.
+pub fn spawn_serve(data_dir: &Path, listen: &str) -> Child {
+    let child = Command::new(bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen", listen])
+        .spawn()
+        .expect("start serve");
+    wait_until(Duration::from_secs(10), "serve to listen", || {
+        std::net::TcpStream::connect(listen).is_ok()
+    });
+    child
+}
