@@ -59,16 +59,44 @@ pub fn decode_find_coordinator_request(
     Ok(FindCoordinatorRequest { key_type, keys })
 }
 
-/// No coordinator (node -1, host "", port -1, Kafka's `Node.noNode()`).
-/// v0: ErrorCode · NodeId · Host · Port. v1–3: ThrottleTimeMs · ErrorCode · ErrorMessage
-/// NULLABLE_STRING · NodeId · Host · Port. v4+: ThrottleTimeMs · Coordinators ARRAY{Key,
-/// NodeId, Host, Port, ErrorCode, ErrorMessage}.
+/// A coordinator (or none): node id, host and port.
+#[derive(Debug, Clone, Copy)]
+pub struct Coordinator<'a> {
+    pub node_id: i32,
+    pub host: &'a str,
+    pub port: i32,
+}
+
+impl Coordinator<'_> {
+    /// Kafka's `Node.noNode()`: node -1, host "", port -1.
+    pub const NONE: Coordinator<'static> = Coordinator {
+        node_id: -1,
+        host: "",
+        port: -1,
+    };
+}
+
+/// No coordinator (node -1, host "", port -1, Kafka's `Node.noNode()`) and `error`.
 pub fn encode_find_coordinator_error(
     w: &mut Writer,
     version: i16,
     keys: &[String],
     error: ErrorCode,
     message: &str,
+) {
+    encode_find_coordinator(w, version, keys, error, Some(message), Coordinator::NONE);
+}
+
+/// v0: ErrorCode · NodeId · Host · Port. v1–3: ThrottleTimeMs · ErrorCode · ErrorMessage
+/// NULLABLE_STRING · NodeId · Host · Port. v4+: ThrottleTimeMs · Coordinators ARRAY{Key,
+/// NodeId, Host, Port, ErrorCode, ErrorMessage}.
+pub fn encode_find_coordinator(
+    w: &mut Writer,
+    version: i16,
+    keys: &[String],
+    error: ErrorCode,
+    message: Option<&str>,
+    node: Coordinator<'_>,
 ) {
     let flexible = version >= 3;
     if version >= 1 {
@@ -77,17 +105,19 @@ pub fn encode_find_coordinator_error(
     if version <= 3 {
         w.i16(error.0);
         if version >= 1 {
-            w.string(Some(message), flexible);
+            w.string(message, flexible);
         }
-        w.i32(-1).string(Some(""), flexible).i32(-1);
+        w.i32(node.node_id)
+            .string(Some(node.host), flexible)
+            .i32(node.port);
     } else {
         w.array_len(keys.len(), true);
         for k in keys {
             w.string(Some(k), true)
-                .i32(-1)
-                .string(Some(""), true)
-                .i32(-1);
-            w.i16(error.0).string(Some(message), true).empty_tags(true);
+                .i32(node.node_id)
+                .string(Some(node.host), true)
+                .i32(node.port);
+            w.i16(error.0).string(message, true).empty_tags(true);
         }
     }
     w.empty_tags(flexible);

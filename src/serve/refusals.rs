@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | Produce | TOPIC_AUTHORIZATION_FAILED per partition; none for acks=0 | what a principal without Write gets |
 //! | InitProducerId | TRANSACTIONAL_ID_AUTHORIZATION_FAILED (with an id), else CLUSTER_AUTHORIZATION_FAILED | Kafka's answer without Write on the id / IdempotentWrite on the cluster |
-//! | FindCoordinator | GROUP_AUTHORIZATION_FAILED (key type 1: TRANSACTIONAL_ID_AUTHORIZATION_FAILED) | no coordinator here; COORDINATOR_NOT_AVAILABLE would make a group consumer retry forever |
+//! | FindCoordinator | for groups: this node, which refuses every group request below; for transactions (key type 1): TRANSACTIONAL_ID_AUTHORIZATION_FAILED | librdkafka looks up the coordinator whenever `group.id` is set, even for a consumer that only `assign()`s and never commits: an error here would reach such a consumer, which needs no group; COORDINATOR_NOT_AVAILABLE would make a subscribing consumer retry forever |
 //! | JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ListGroups | GROUP_AUTHORIZATION_FAILED | no groups are coordinated here |
 //! | OffsetCommit, OffsetFetch, DescribeGroups | GROUP_AUTHORIZATION_FAILED per partition / group, as each version's schema places it | as above |
 //! | CreateTopics, DeleteTopics, DeleteRecords, CreatePartitions | TOPIC_AUTHORIZATION_FAILED per topic | topics are the source cluster's to change |
@@ -46,10 +46,6 @@ pub fn advertised() -> impl Iterator<Item = (RefusedApi, i16, i16)> {
         let (min, max) = api.supported();
         (api, min, max)
     })
-}
-
-fn group_message() -> String {
-    format!("{READ_ONLY}: it coordinates no groups; use the source cluster")
 }
 
 fn admin_message() -> String {
@@ -94,15 +90,28 @@ pub fn answer(
         }
         RefusedApi::FindCoordinator => {
             let req = group::decode_find_coordinator_request(body, version)?;
-            let (e, message) = if req.key_type == group::KEY_TYPE_TRANSACTION {
-                (
-                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    format!("{READ_ONLY}: it coordinates no transactions"),
-                )
+            if req.key_type == group::KEY_TYPE_TRANSACTION {
+                let message = format!("{READ_ONLY}: it coordinates no transactions");
+                let e = ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                group::encode_find_coordinator_error(&mut w, version, &req.keys, e, &message);
             } else {
-                (group_error, group_message())
-            };
-            group::encode_find_coordinator_error(&mut w, version, &req.keys, e, &message);
+                // This node, which then refuses every group request: a consumer that only
+                // assign()s (librdkafka asks for a coordinator whenever group.id is set)
+                // never meets an error, one that subscribes or commits does, at once.
+                let node = group::Coordinator {
+                    node_id: ctx.node_id,
+                    host: &ctx.host,
+                    port: ctx.port,
+                };
+                group::encode_find_coordinator(
+                    &mut w,
+                    version,
+                    &req.keys,
+                    ErrorCode::NONE,
+                    None,
+                    node,
+                );
+            }
         }
         RefusedApi::JoinGroup => group::encode_join_group_error(&mut w, version, group_error),
         RefusedApi::Heartbeat => group::encode_heartbeat_error(&mut w, version, group_error),
