@@ -63,14 +63,24 @@ impl Context {
     }
 }
 
+/// Produce (API key 0) v3, advertised and never served: librdkafka turns on message format
+/// v2 — and with it every Fetch — only for a broker listing Produce v3 beside Fetch v4 (its
+/// `MsgVer2` feature); without it kcat and confluent-kafka consumers back off forever with
+/// "request not supported by broker". A Produce request closes its connection, as any API
+/// this read-only broker does not serve.
+pub const ADVERTISED_PRODUCE: ApiVersionRange = ApiVersionRange {
+    api_key: 0,
+    min: 3,
+    max: 3,
+};
+
 pub fn api_versions(version: i16) -> Vec<u8> {
-    let ranges: Vec<ApiVersionRange> = SERVED
-        .iter()
-        .map(|&(api, min, max)| ApiVersionRange {
+    let ranges: Vec<ApiVersionRange> = std::iter::once(ADVERTISED_PRODUCE)
+        .chain(SERVED.iter().map(|&(api, min, max)| ApiVersionRange {
             api_key: api.key(),
             min,
             max,
-        })
+        }))
         .collect();
     let mut w = Writer::new();
     api_versions::encode_response(&mut w, version, 3, &ranges);

@@ -7,9 +7,11 @@
 //!
 //! # What it speaks
 //! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13, OffsetForLeaderEpoch
-//! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Any other
-//! API, or a version outside those ranges, closes the connection, as Kafka does for requests
-//! it cannot parse (a debug line says why).
+//! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. ApiVersions
+//! also lists Produce v3, which librdkafka needs to see before it sends any Fetch
+//! ([`handlers::ADVERTISED_PRODUCE`]). Any other API, Produce included, or a version outside
+//! those ranges, closes the connection, as Kafka does for requests it cannot parse (a debug
+//! line says why).
 //!
 //! # Reading while the follower writes
 //! A request takes a snapshot of a partition's positions under its lock
