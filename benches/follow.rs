@@ -37,17 +37,9 @@ fn open_fds(pid: u32) -> usize {
 }
 
 fn main() {
-    let all: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<String> = all.iter().filter(|a| *a != "--bench").cloned().collect();
-    if args.first().map(String::as_str) == Some("raw") {
-        return common::raw_mode(&args);
-    }
-    if !all.iter().any(|a| a == "--bench") {
-        // `cargo test --all-targets` runs bench targets once without `--bench`: the
-        // benchmark takes minutes and needs kcat, so it runs only through benches/run.sh.
-        println!("benchmark skipped: run it with `bash benches/run.sh`");
+    let Some(args) = common::bench_args("benches/run.sh") else {
         return;
-    }
+    };
     let reps = opt(&args, "--reps", 5);
     let records = opt(&args, "--records", 1_000_000);
     let scale_partitions = opt(&args, "--partitions", 1000);

@@ -77,7 +77,8 @@ pub fn proc_figures(pid: u32, tck: f64) -> (f64, f64, f64, usize) {
     )
 }
 
-/// Runs `cmd` under /usr/bin/time; returns its figures.
+/// Runs `cmd` under /usr/bin/time; returns its figures: CPU and peak RSS from it, the wall
+/// time measured here (time's own has 10 ms steps, too coarse for a run of tenths).
 pub fn timed(cmd: Command, stdout: Option<&Path>) -> Sample {
     let tf = std::env::temp_dir().join(format!("rf-bench-time-{}", std::process::id()));
     let mut t = Command::new("/usr/bin/time");
@@ -94,10 +95,12 @@ pub fn timed(cmd: Command, stdout: Option<&Path>) -> Sample {
         Some(p) => t.stdout(std::fs::File::create(p).expect("output file")),
         None => t.stdout(Stdio::null()),
     };
+    let t0 = Instant::now();
     let st = t
         .stderr(Stdio::inherit())
         .status()
         .expect("run /usr/bin/time");
+    let wall = t0.elapsed().as_secs_f64();
     assert!(st.success(), "{:?} failed", cmd.get_program());
     let text = std::fs::read_to_string(&tf).expect("time output");
     let v: Vec<f64> = text
@@ -106,7 +109,7 @@ pub fn timed(cmd: Command, stdout: Option<&Path>) -> Sample {
         .collect();
     assert!(v.len() >= 4, "unexpected /usr/bin/time output {text:?}");
     Sample {
-        wall: v[0],
+        wall,
         cpu: v[1] + v[2],
         rss_mb: v[3] / 1024.0,
     }
@@ -164,6 +167,24 @@ pub fn raw_mode(args: &[String]) {
         }
     }
     println!("bytes={bytes} batches={batches} end={offset} fetches={fetches}");
+}
+
+/// The bench's arguments (without cargo's `--bench`), or `None` when the run is not the
+/// benchmark: `raw` mode (run here and done), or `cargo test --all-targets`, which runs
+/// bench targets once without `--bench` — a benchmark takes minutes and needs kcat, so it
+/// runs only through its script.
+pub fn bench_args(script: &str) -> Option<Vec<String>> {
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = all.iter().filter(|a| *a != "--bench").cloned().collect();
+    if args.first().map(String::as_str) == Some("raw") {
+        raw_mode(&args);
+        return None;
+    }
+    if !all.iter().any(|a| a == "--bench") {
+        println!("benchmark skipped: run it with `bash {script}`");
+        return None;
+    }
+    Some(args)
 }
 
 /// What one raw loop printed.
