@@ -22,222 +22,28 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use replica_follower::client::BrokerConnection;
-use replica_follower::client::cluster;
-use replica_follower::protocol::ApiKey;
-use replica_follower::protocol::TopicPartition;
-use replica_follower::protocol::fetch;
-use replica_follower::record::BatchIter;
+mod common;
+
+use common::{
+    FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, opt, proc_figures, raw_args,
+    raw_summary, spawn_follower, timed, write_follower_config,
+};
 use serde_json::json;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Sample {
-    wall: f64,
-    cpu: f64,
-    rss_mb: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn clk_tck() -> f64 {
-    let out = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .expect("getconf");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(100.0)
-}
-
-/// (user + system CPU seconds, peak RSS MB, current RSS MB, threads) of a live process.
-fn proc_figures(pid: u32, tck: f64) -> (f64, f64, f64, usize) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| -> f64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|x| x.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let threads = kb("Threads:") as usize;
-    (
-        ticks / tck,
-        kb("VmHWM:") / 1024.0,
-        kb("VmRSS:") / 1024.0,
-        threads,
-    )
-}
 
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
-/// Runs `cmd` under /usr/bin/time; returns its figures.
-fn timed(mut cmd: Command, stdout: Option<&Path>) -> Sample {
-    let tf = std::env::temp_dir().join(format!("rf-bench-time-{}", std::process::id()));
-    let mut t = Command::new("/usr/bin/time");
-    t.args(["-f", "%e %U %S %M", "-o"])
-        .arg(&tf)
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        if let Some(v) = v {
-            t.env(k, v);
-        }
-    }
-    match stdout {
-        Some(p) => t.stdout(std::fs::File::create(p).expect("output file")),
-        None => t.stdout(Stdio::null()),
-    };
-    let st = t
-        .stderr(Stdio::inherit())
-        .status()
-        .expect("run /usr/bin/time");
-    assert!(st.success(), "{:?} failed", cmd.get_program());
-    let text = std::fs::read_to_string(&tf).expect("time output");
-    let v: Vec<f64> = text
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    assert!(v.len() >= 4, "unexpected /usr/bin/time output {text:?}");
-    let _ = &mut cmd;
-    Sample {
-        wall: v[0],
-        cpu: v[1] + v[2],
-        rss_mb: v[3] / 1024.0,
-    }
-}
-
-/// `raw` mode: fetch the partition from `from` to the high watermark, keep nothing; print
-/// bytes and batches.
-fn raw_mode(args: &[String]) {
-    let get = |k: &str| {
-        args.iter()
-            .position(|a| a == k)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_else(|| panic!("raw needs {k}"))
-    };
-    let bootstrap = get("--bootstrap");
-    let tp = TopicPartition::new(
-        get("--topic"),
-        get("--partition").parse().expect("partition"),
-    );
-    let md =
-        cluster::bootstrap_metadata(&[bootstrap], "bench-raw", std::slice::from_ref(&tp.topic))
-            .expect("metadata");
-    let leader = md.leader(&tp).expect("leader");
-    let addr = md
-        .broker_addr(leader.leader_id)
-        .expect("leader address")
-        .to_string();
-    let mut conn = BrokerConnection::connect(&addr, "bench-raw", 64 << 20).expect("connect");
-    let v = conn
-        .require_version(ApiKey::Fetch)
-        .expect("fetch version")
-        .min(12); // named topics
-    let (mut offset, mut bytes, mut batches) = (0i64, 0u64, 0u64);
-    loop {
-        let req = support::one_partition_fetch(&tp, offset, 8 << 20);
-        let body = conn
-            .send(ApiKey::Fetch, v, Duration::from_millis(100), |w| {
-                fetch::encode_request(w, v, &req)
-            })
-            .expect("fetch");
-        let resp = fetch::decode_response(body, v).expect("decode");
-        let p = &resp.topics[0].1[0];
-        assert!(p.error.is_ok(), "fetch error {}", p.error);
-        for (h, _, b) in BatchIter::new(p.records, usize::MAX) {
-            if h.last_offset >= offset {
-                offset = h.last_offset + 1;
-                bytes += b.len() as u64;
-                batches += 1;
-            }
-        }
-        if offset >= p.high_watermark {
-            break;
-        }
-    }
-    println!("bytes={bytes} batches={batches} end={offset}");
-}
-
-fn log_bytes_on_disk(dir: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    rd.filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum()
-}
-
-fn write_follower_config(
-    dir: &Path,
-    bootstrap: &str,
-    topic: &str,
-    fetch: &str,
-) -> (PathBuf, PathBuf) {
-    let data = dir.join("data");
-    let _ = std::fs::remove_dir_all(&data);
-    let cfg = dir.join("follower.toml");
-    std::fs::write(&cfg, format!("data_dir = \"{}\"\nbootstrap_servers = [\"{bootstrap}\"]\n[[follow]]\ntopic = \"{topic}\"\n{fetch}\n", data.display())).expect("config");
-    (cfg, data)
-}
-
-/// The daemon on `cfg`, quiet but for warnings.
-fn spawn_follower(cfg: &Path) -> std::process::Child {
-    Command::new(support::bin())
-        .args(["run", "--config"])
-        .arg(cfg)
-        .env("RF_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start follower")
-}
-
 fn main() {
-    let all: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<String> = all.iter().filter(|a| *a != "--bench").cloned().collect();
-    if args.first().map(String::as_str) == Some("raw") {
-        return raw_mode(&args);
-    }
-    if !all.iter().any(|a| a == "--bench") {
-        // `cargo test --all-targets` runs bench targets once without `--bench`: the
-        // benchmark takes minutes and needs kcat, so it runs only through benches/run.sh.
-        println!("benchmark skipped: run it with `bash benches/run.sh`");
+    let Some(args) = common::bench_args("benches/run.sh") else {
         return;
-    }
-    let opt = |k: &str, d: usize| {
-        args.iter()
-            .position(|a| a == k)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
     };
-    let reps = opt("--reps", 5);
-    let records = opt("--records", 1_000_000);
-    let scale_partitions = opt("--partitions", 1000);
-    let idle_secs = opt("--idle-secs", 30);
+    let reps = opt(&args, "--reps", 5);
+    let records = opt(&args, "--records", 1_000_000);
+    let scale_partitions = opt(&args, "--partitions", 1000);
+    let idle_secs = opt(&args, "--idle-secs", 30);
     let work = support::manifest_dir().join("target/bench");
     std::fs::create_dir_all(&work).expect("target/bench");
     let tck = clk_tck();
@@ -256,31 +62,10 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
 
-    let raw_args = [
-        "raw",
-        "--bootstrap",
-        &leader.bootstrap,
-        "--topic",
-        "bench",
-        "--partition",
-        "0",
-    ];
+    let raw_args = raw_args(&leader.bootstrap, "bench");
     // Untimed warm-up: learn the leader's byte count.
-    let out = Command::new(&me)
-        .args(raw_args)
-        .output()
-        .expect("raw warm-up");
-    let line = String::from_utf8_lossy(&out.stdout).to_string();
-    let total: u64 = line
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix("bytes="))
-        .and_then(|v| v.parse().ok())
-        .expect("raw bytes");
-    let batches: u64 = line
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix("batches="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let raw = raw_summary(&raw_args);
+    let (total, batches) = (raw.bytes, raw.batches);
     let mb = total as f64 / 1e6;
     eprintln!("partition bench-0: {total} bytes in {batches} batches");
 
@@ -295,7 +80,7 @@ fn main() {
         };
         settle();
         let mut c = Command::new(&me);
-        c.args(raw_args);
+        c.args(&raw_args);
         limit.push(timed(c, None));
 
         let mut c = Command::new(&kcat);
@@ -326,36 +111,10 @@ fn main() {
             "kcat printed {lines} lines for {end} records"
         );
 
-        let (cfg, data) = write_follower_config(
-            &work,
-            &leader.bootstrap,
-            "bench",
-            "[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n",
-        );
-        let t0 = Instant::now();
-        let mut child = spawn_follower(&cfg);
-        let pdir = data.join("bench-0");
-        while log_bytes_on_disk(&pdir) < total {
-            assert!(
-                t0.elapsed() < Duration::from_secs(600),
-                "follower did not catch up"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let wall = t0.elapsed().as_secs_f64();
-        let (cpu, hwm, _, _) = proc_figures(child.id(), tck);
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let st = child.wait().expect("wait follower");
-        assert!(st.success(), "follower exit {st}");
-        assert_eq!(log_bytes_on_disk(&pdir), total, "follower bytes");
-        assert_eq!(support::log_end(&data, "bench", 0), end, "follower log end");
-        fol.push(Sample {
-            wall,
-            cpu,
-            rss_mb: hwm,
-        });
+        let (cfg, data) = write_follower_config(&work, &leader.bootstrap, "bench", FETCH_8MB);
+        let f = follow_until_caught_up(&cfg, &data, "bench", total, end, tck);
+        let wall = f.wall;
+        fol.push(f);
         eprintln!(
             "rep {rep}: limit {:.2}s kcat {:.2}s follower {:.2}s",
             limit[rep - 1].wall,
