@@ -13,7 +13,7 @@
 //! Who touches it: only its [`super::segment::Segment`], under the partition log's lock.
 
 use super::index_file::{Entries, Entry};
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use std::path::Path;
 
 pub const ENTRY_SIZE: usize = 8;
@@ -53,16 +53,36 @@ pub fn decode_entries(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = (i
 /// (offset, position) whose offset is ≤ `target`, else (base, 0). Reading stops at an entry
 /// that does not follow the one before it (a damaged index).
 pub fn lookup_file(path: &Path, base_offset: i64, target: i64) -> Result<(i64, u32)> {
+    use std::os::unix::fs::FileExt;
+    // A binary search with one positioned read per probe (~20 for a 1 GiB segment's index),
+    // not a scan: readers of the served replica look an offset up on every fetch, and a
+    // scan from the start made reading a segment through quadratic in its index size.
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("failed to open index `{}`", path.display()))?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("failed to stat index `{}`", path.display()))?
+        .len();
+    let entry_at = |i: u64| -> Result<OffsetEntry> {
+        let mut b = [0u8; ENTRY_SIZE];
+        file.read_exact_at(&mut b, i * ENTRY_SIZE as u64)
+            .with_context(|| format!("failed to read index `{}`", path.display()))?;
+        Ok(OffsetEntry::decode(&b))
+    };
+    // The last entry at or below `target`: entries strictly increase (a damaged index may
+    // not; its answer is checked against the batch it points at by the callers).
+    let (mut lo, mut hi) = (0u64, len / ENTRY_SIZE as u64);
     let mut found: Option<OffsetEntry> = None;
-    super::index_file::scan_file(path, "index", ENTRY_SIZE, |b| {
-        let e = OffsetEntry::decode(b);
-        if base_offset + i64::from(e.0) > target || found.is_some_and(|p| e.0 <= p.0 || e.1 <= p.1)
-        {
-            return false;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let e = entry_at(mid)?;
+        if base_offset + i64::from(e.0) <= target {
+            found = Some(e);
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
-        found = Some(e);
-        true
-    })?;
+    }
     Ok(found.map_or((base_offset, 0), |OffsetEntry(r, p)| {
         (base_offset + i64::from(r), p)
     }))
@@ -270,6 +290,29 @@ mod tests {
         assert_eq!(idx.lookup(109), (100, 0));
         assert_eq!(idx.lookup(110), (110, 100));
         assert_eq!(idx.lookup(500), (120, 200));
+    }
+
+    #[test]
+    fn a_file_lookup_agrees_with_the_loaded_index_for_every_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i.index");
+        let mut idx = OffsetIndex::create(&p, 100).unwrap();
+        // A partial entry at the end (a torn write) is not an entry.
+        assert_eq!(lookup_file(&p, 100, 150).unwrap(), (100, 0), "empty");
+        for i in 1..=1000u32 {
+            idx.append(100 + i64::from(i) * 3, i * 50).unwrap();
+        }
+        idx.flush(true).unwrap();
+        let loaded = OffsetIndex::load(&p, 100, 1 << 20).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        std::io::Write::write_all(&mut f, &[0, 0, 1]).unwrap();
+        for target in 90..3200 {
+            assert_eq!(
+                lookup_file(&p, 100, target).unwrap(),
+                loaded.lookup(target),
+                "target {target}"
+            );
+        }
     }
 
     #[test]
