@@ -9,7 +9,7 @@
 //! Then `--reps` times (5), interleaved:
 //! - `raw tansu`, `raw ours`: the raw fetch loop (this binary's `raw` mode: 8 MB fetches one
 //!   at a time, bytes discarded) against Tansu and against our listener — the serving limits;
-//! - `kcat`: `kcat -C -e -c N -o beginning -q -f ''` against our listener, on the
+//! - `kcat`: `kcat -C -e -c N -o beginning -q` (its default output, to /dev/null) against our listener, on the
 //!   confluent-kafka wheel's librdkafka;
 //! - `follower`: a chained replica-follower from an empty data dir B until its log holds every
 //!   byte of A.
@@ -214,7 +214,9 @@ fn main() {
         runs[2].push(measure(&mut || {
             let mut c = Command::new(&kcat);
             c.args(["-C", "-b", &addr, "-t", TOPIC, "-p", "0"])
-                .args(["-o", "beginning", "-e", "-c", &records, "-q", "-f", ""])
+                // As the target names it: `-C -e -c N`, kcat's own output format (each value
+                // and a newline, to /dev/null here), informational messages off.
+                .args(["-o", "beginning", "-e", "-c", &records, "-q"])
                 .env("LD_LIBRARY_PATH", &lib_dir);
             timed(c, None)
         }));
