@@ -247,6 +247,7 @@ const USAGE_CASES: &[(&str, &[&str])] = &[
             "offsets --data-dir DIR --topic t --partition 0 --timestamp 5 --max 2",
         ],
     ),
+    ("`serve` without `--listen`", &["serve --data-dir DIR"]),
     (
         "`offsets` with neither `--time` nor `--timestamp`",
         &["offsets --data-dir DIR --topic t --partition 0"],
@@ -419,7 +420,7 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
         s.locked(&["repair --config FILE"])
     }),
     (
-        "`status --data-dir`, `verify`, `dump`, `offsets` on a data dir that does not exist",
+        "`status --data-dir`, `verify`, `dump`, `offsets`, `serve` on a data dir that does not exist",
         |s| {
             s.data_dir(
                 None,
@@ -428,6 +429,7 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
                     "verify --data-dir DIR",
                     "dump --data-dir DIR --topic orders --partition 0",
                     "offsets --data-dir DIR --topic orders --partition 0 --time -1",
+                    "serve --data-dir DIR --listen 127.0.0.1:0",
                 ],
             )
         },
