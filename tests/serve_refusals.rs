@@ -265,6 +265,48 @@ c.close()
 print(json.dumps(out))
 "#;
 
+/// A request of under 1 MiB asking for a refusal per item (150,000 config resources, some
+/// 100 bytes of answer each): the connection is closed instead of building the answer, and
+/// the next connection is served.
+/// A DescribeConfigs v4 body asking for `n` broker-logger resources named "x", all keys.
+fn describe_configs_v4(n: usize) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.array_len(n, true);
+    for _ in 0..n {
+        w.i8(2)
+            .string(Some("x"), true)
+            .unsigned_varint(0)
+            .empty_tags(true);
+    }
+    w.bool(false).bool(false).empty_tags(true);
+    w.buf
+}
+
+fn an_answer_far_larger_than_its_request_is_not_built(addr: &str) {
+    let mut w = Writer::new();
+    w.i16(32)
+        .i16(4)
+        .i32(1)
+        .string(Some("t"), false)
+        .empty_tags(true);
+    let mut request = w.buf;
+    request.extend_from_slice(&describe_configs_v4(150_000));
+    let mut frame = (request.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&request);
+    assert!(frame.len() < 1 << 20, "under serve.max_request_bytes");
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&frame).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(got.is_empty(), "{} bytes came back", got.len());
+    // The same request with 10 resources is answered.
+    let mut c = Raw::connect(addr);
+    let body = c.call(32, 4, true, &describe_configs_v4(10));
+    assert!(!body.is_empty());
+    c.metadata_works();
+}
+
 fn librdkafka_reports_the_refusals(addr: &str) {
     let out = Command::new(support::python())
         .args(["-c", CLIENTS, addr, TOPIC])
@@ -313,6 +355,7 @@ fn writes_groups_and_admin_are_refused_with_kafka_errors() {
     });
     let addr = format!("127.0.0.1:{port}");
     raw_requests_are_refused_and_the_connection_stays_open(&addr);
+    an_answer_far_larger_than_its_request_is_not_built(&addr);
     librdkafka_reports_the_refusals(&addr);
     // Nothing was written: the replica still holds exactly the leader's records.
     assert_eq!(support::log_end(&data, TOPIC, 0), end);

@@ -23,11 +23,28 @@ use std::time::{Duration, Instant};
 /// refused APIs ([`super::refusals::advertised`]).
 pub const SERVED: [(ApiKey, i16, i16); 5] = [
     (ApiKey::Fetch, 4, 13),
-    (ApiKey::ListOffsets, 1, 7),
+    // v7 only adds MAX_TIMESTAMP (-3), which is not answered yet.
+    (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
+
+/// The most segment files one Fetch response holds open (one per partition and segment it
+/// sends from): a request naming a partition thousands of times, or thousands of
+/// partitions, must not take the process's descriptors. Partitions past it get no data in
+/// this response and are fetched again.
+const MAX_FILES_PER_RESPONSE: usize = 256;
+
+/// What a Fetch response may still take.
+struct Budget {
+    bytes: u64,
+    /// No batch taken yet: the first is taken whole even past the limits (KIP-74).
+    first: bool,
+    files: usize,
+    /// A read failure was said once for this response.
+    warned: bool,
+}
 
 /// A Fetch waits for data at most this long, whatever its max_wait_ms says, so that a
 /// client cannot park a thread for days (clients' own request timeouts are 30 s).
@@ -305,7 +322,7 @@ fn fetch_partition(
     p: &FetchPartition,
     version: i16,
     isolation_level: i8,
-    budget: &mut (u64, bool),
+    budget: &mut Budget,
 ) -> PartAnswer {
     let mut head = FetchPartitionResponse {
         partition: p.partition,
@@ -336,11 +353,16 @@ fn fetch_partition(
         head.error = fenced;
         return none(head);
     }
-    // Kafka's Partition.fetchRecords: a last fetched epoch whose end here is below the fetch
-    // offset (or that is newer than any here) means the reader's log diverged.
+    // Kafka's Partition.readRecords: a last fetched epoch whose end here cannot be told is
+    // out of range, as is an offset below the log start (checked first, diverging or not);
+    // an end below the fetch offset, or an older epoch, means the reader's log diverged.
     if version >= 12 && p.last_fetched_epoch >= 0 {
         let (e, end) = end_offset_for(&view, p.last_fetched_epoch);
-        if e < 0 || end < p.fetch_offset || e < p.last_fetched_epoch {
+        if e < 0 || end < 0 || p.fetch_offset < view.log_start_offset {
+            head.error = ErrorCode::OFFSET_OUT_OF_RANGE;
+            return none(head);
+        }
+        if end < p.fetch_offset || e < p.last_fetched_epoch {
             head.diverging_epoch = Some(DivergingEpoch {
                 epoch: e,
                 end_offset: end,
@@ -357,18 +379,26 @@ fn fetch_partition(
     } else {
         view.high_watermark
     };
-    let limit = budget.0.min(p.partition_max_bytes.max(0) as u64);
-    let read = match read_batches(&view, p.fetch_offset, below, limit, budget.1) {
+    if budget.files == 0 {
+        // This response holds its share of open segment files: the reader fetches the rest
+        // next time (as when max_bytes is used up).
+        return none(head);
+    }
+    let limit = budget.bytes.min(p.partition_max_bytes.max(0) as u64);
+    let read = match read_batches(&view, p.fetch_offset, below, limit, budget.first) {
         Ok(r) => r,
         Err(e) => {
-            crate::log_warn!("{tp}: serving a fetch at {} failed: {e:#}", p.fetch_offset);
+            if !std::mem::replace(&mut budget.warned, true) {
+                crate::log_warn!("{tp}: serving a fetch at {} failed: {e:#}", p.fetch_offset);
+            }
             head.error = ErrorCode::UNKNOWN_SERVER_ERROR;
             return none(head);
         }
     };
     if read.bytes > 0 {
-        budget.0 = budget.0.saturating_sub(read.bytes);
-        budget.1 = false;
+        budget.bytes = budget.bytes.saturating_sub(read.bytes);
+        budget.first = false;
+        budget.files = budget.files.saturating_sub(read.ranges.len());
         if isolation_level == 1 {
             let upper = read.end_offset.unwrap_or(p.fetch_offset);
             head.aborted_transactions = Some(aborted_transactions(&view, p.fetch_offset, upper));
@@ -399,7 +429,12 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
     let signal = ctx.source.appended().clone();
     let answers = loop {
         let seen = signal.current();
-        let mut budget = (req.max_bytes.max(0) as u64, true);
+        let mut budget = Budget {
+            bytes: req.max_bytes.max(0) as u64,
+            first: true,
+            files: MAX_FILES_PER_RESPONSE,
+            warned: false,
+        };
         let answers: Vec<(&String, Vec<PartAnswer>)> = req
             .topics
             .iter()

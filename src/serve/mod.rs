@@ -6,7 +6,7 @@
 //! the daemon. Requests on a connection are answered in order, one at a time.
 //!
 //! # What it speaks
-//! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13, OffsetForLeaderEpoch
+//! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–6, Fetch v4–13, OffsetForLeaderEpoch
 //! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Produce,
 //! the group APIs and the admin APIs are answered with the error Kafka gives a client that
 //! may not do that, non-retriable ([`refusals`] has the table); they are advertised too, so
@@ -51,6 +51,12 @@ use std::time::{Duration, Instant};
 
 /// A client that does not take its response within this is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A request frame, once its size arrived, must arrive whole within this.
+pub const FRAME_DEADLINE: Duration = Duration::from_secs(30);
+/// The most bytes a response may hold in memory beside the record data it sends from the
+/// segment files: the answer to a request of many items (partitions, topics, resources) is
+/// refused beyond this, and the connection closed.
+pub const MAX_HELD_RESPONSE_BYTES: usize = 4 << 20;
 /// How long accepting pauses after a failed accept (out of descriptors, mostly).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -265,11 +271,31 @@ fn read_frame(stream: &mut TcpStream, max: i32, buf: &mut Vec<u8>) -> Result<()>
     if !(0..=max).contains(&size) {
         anyhow::bail!("a request frame of {size} bytes (serve.max_request_bytes is {max})");
     }
+    // The rest of the frame must arrive within FRAME_DEADLINE (a client dripping a byte per
+    // idle timeout does not keep its slot), and the buffer grows only as bytes arrive (an
+    // announced size costs nothing until it is sent).
+    let deadline = Instant::now() + FRAME_DEADLINE;
+    let want = size as usize;
     buf.clear();
-    buf.resize(size as usize, 0);
-    stream
-        .read_exact(buf)
-        .context("the request frame ended early")?;
+    let mut chunk = [0u8; 64 << 10];
+    while buf.len() < want {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            anyhow::bail!(
+                "a request frame did not arrive within {}s ({} of {want} bytes)",
+                FRAME_DEADLINE.as_secs(),
+                buf.len()
+            );
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = (want - buf.len()).min(chunk.len());
+        match stream.read(&mut chunk[..n]) {
+            Ok(0) => anyhow::bail!("the request frame ended early"),
+            Ok(got) => buf.extend_from_slice(&chunk[..got]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("the request frame ended early"),
+        }
+    }
     Ok(())
 }
 
@@ -282,6 +308,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) -> Result<()> {
         if shared.ctx.stopping.load(Ordering::SeqCst) {
             return Ok(());
         }
+        stream.set_read_timeout(Some(shared.opts.idle_timeout))?;
         match read_frame(&mut stream, shared.opts.max_request_bytes, &mut frame) {
             Ok(()) => {}
             Err(e) if e.is::<Closed>() => return Ok(()),
@@ -289,6 +316,21 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) -> Result<()> {
         }
         // A request that wants no response (Produce with acks=0) gets none.
         if let Some(mut pieces) = answer(&shared.ctx, &frame)? {
+            // Refusals and Metadata answer per item of the request: a small request naming
+            // many items could ask for a response many times its size, held per connection.
+            let held: usize = pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Bytes(b) => b.len(),
+                    Piece::File(_) => 0,
+                })
+                .sum();
+            if held > MAX_HELD_RESPONSE_BYTES {
+                anyhow::bail!(
+                    "a response of {held} bytes beside its record data (more than {MAX_HELD_RESPONSE_BYTES}) to a request of {} bytes",
+                    frame.len()
+                );
+            }
             write_frame(&mut stream, &mut pieces)?;
         }
     }

@@ -144,6 +144,13 @@ pub fn read_batches(
                 seg.size - pos,
                 usize::MAX,
             ) else {
+                // A damaged header ends the read here: going on in the next segment would
+                // hand the reader a gap it cannot see. (`verify` names the damage.)
+                crate::log_debug!(
+                    "`{}`: no batch header at byte {pos}; serving what comes before it",
+                    seg.log_path.display()
+                );
+                full = true;
                 break;
             };
             let size = h.size_in_bytes as u64;
