@@ -166,6 +166,42 @@ fn the_replica_serves_its_bytes_to_kafka_clients() {
         leader.leader_epoch(0)
     );
     assert_eq!(md.topics[1].error, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    // read_committed answers carry an (empty) aborted list, read_uncommitted ones null.
+    for (isolation, want) in [(1, Some(Vec::new())), (0, None)] {
+        let mut req: FetchRequest = support::one_partition_fetch(&tp, 0, 3000);
+        req.isolation_level = isolation;
+        let body = conn
+            .send(ApiKey::Fetch, 11, Duration::from_secs(1), |w| {
+                fetch::encode_request(w, 11, &req)
+            })
+            .unwrap();
+        let resp = fetch::decode_response(body, 11).unwrap();
+        assert_eq!(
+            resp.topics[0].1[0].aborted_transactions, want,
+            "{isolation}"
+        );
+    }
+    // By id alone (v12): the topic's own id finds it, an unknown one is UNKNOWN_TOPIC_ID.
+    let by_id = |id: [u8; 16]| {
+        move |w: &mut replica_follower::protocol::codec::Writer| {
+            w.array_len(1, true).uuid(&id);
+            w.string(None, true).empty_tags(true);
+            w.bool(false).bool(false).empty_tags(true);
+        }
+    };
+    for (id, error, name) in [
+        (leader.topic_id(), ErrorCode::NONE, TOPIC),
+        ([9; 16], ErrorCode(100), ""),
+    ] {
+        let body = conn
+            .send(ApiKey::Metadata, v, Duration::ZERO, by_id(id))
+            .unwrap();
+        let md = metadata::decode_response(body, v).unwrap();
+        assert_eq!(
+            (md.topics[0].error, md.topics[0].name.as_str()),
+            (error, name)
+        );
+    }
 
     // (a) Fetch at every version: the local segment bytes, which are the leader's.
     support::wait_until(Duration::from_secs(10), "the high watermark", || {

@@ -139,7 +139,12 @@ pub fn metadata(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8
                 match by_name.or_else(by_id) {
                     Some(n) => describe(&n, local.get(&n).map_or(&[][..], Vec::as_slice)),
                     None => TopicMetadata {
-                        error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        // Asked for by id alone (v10+): Kafka says UNKNOWN_TOPIC_ID.
+                        error: if t.name.is_none() && t.topic_id != [0; 16] {
+                            ErrorCode(100)
+                        } else {
+                            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                        },
                         name: t.name.unwrap_or_default(),
                         topic_id: t.topic_id,
                         partitions: Vec::new(),
@@ -395,6 +400,11 @@ fn fetch_partition(
             return none(head);
         }
     };
+    if isolation_level == 1 {
+        // read_committed answers carry a list, empty when no aborted transaction overlaps
+        // (Kafka sends null only to read_uncommitted readers).
+        head.aborted_transactions = Some(Vec::new());
+    }
     if read.bytes > 0 {
         budget.bytes = budget.bytes.saturating_sub(read.bytes);
         budget.first = false;
