@@ -58,18 +58,13 @@ print(json.dumps(out))
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 #[test]
 fn metrics_parse_show_lag_falling_and_counters_growing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let leader = TestLeader::start(TOPIC, 1);
     leader.append(0, 20_000, 50);
-    let addr = free_port();
+    let addr = format!("127.0.0.1:{}", support::free_port());
     let cfg = support::topic_config(
         dir.path(),
         &data,

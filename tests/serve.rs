@@ -23,14 +23,6 @@ use support::test_leader::{CLUSTER_ID, TestLeader};
 
 const TOPIC: &str = "served";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn connect(addr: &str) -> BrokerConnection {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -125,7 +117,7 @@ fn start_serving(
     leader.append(0, records, per_batch);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = free_port();
+    let port = support::free_port();
     let cfg = serve_config(dir.path(), &data, &leader, port);
     let d = support::Daemon::start(&cfg);
     (leader, dir, port, d)
@@ -343,7 +335,7 @@ fn bad_clients_cost_only_their_own_connection_and_a_stopped_replica_is_served() 
     );
 
     // While the daemon holds the lock, `serve --data-dir` is refused.
-    let other = free_port().to_string();
+    let other = support::free_port().to_string();
     let listen = format!("127.0.0.1:{other}");
     let (code, _, err) = support::run_cli(&[
         "serve",
@@ -359,16 +351,7 @@ fn bad_clients_cost_only_their_own_connection_and_a_stopped_replica_is_served() 
     // The stopped replica, served with no leader anywhere: the same bytes, nothing changed.
     drop(leader);
     let before = support::hash_tree(&data);
-    let mut child = std::process::Command::new(support::bin())
-        .args([
-            "serve",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            &listen,
-        ])
-        .spawn()
-        .unwrap();
+    let mut child = support::spawn_serve(&data, &listen);
     let mut conn = connect(&listen);
     let (stopped, hw) = fetch_all(&mut conn, 12, 0, id);
     assert_eq!(hw, end);

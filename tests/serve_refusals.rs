@@ -106,14 +106,6 @@ fn produce_body(version: i16, acks: i16) -> Vec<u8> {
     w.buf
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn raw_requests_are_refused_and_the_connection_stays_open(addr: &str) {
     let mut c = Raw::connect(addr);
     // ApiVersions v3 lists the refused APIs with the versions they are answered at.
@@ -337,7 +329,7 @@ fn writes_groups_and_admin_are_refused_with_kafka_errors() {
     leader.append(0, 50, 5);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = free_port();
+    let port = support::free_port();
     let cfg = support::topic_config(
         dir.path(),
         &data,
