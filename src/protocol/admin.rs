@@ -408,15 +408,10 @@ pub fn encode_describe_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::codec::encoded;
     use crate::record::batch::tests::unhex;
 
     const T: ErrorCode = ErrorCode::TOPIC_AUTHORIZATION_FAILED;
-
-    fn encoded(f: impl FnOnce(&mut Writer)) -> Vec<u8> {
-        let mut w = Writer::new();
-        f(&mut w);
-        w.buf
-    }
 
     #[test]
     fn create_topics_request_and_error_golden_bytes() {

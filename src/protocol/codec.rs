@@ -297,6 +297,14 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The bytes `f` writes into a new writer (for tests of encoders).
+#[cfg(test)]
+pub fn encoded(f: impl FnOnce(&mut Writer)) -> Vec<u8> {
+    let mut w = Writer::new();
+    f(&mut w);
+    w.buf
+}
+
 /// Appends Kafka primitives to a byte vector.
 #[derive(Debug, Default)]
 pub struct Writer {

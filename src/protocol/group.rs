@@ -399,15 +399,10 @@ pub fn encode_describe_groups_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::codec::encoded;
     use crate::record::batch::tests::unhex;
 
     const E: ErrorCode = ErrorCode::GROUP_AUTHORIZATION_FAILED;
-
-    fn encoded(f: impl FnOnce(&mut Writer)) -> Vec<u8> {
-        let mut w = Writer::new();
-        f(&mut w);
-        w.buf
-    }
 
     #[test]
     fn find_coordinator_requests_and_error_golden_bytes() {
