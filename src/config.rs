@@ -343,6 +343,113 @@ impl Default for LogSection {
     }
 }
 
+/// `security.protocol` and `serve.protocol`: Kafka's `security.protocol` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum SecurityProtocol {
+    #[default]
+    #[serde(rename = "PLAINTEXT")]
+    Plaintext,
+    #[serde(rename = "SSL")]
+    Ssl,
+    #[serde(rename = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+    #[serde(rename = "SASL_SSL")]
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+}
+
+/// A SASL mechanism, as Kafka names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    pub const ALL: [SaslMechanism; 3] = [
+        SaslMechanism::Plain,
+        SaslMechanism::ScramSha256,
+        SaslMechanism::ScramSha512,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<SaslMechanism> {
+        SaslMechanism::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// `[security]`: how every connection to the cluster (bootstrap and leaders) is made, with
+/// Kafka's client settings. Secrets are never in this file: the password is read from
+/// `sasl_password_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecuritySection {
+    pub protocol: SecurityProtocol,
+    /// PEM file of the CAs that sign the brokers' certificates (default: the platform's
+    /// roots).
+    pub ssl_ca_file: Option<PathBuf>,
+    /// Whether the broker's certificate must name the host connected to (default true;
+    /// `false` only by explicit choice, with a warning at start).
+    pub ssl_verify_hostname: bool,
+    /// A client certificate chain (PEM) for mutual TLS, with `ssl_key_file`.
+    pub ssl_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub ssl_key_file: Option<PathBuf>,
+    /// Required with `SASL_*`.
+    pub sasl_mechanism: Option<SaslMechanism>,
+    pub sasl_username: Option<String>,
+    /// A file holding the password (one line; a trailing newline is ignored), readable by
+    /// its owner only.
+    pub sasl_password_file: Option<PathBuf>,
+}
+
+impl Default for SecuritySection {
+    fn default() -> Self {
+        SecuritySection {
+            protocol: SecurityProtocol::Plaintext,
+            ssl_ca_file: None,
+            ssl_verify_hostname: true,
+            ssl_cert_file: None,
+            ssl_key_file: None,
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password_file: None,
+        }
+    }
+}
+
 /// `[metrics]`: a Prometheus endpoint, off unless `listen` is set.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -373,6 +480,18 @@ pub struct ServeSection {
     /// `connections.max.idle.ms`).
     #[serde(deserialize_with = "positive_i64")]
     pub idle_timeout_ms: i64,
+    /// What clients must speak: TLS (`SSL`, `SASL_SSL`) and/or SASL (`SASL_*`).
+    pub protocol: SecurityProtocol,
+    /// The listener's certificate chain (PEM), required with TLS.
+    pub ssl_cert_file: Option<PathBuf>,
+    /// The listener's private key (PEM), required with TLS.
+    pub ssl_key_file: Option<PathBuf>,
+    /// When set, TLS clients must present a certificate signed by one of these CAs (PEM).
+    pub ssl_client_ca_file: Option<PathBuf>,
+    /// The mechanisms offered in SaslHandshake (default: all three).
+    pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// The credentials file `replica-follower add-user` writes; required with `SASL_*`.
+    pub sasl_users_file: Option<PathBuf>,
 }
 
 impl Default for ServeSection {
@@ -384,6 +503,12 @@ impl Default for ServeSection {
             max_connections: 256,
             max_request_bytes: 1 << 20,
             idle_timeout_ms: 600_000,
+            protocol: SecurityProtocol::Plaintext,
+            ssl_cert_file: None,
+            ssl_key_file: None,
+            ssl_client_ca_file: None,
+            sasl_mechanisms: SaslMechanism::ALL.to_vec(),
+            sasl_users_file: None,
         }
     }
 }
@@ -434,6 +559,8 @@ pub struct Config {
     pub metrics: MetricsSection,
     #[serde(default)]
     pub serve: ServeSection,
+    #[serde(default)]
+    pub security: SecuritySection,
 }
 
 impl Config {
@@ -530,6 +657,7 @@ impl Config {
                 );
             }
         }
+        self.validate_security(keys)?;
         keys.at_most(
             ("fetch.backoff_ms", self.fetch.backoff_ms),
             ("fetch.backoff_max_ms", self.fetch.backoff_max_ms),
@@ -543,6 +671,134 @@ impl Config {
             ("fetch.max_bytes", i64::from(self.fetch.max_bytes)),
             Said::ByLow,
         )
+    }
+    /// `[security]` and the security keys of `[serve]`: keys that belong together are set
+    /// together, keys for a protocol not in use are refused (a typo'd protocol would
+    /// otherwise silently ignore them), and the password file is its owner's alone.
+    fn validate_security(&self, keys: &KeySpans) -> Result<()> {
+        let at = |names: &[&str]| keys.line_of_first(names);
+        let sec = &self.security;
+        let proto = sec.protocol;
+        let tls_keys = [
+            ("security.ssl_ca_file", sec.ssl_ca_file.is_some()),
+            ("security.ssl_cert_file", sec.ssl_cert_file.is_some()),
+            ("security.ssl_key_file", sec.ssl_key_file.is_some()),
+            ("security.ssl_verify_hostname", !sec.ssl_verify_hostname),
+        ];
+        if !proto.uses_tls()
+            && let Some((k, _)) = tls_keys.iter().find(|(_, set)| *set)
+        {
+            bail!(
+                "{}key `{k}`: only used with `security.protocol` SSL or SASL_SSL (it is {})",
+                at(&[k]),
+                proto.name()
+            );
+        }
+        if sec.ssl_cert_file.is_some() != sec.ssl_key_file.is_some() {
+            let (k, other) = if sec.ssl_cert_file.is_some() {
+                ("security.ssl_cert_file", "security.ssl_key_file")
+            } else {
+                ("security.ssl_key_file", "security.ssl_cert_file")
+            };
+            bail!("{}key `{k}`: needs `{other}` too", at(&[k]));
+        }
+        let sasl_keys = [
+            ("security.sasl_mechanism", sec.sasl_mechanism.is_some()),
+            ("security.sasl_username", sec.sasl_username.is_some()),
+            (
+                "security.sasl_password_file",
+                sec.sasl_password_file.is_some(),
+            ),
+        ];
+        if proto.uses_sasl() {
+            if let Some((k, _)) = sasl_keys.iter().find(|(_, set)| !*set) {
+                bail!(
+                    "{}key `{k}`: required with `security.protocol` {}",
+                    at(&["security.protocol"]),
+                    proto.name()
+                );
+            }
+        } else if let Some((k, _)) = sasl_keys.iter().find(|(_, set)| *set) {
+            bail!(
+                "{}key `{k}`: only used with `security.protocol` SASL_PLAINTEXT or SASL_SSL (it is {})",
+                at(&[k]),
+                proto.name()
+            );
+        }
+        if let Some(u) = &sec.sasl_username
+            && (u.is_empty() || u.contains(['\0', ',', '=']))
+        {
+            bail!(
+                "{}key `security.sasl_username`: must be non-empty, without NUL, `,` or `=`",
+                at(&["security.sasl_username"])
+            );
+        }
+        if let Some(f) = &sec.sasl_password_file {
+            crate::security::check_secret_file(f).with_context(|| {
+                format!(
+                    "{}key `security.sasl_password_file`",
+                    at(&["security.sasl_password_file"])
+                )
+            })?;
+        }
+
+        let sv = &self.serve;
+        let sproto = sv.protocol;
+        if sproto != SecurityProtocol::Plaintext && sv.listen.is_none() {
+            bail!(
+                "{}key `serve.protocol`: needs `serve.listen`",
+                at(&["serve.protocol"])
+            );
+        }
+        if sproto.uses_tls() {
+            for (k, set) in [
+                ("serve.ssl_cert_file", sv.ssl_cert_file.is_some()),
+                ("serve.ssl_key_file", sv.ssl_key_file.is_some()),
+            ] {
+                if !set {
+                    bail!(
+                        "{}key `{k}`: required with `serve.protocol` {}",
+                        at(&["serve.protocol"]),
+                        sproto.name()
+                    );
+                }
+            }
+        } else if let Some(k) = [
+            ("serve.ssl_cert_file", sv.ssl_cert_file.is_some()),
+            ("serve.ssl_key_file", sv.ssl_key_file.is_some()),
+            ("serve.ssl_client_ca_file", sv.ssl_client_ca_file.is_some()),
+        ]
+        .iter()
+        .find_map(|(k, set)| set.then_some(*k))
+        {
+            bail!(
+                "{}key `{k}`: only used with `serve.protocol` SSL or SASL_SSL (it is {})",
+                at(&[k]),
+                sproto.name()
+            );
+        }
+        if sproto.uses_sasl() {
+            if sv.sasl_users_file.is_none() {
+                bail!(
+                    "{}key `serve.sasl_users_file`: required with `serve.protocol` {}",
+                    at(&["serve.protocol"]),
+                    sproto.name()
+                );
+            }
+            if sv.sasl_mechanisms.is_empty() {
+                bail!(
+                    "{}key `serve.sasl_mechanisms`: must name at least one mechanism",
+                    at(&["serve.sasl_mechanisms"])
+                );
+            }
+        } else if sv.sasl_users_file.is_some() {
+            bail!(
+                "{}key `serve.sasl_users_file`: only used with `serve.protocol` SASL_PLAINTEXT or SASL_SSL (it is {})",
+                at(&["serve.sasl_users_file"]),
+                sproto.name()
+            );
+        }
+        Ok(())
     }
 }
 
@@ -912,6 +1168,78 @@ interval_ms = 20
             assert!(e.contains(key), "{extra:?}: {e}");
             assert!(e.contains("test.toml"), "{e}");
         }
+    }
+
+    #[test]
+    fn security_keys_belong_together_and_to_their_protocol() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "secret\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let sasl = format!(
+            "[security]\nprotocol = \"SASL_SSL\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nsasl_username = \"u\"\nsasl_password_file = \"{}\"\n",
+            pw.display()
+        );
+        let cfg = parse(&format!("{MINIMAL}{sasl}")).unwrap();
+        assert_eq!(cfg.security.protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(
+            cfg.security.sasl_mechanism,
+            Some(SaslMechanism::ScramSha512)
+        );
+        assert!(cfg.security.ssl_verify_hostname);
+        assert_eq!(cfg.serve.sasl_mechanisms, SaslMechanism::ALL.to_vec());
+
+        let cases: &[(&str, &str)] = &[
+            (
+                "[security]\nprotocol = \"TLS\"\n",
+                "line 7: key `security.protocol`",
+            ),
+            (
+                "[security]\nssl_ca_file = \"/ca.pem\"\n",
+                "line 7: key `security.ssl_ca_file`: only used with `security.protocol` SSL or SASL_SSL (it is PLAINTEXT)",
+            ),
+            (
+                "[security]\nprotocol = \"SSL\"\nssl_cert_file = \"/c.pem\"\n",
+                "line 8: key `security.ssl_cert_file`: needs `security.ssl_key_file` too",
+            ),
+            (
+                "[security]\nprotocol = \"SASL_PLAINTEXT\"\nsasl_username = \"u\"\n",
+                "line 7: key `security.sasl_mechanism`: required with `security.protocol` SASL_PLAINTEXT",
+            ),
+            (
+                "[security]\nsasl_username = \"u\"\n",
+                "line 7: key `security.sasl_username`: only used with",
+            ),
+            (
+                "[security]\nprotocol = \"SASL_SSL\"\nsasl_mechanism = \"GSSAPI\"\n",
+                "line 8: key `security.sasl_mechanism`",
+            ),
+            (
+                "[serve]\nlisten = \"127.0.0.1:0\"\nprotocol = \"SSL\"\n",
+                "key `serve.ssl_cert_file`: required with `serve.protocol` SSL",
+            ),
+            (
+                "[serve]\nprotocol = \"SSL\"\n",
+                "line 7: key `serve.protocol`: needs `serve.listen`",
+            ),
+            (
+                "[serve]\nlisten = \"127.0.0.1:0\"\nprotocol = \"SASL_PLAINTEXT\"\n",
+                "key `serve.sasl_users_file`: required with `serve.protocol` SASL_PLAINTEXT",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = parse_err(&format!("{MINIMAL}{extra}"));
+            assert!(e.contains(want), "{extra:?}: {e}");
+        }
+
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let e = parse_err(&format!("{MINIMAL}{sasl}"));
+        assert!(
+            e.contains("key `security.sasl_password_file`") && e.contains("0640"),
+            "{e}"
+        );
+        assert!(!e.contains("secret\n") && !e.contains(": secret"), "{e}");
     }
 
     /// The whole error `text` is refused with, as printed.

@@ -42,4 +42,5 @@ pub mod notify;
 pub mod protocol;
 pub mod record;
 pub mod repair;
+pub mod security;
 pub mod serve;
