@@ -382,6 +382,9 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     events: Sender<FetcherEvent>,
     /// A request sent ahead (pipelined) whose response the next round receives.
     in_flight: Option<FetchRequest>,
+    /// The response to `in_flight`, already received (while the last response was being
+    /// appended), and when it arrived.
+    prefetched: Option<(Result<FetchFrame>, Instant)>,
     /// When the request in flight was sent (for the fetch latency histogram).
     sent_at: Option<Instant>,
     /// Counts partitions that brought data, to order requests (see `last_data_round`).
@@ -437,6 +440,10 @@ fn delay(map: &mut PartitionMap, tp: &TopicPartition, backoff: Duration) {
 }
 
 /// Marks an error as the local log's (not the leader's): the partition is failed.
+/// How many record bytes a response must bring before its successor is received on a second
+/// thread while it is appended: below this, a thread costs more than the overlap saves.
+const OVERLAP_MIN_BYTES: usize = 1 << 20;
+
 #[derive(Debug)]
 struct LocalFailure(&'static str);
 
@@ -479,6 +486,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             params,
             events,
             in_flight: None,
+            prefetched: None,
             sent_at: None,
             round: 0,
             failures: 0,
@@ -652,6 +660,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// A fetch that got no usable response: every partition in it backs off, and the
     /// connection is dropped (with any request pipelined on it).
     fn fetch_failed(&mut self, req: &FetchRequest, e: &anyhow::Error) {
+        self.prefetched = None;
         let shared = self.shared.clone();
         if let Some(m) = e.chain().find_map(|c| c.downcast_ref::<IdentityMismatch>()) {
             // Another cluster answers at this address: every partition goes back to the
@@ -761,12 +770,16 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     .map(move |p| (TopicPartition::new(t.clone(), p.partition), p.fetch_offset))
             })
             .collect();
-        let frame = match self.leader.receive_fetch() {
+        let (frame, arrived) = match self.prefetched.take() {
+            Some(got) => got,
+            None => (self.leader.receive_fetch(), Instant::now()),
+        };
+        let frame = match frame {
             Ok(f) => f,
             Err(e) => return self.fetch_failed(req, &e),
         };
         if let Some(t) = self.sent_at.take() {
-            crate::live::live().observe_fetch(t.elapsed());
+            crate::live::live().observe_fetch(arrived.saturating_duration_since(t));
         }
         let resp = match frame.decode() {
             Ok(r) => r,
@@ -850,157 +863,197 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         }
 
+        // With the next request on its way and much to write, its response is received on a
+        // second thread while this one appends: the socket copy and the page-cache copy of
+        // the same bytes overlap instead of taking turns (the leader keeps sending meanwhile
+        // only as far as the socket buffers reach).
+        let to_write: usize = resp
+            .topics
+            .iter()
+            .flat_map(|(_, ps)| ps.iter().map(|p| p.records.len()))
+            .sum();
+        let overlap = self.in_flight.is_some() && to_write >= OVERLAP_MIN_BYTES;
         let mut follow_up: Vec<(TopicPartition, i64, i32, Outcome)> = Vec::new();
-        for (topic, parts) in &resp.topics {
-            for data in parts {
-                let tp = TopicPartition::new(topic.clone(), data.partition);
-                let Some(&fetch_offset) = requested.get(&tp) else {
-                    continue;
-                };
-                // The manager may have removed or reset the partition while we fetched.
-                let Some(state) = map.get(&tp) else { continue };
-                if state.fetch_offset != fetch_offset || state.status != FetchStatus::Fetching {
-                    continue;
-                }
-                let leader_epoch = state.current_leader_epoch;
-                if data.error.is_ok() && data.high_watermark >= 0 {
-                    crate::live::live().leader_high_watermark(&tp, data.high_watermark);
-                }
-                let outcome = if let Some(d) = data.diverging_epoch {
-                    Outcome::Diverged(d)
-                } else if data.error.is_ok() && data.high_watermark < fetch_offset {
-                    match validated.remove(&tp) {
-                        Some(Err(e)) => crate::log_error!(
-                            "{tp} at offset {fetch_offset}: {e}; backing off {}",
-                            Human(self.params.backoff)
-                        ),
-                        _ => crate::log_debug!(
-                            "{tp}: the leader's high watermark {} is below the fetch offset {fetch_offset}",
-                            data.high_watermark
-                        ),
+        let prefetched = std::thread::scope(|scope| {
+            let leader = &mut self.leader;
+            let receiving = overlap.then(|| {
+                scope.spawn(move || {
+                    let got = leader.receive_fetch();
+                    (got, Instant::now())
+                })
+            });
+            for (topic, parts) in &resp.topics {
+                for data in parts {
+                    let tp = TopicPartition::new(topic.clone(), data.partition);
+                    let Some(&fetch_offset) = requested.get(&tp) else {
+                        continue;
+                    };
+                    // The manager may have removed or reset the partition while we fetched.
+                    let Some(state) = map.get(&tp) else { continue };
+                    if state.fetch_offset != fetch_offset || state.status != FetchStatus::Fetching {
+                        continue;
                     }
-                    Outcome::CheckIdentity
-                } else {
-                    match data.error.action() {
-                        ErrorAction::None => {
-                            let mut refused = None;
-                            let appended = match validated.remove(&tp) {
-                                Some(Ok(v)) => {
-                                    refused = v.refused().map(str::to_string);
-                                    self.replica.append(&tp, fetch_offset, v, data)
-                                }
-                                Some(Err(e)) => Err(e),
-                                None => Ok(fetch_offset),
-                            };
-                            if let (Ok(_), Some(why)) = (&appended, &refused) {
-                                crate::log_error!(
-                                    "{tp} at offset {fetch_offset}: {why}; backing off {}",
-                                    Human(self.params.backoff)
-                                );
-                                crate::live::live().backing_off(&tp, "refused", why);
-                            }
-                            match appended {
-                                Ok(next) if refused.is_some() => {
-                                    if let Some(s) = map.get_mut(&tp) {
-                                        s.fetch_offset = next;
+                    let leader_epoch = state.current_leader_epoch;
+                    if data.error.is_ok() && data.high_watermark >= 0 {
+                        crate::live::live().leader_high_watermark(&tp, data.high_watermark);
+                    }
+                    let outcome = if let Some(d) = data.diverging_epoch {
+                        Outcome::Diverged(d)
+                    } else if data.error.is_ok() && data.high_watermark < fetch_offset {
+                        match validated.remove(&tp) {
+                            Some(Err(e)) => crate::log_error!(
+                                "{tp} at offset {fetch_offset}: {e}; backing off {}",
+                                Human(self.params.backoff)
+                            ),
+                            _ => crate::log_debug!(
+                                "{tp}: the leader's high watermark {} is below the fetch offset {fetch_offset}",
+                                data.high_watermark
+                            ),
+                        }
+                        Outcome::CheckIdentity
+                    } else {
+                        match data.error.action() {
+                            ErrorAction::None => {
+                                let mut refused = None;
+                                let appended = match validated.remove(&tp) {
+                                    Some(Ok(v)) => {
+                                        refused = v.refused().map(str::to_string);
+                                        self.replica.append(&tp, fetch_offset, v, data)
                                     }
-                                    Outcome::Delay
+                                    Some(Err(e)) => Err(e),
+                                    None => Ok(fetch_offset),
+                                };
+                                if let (Ok(_), Some(why)) = (&appended, &refused) {
+                                    crate::log_error!(
+                                        "{tp} at offset {fetch_offset}: {why}; backing off {}",
+                                        Human(self.params.backoff)
+                                    );
+                                    crate::live::live().backing_off(&tp, "refused", why);
                                 }
-                                Ok(next) if next != fetch_offset => Outcome::Advanced(next),
-                                Ok(_) => Outcome::Unchanged,
-                                Err(e) => {
-                                    crate::live::live().backing_off(&tp, e.kind(), &e.to_string());
-                                    // Bytes that can never be valid, and the disk failing,
-                                    // are errors; offsets that do not follow are a warning (a
-                                    // leader change or a re-created topic is looked into).
-                                    match &e {
-                                        // Said once by the data dir, or once a minute for
-                                        // the process, not per partition.
-                                        AppendError::DiskFull(_) | AppendError::Exhausted(_) => {}
-                                        // Said once by the log manager, which fails it.
-                                        AppendError::Storage(_) => {}
-                                        AppendError::InvalidData(_) => {
-                                            crate::log_error!(
+                                match appended {
+                                    Ok(next) if refused.is_some() => {
+                                        if let Some(s) = map.get_mut(&tp) {
+                                            s.fetch_offset = next;
+                                        }
+                                        Outcome::Delay
+                                    }
+                                    Ok(next) if next != fetch_offset => Outcome::Advanced(next),
+                                    Ok(_) => Outcome::Unchanged,
+                                    Err(e) => {
+                                        crate::live::live().backing_off(
+                                            &tp,
+                                            e.kind(),
+                                            &e.to_string(),
+                                        );
+                                        // Bytes that can never be valid, and the disk failing,
+                                        // are errors; offsets that do not follow are a warning (a
+                                        // leader change or a re-created topic is looked into).
+                                        match &e {
+                                            // Said once by the data dir, or once a minute for
+                                            // the process, not per partition.
+                                            AppendError::DiskFull(_)
+                                            | AppendError::Exhausted(_) => {}
+                                            // Said once by the log manager, which fails it.
+                                            AppendError::Storage(_) => {}
+                                            AppendError::InvalidData(_) => {
+                                                crate::log_error!(
+                                                    "{tp} at offset {fetch_offset}: {e}; backing off {}",
+                                                    Human(self.params.backoff)
+                                                )
+                                            }
+                                            AppendError::OffsetMismatch(_) => crate::log_warn!(
                                                 "{tp} at offset {fetch_offset}: {e}; backing off {}",
                                                 Human(self.params.backoff)
-                                            )
+                                            ),
                                         }
-                                        AppendError::OffsetMismatch(_) => crate::log_warn!(
-                                            "{tp} at offset {fetch_offset}: {e}; backing off {}",
-                                            Human(self.params.backoff)
-                                        ),
-                                    }
-                                    // A failed append may have written part of the response
-                                    // (a roll failed midway), or the log may have moved under
-                                    // us: fetch on from wherever the log really ends.
-                                    if let (Some(end), Some(s)) =
-                                        (self.replica.log_end_offset(&tp), map.get_mut(&tp))
-                                    {
-                                        s.fetch_offset = end;
-                                    }
-                                    // Offsets that do not follow the local log are what a
-                                    // re-created topic looks like: ask the leader who it is.
-                                    match e {
-                                        AppendError::OffsetMismatch(_) => Outcome::CheckIdentity,
-                                        AppendError::Storage(e) => {
-                                            Outcome::Failed(format!("{e:#}"))
+                                        // A failed append may have written part of the response
+                                        // (a roll failed midway), or the log may have moved under
+                                        // us: fetch on from wherever the log really ends.
+                                        if let (Some(end), Some(s)) =
+                                            (self.replica.log_end_offset(&tp), map.get_mut(&tp))
+                                        {
+                                            s.fetch_offset = end;
                                         }
-                                        _ => Outcome::Delay,
+                                        // Offsets that do not follow the local log are what a
+                                        // re-created topic looks like: ask the leader who it is.
+                                        match e {
+                                            AppendError::OffsetMismatch(_) => {
+                                                Outcome::CheckIdentity
+                                            }
+                                            AppendError::Storage(e) => {
+                                                Outcome::Failed(format!("{e:#}"))
+                                            }
+                                            _ => Outcome::Delay,
+                                        }
                                     }
                                 }
                             }
-                        }
-                        ErrorAction::OffsetOutOfRange => Outcome::OutOfRange,
-                        ErrorAction::RefreshMetadata => {
-                            Outcome::NeedsLeader(format!("leader answered {}", data.error))
-                        }
-                        ErrorAction::Retry | ErrorAction::ResetSession => {
-                            crate::live::live().backing_off(
-                                &tp,
-                                data.error.name(),
-                                &format!("leader answered {}", data.error),
-                            );
-                            crate::log_warn!(
-                                "{tp}: leader answered {}; retrying in {}",
-                                data.error,
-                                Human(self.params.backoff)
-                            );
-                            Outcome::Delay
-                        }
-                        ErrorAction::Fatal => {
-                            crate::live::live().backing_off(
-                                &tp,
-                                data.error.name(),
-                                &format!("leader answered {}", data.error),
-                            );
-                            crate::log_error!(
-                                "{tp}: leader answered {}; retrying in {}",
-                                data.error,
-                                Human(self.params.backoff * 30)
-                            );
-                            if let Some(s) = map.get_mut(&tp) {
-                                s.delayed_until = Some(Instant::now() + self.params.backoff * 30);
+                            ErrorAction::OffsetOutOfRange => Outcome::OutOfRange,
+                            ErrorAction::RefreshMetadata => {
+                                Outcome::NeedsLeader(format!("leader answered {}", data.error))
                             }
-                            Outcome::Unchanged
+                            ErrorAction::Retry | ErrorAction::ResetSession => {
+                                crate::live::live().backing_off(
+                                    &tp,
+                                    data.error.name(),
+                                    &format!("leader answered {}", data.error),
+                                );
+                                crate::log_warn!(
+                                    "{tp}: leader answered {}; retrying in {}",
+                                    data.error,
+                                    Human(self.params.backoff)
+                                );
+                                Outcome::Delay
+                            }
+                            ErrorAction::Fatal => {
+                                crate::live::live().backing_off(
+                                    &tp,
+                                    data.error.name(),
+                                    &format!("leader answered {}", data.error),
+                                );
+                                crate::log_error!(
+                                    "{tp}: leader answered {}; retrying in {}",
+                                    data.error,
+                                    Human(self.params.backoff * 30)
+                                );
+                                if let Some(s) = map.get_mut(&tp) {
+                                    s.delayed_until =
+                                        Some(Instant::now() + self.params.backoff * 30);
+                                }
+                                Outcome::Unchanged
+                            }
                         }
-                    }
-                };
-                match outcome {
-                    Outcome::Advanced(next) => {
-                        self.round += 1;
-                        if let Some(s) = map.get_mut(&tp) {
-                            s.fetch_offset = next;
-                            s.delayed_until = None;
-                            s.last_data_round = self.round;
+                    };
+                    match outcome {
+                        Outcome::Advanced(next) => {
+                            self.round += 1;
+                            if let Some(s) = map.get_mut(&tp) {
+                                s.fetch_offset = next;
+                                s.delayed_until = None;
+                                s.last_data_round = self.round;
+                            }
                         }
+                        Outcome::Delay => delay(&mut map, &tp, self.params.backoff),
+                        Outcome::Failed(reason) => {
+                            // As `fail`, which would borrow the leader being received on.
+                            map.remove(&tp);
+                            self.replica.mark_failed(&tp, &reason);
+                        }
+                        Outcome::Unchanged => {}
+                        other => follow_up.push((tp, fetch_offset, leader_epoch, other)),
                     }
-                    Outcome::Delay => delay(&mut map, &tp, self.params.backoff),
-                    Outcome::Failed(reason) => self.fail(&mut map, &tp, &reason),
-                    Outcome::Unchanged => {}
-                    other => follow_up.push((tp, fetch_offset, leader_epoch, other)),
                 }
             }
-        }
+            receiving.map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    (
+                        Err(anyhow::anyhow!("receiving a fetch response failed")),
+                        Instant::now(),
+                    )
+                })
+            })
+        });
+        self.prefetched = prefetched;
         // A full (sessionless) response answers every partition asked for. One left out was
         // answered under another name — at v13 a leader whose topic was re-created may answer
         // for an id it does not know with a zero id — so its leader and identity are looked up
@@ -1040,6 +1093,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         if self.in_flight.is_some() && !follow_up.is_empty() {
             self.leader.close();
             self.in_flight = None;
+            if let Some((Ok(f), _)) = self.prefetched.take() {
+                self.leader.recycle(f);
+            }
         }
         self.follow_up(follow_up);
     }
@@ -1431,13 +1487,20 @@ mod tests {
         reported_hw: Option<i64>,
         /// The next receive fails as a connection to another cluster does.
         wrong_cluster: bool,
+        /// The thread each response was received on.
+        receivers: Arc<Mutex<Vec<std::thread::ThreadId>>>,
     }
 
     impl MockLeader {
         fn new(batches: usize) -> Self {
+            Self::with_values(batches, 20)
+        }
+
+        /// `batches` batches of 5 records with values of `value_len` bytes.
+        fn with_values(batches: usize, value_len: usize) -> Self {
             let mut log = Vec::new();
             for i in 0..batches as i64 {
-                let v = [b'x'; 20];
+                let v = vec![b'x'; value_len];
                 let recs: Vec<NewRecord<'_>> = (0..5)
                     .map(|j| NewRecord {
                         key: None,
@@ -1461,6 +1524,7 @@ mod tests {
                 identity: Identity::default(),
                 reported_hw: None,
                 wrong_cluster: false,
+                receivers: Arc::default(),
             }
         }
     }
@@ -1480,6 +1544,10 @@ mod tests {
         fn recycle(&mut self, _frame: FetchFrame) {}
         fn receive_fetch(&mut self) -> Result<FetchFrame> {
             let req = self.sent.pop_front().expect("a fetch in flight");
+            self.receivers
+                .lock()
+                .unwrap()
+                .push(std::thread::current().id());
             if std::mem::take(&mut self.wrong_cluster) {
                 return Err(anyhow::Error::new(IdentityMismatch(
                     "broker 1 reports cluster id b".into(),
@@ -1787,6 +1855,59 @@ mod tests {
         // Caught up: the last round brought nothing, so nothing more was pipelined.
         f.do_work();
         assert!(f.in_flight.is_none());
+    }
+
+    #[test]
+    fn a_large_response_is_appended_while_the_next_one_is_received_on_another_thread() {
+        // Batches of 5 × 120 KB: two a response, 1.2 MB, past the overlap threshold.
+        let leader = MockLeader::with_values(8, 120_000);
+        let expect = leader_bytes(&leader);
+        let receivers = leader.receivers.clone();
+        let (mut f, shared, _rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        for round in 1..=4 {
+            f.do_work();
+            assert_eq!(shared.lock()[&tp()].fetch_offset, round * 10);
+        }
+        assert_eq!(f.replica().bytes, expect, "byte for byte, in order");
+        let me = std::thread::current().id();
+        let on = receivers.lock().unwrap().clone();
+        // The first response is received by the loop itself; each one pipelined behind a
+        // large response (the fifth, at offset 40, behind the last), on a second thread
+        // while that one was appended.
+        assert_eq!(on.len(), 5, "{on:?}");
+        assert_eq!(on[0], me);
+        assert!(on[1..].iter().all(|t| *t != me), "{on:?}");
+    }
+
+    #[test]
+    fn a_failed_receive_behind_an_append_backs_off_and_resumes_where_the_log_ends() {
+        let mut leader = MockLeader::with_values(8, 120_000);
+        let expect = leader_bytes(&leader);
+        // The first response arrives; the one received behind its append fails.
+        leader.fail_next = 0;
+        let (mut f, shared, _rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        f.do_work();
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 10);
+        assert!(f.prefetched.is_some(), "received behind the append");
+        f.leader.fail_next = 1;
+        // The prefetched response was already received: the failure lands on the next one.
+        f.do_work();
+        f.do_work();
+        {
+            let map = shared.lock();
+            assert!(map[&tp()].delayed_until.is_some(), "backing off");
+        }
+        assert!(f.in_flight.is_none() && f.prefetched.is_none());
+        for _ in 0..20 {
+            f.do_work();
+            if shared.lock()[&tp()].fetch_offset == 40 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(f.replica().bytes, expect);
     }
 
     #[test]
