@@ -1,7 +1,8 @@
 //! Benchmark of the read-only broker (`replica-follower serve`) against Tansu, the leader it
 //! replicates, side by side in one run (issue 9). Run it with `bash benches/serve.sh`.
 //!
-//! Set-up, untimed: one partition of about `--mb` MB (600) is produced to Tansu in ~1 MB
+//! Set-up, untimed: one partition of about `--mb` MB (600), values of `--value-bytes` bytes
+//! (100, as `kafka-producer-perf-test` writes by default), is produced to Tansu in ~1 MB
 //! batches; a replica-follower follows it into data dir A until caught up and is stopped;
 //! `replica-follower serve --data-dir A` listens on loopback. Everything stays in the page
 //! cache (Tansu keeps its log in memory).
@@ -41,9 +42,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TOPIC: &str = "serve";
-/// Values of ~1 KB, 1,000 a batch: librdkafka's `batch.size` of 1 MB closes each batch first.
-const VALUE_BYTES: usize = 1000;
-const RECORD_BYTES: usize = 1030;
+/// What a record adds to its value in a batch (key, varints, attributes), about.
+const RECORD_OVERHEAD: usize = 30;
 
 /// Writes and deletes a 1 GiB file (after a `sync`), so that the next tool finds memory the
 /// VM has already handed out and nothing left to write back.
@@ -150,6 +150,10 @@ fn main() {
     };
     let reps = opt(&args, "--reps", 5);
     let want_mb = opt(&args, "--mb", 600);
+    // Kafka's own producer benchmark (`kafka-producer-perf-test`) writes 100-byte records by
+    // default; `--value-bytes 1000` gives the fewer, larger records of the earlier figures.
+    let value_bytes = opt(&args, "--value-bytes", 100);
+    let record_bytes = value_bytes + RECORD_OVERHEAD;
     let work = support::manifest_dir().join("target/bench/serve");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).expect("target/bench/serve");
@@ -162,10 +166,11 @@ fn main() {
     let mut tansu = support::Leader::start("tansu", 1);
     tansu.create_topic(TOPIC, 1);
     let started = Instant::now();
-    let count = want_mb * 1_000_000 / RECORD_BYTES;
+    let count = want_mb * 1_000_000 / record_bytes;
+    // Batches of about 1 MB: librdkafka's `batch.size` closes each one.
     tansu.ok(
         json!({"cmd": "produce_spread", "topic": TOPIC, "partitions": 1, "count": count,
-        "value_size": VALUE_BYTES, "batch_records": 1000}),
+        "value_size": value_bytes, "batch_records": 1_000_000 / record_bytes}),
     );
     let tansu_raw = raw_args(&tansu.bootstrap, TOPIC);
     let leader = raw_summary(&tansu_raw);
@@ -241,7 +246,7 @@ fn main() {
     let wall = |i: usize| med(i, |r| r.client.wall);
     let cpu = |i: usize| med(i, |r| r.client.cpu);
     println!(
-        "\nOne partition: {mb:.1} MB in {} batches (~{:.2} MB each), {end} records; loopback; medians of {reps} interleaved runs\n",
+        "\nOne partition: {mb:.1} MB in {} batches (~{:.2} MB each), {end} records of {value_bytes}-byte values; loopback; medians of {reps} interleaved runs\n",
         leader.batches,
         mb / leader.batches as f64
     );

@@ -3,7 +3,7 @@
 # chained replica-follower against `replica-follower serve`, interleaved (see
 # benches/serve.rs). Installs what it needs as benches/run.sh does, and strace. Needs about
 # 3 GB of memory and 2.5 GB of disk under target/bench/serve. Extra arguments go to the
-# harness: --reps N (5), --mb N (600).
+# harness: --reps N (5), --mb N (600), --value-bytes N (100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/kcat-env.sh

@@ -212,14 +212,21 @@ fn the_replica_serves_its_bytes_to_kafka_clients() {
         );
     }
 
-    // (b) ListOffsets: earliest, latest, by timestamp (the first record at or after it).
-    // v7 only adds MAX_TIMESTAMP (-3), which the listener does not offer: up to v6.
-    for version in 1..=6 {
+    // (b) ListOffsets: earliest, latest, by timestamp (the first record at or after it), and
+    // from v7 MAX_TIMESTAMP: the test leader's timestamps grow with the offset, so the last
+    // record below the high watermark.
+    for version in 1..=7 {
         assert_eq!(list_offset(&mut conn, version, -2).0, 0);
         assert_eq!(list_offset(&mut conn, version, -1).0, end);
         let ts = support::test_leader::FIRST_TIMESTAMP + 123;
         assert_eq!(list_offset(&mut conn, version, ts), (123, ts), "v{version}");
         assert_eq!(list_offset(&mut conn, version, i64::MAX / 2).0, -1);
+        let max = if version >= 7 {
+            (end - 1, support::test_leader::FIRST_TIMESTAMP + end - 1)
+        } else {
+            (-1, -1)
+        };
+        assert_eq!(list_offset(&mut conn, version, -3), max, "v{version}");
     }
 
     // (d) OffsetForLeaderEpoch: the current epoch ends at the log end.

@@ -184,6 +184,103 @@ pub fn find_by_timestamp(
     Ok(None)
 }
 
+/// ListOffsets' MAX_TIMESTAMP (KIP-734): the first record in `[log_start, below)` with the
+/// largest timestamp, as (offset, timestamp); `None` for an empty range. `segments` as for
+/// [`find_by_timestamp`]. Every batch header in range is read (a 61-byte read each: the time
+/// index does not hold the tail past its last entry); then only the winning batch's records.
+pub fn find_max_timestamp(
+    dir: &Path,
+    segments: &[(i64, Option<u64>)],
+    log_start: i64,
+    below: i64,
+) -> Result<Option<(i64, i64)>> {
+    // The first batch with the largest max timestamp, and where it is.
+    let mut best: Option<(i64, std::path::PathBuf, Option<u64>, u64)> = None;
+    'segments: for (i, &(base, size)) in segments.iter().enumerate() {
+        if segments.get(i + 1).is_some_and(|next| next.0 <= log_start) {
+            continue;
+        }
+        if base >= below {
+            break;
+        }
+        let log = dir.join(segment::file_name(base, "log"));
+        let mut reader = open_reader(&log, size)?;
+        while let Some((h, at)) = reader.next_batch()? {
+            if h.base_offset >= below {
+                break 'segments;
+            }
+            if h.last_offset < log_start {
+                continue;
+            }
+            if best.as_ref().is_none_or(|(ts, ..)| h.max_timestamp > *ts) {
+                best = Some((h.max_timestamp, log.clone(), size, at));
+            }
+        }
+    }
+    let Some((max, log, size, at)) = best else {
+        return Ok(None);
+    };
+    let mut reader = open_reader(&log, size)?.starting_at(at);
+    let Some((h, _)) = reader.next_batch()? else {
+        bail!(
+            "`{}` byte {at}: the batch read before is gone",
+            log.display()
+        );
+    };
+    let (crc, b) = reader.checked_batch(h.magic == 2)?;
+    if let Err(e) = crc {
+        bail!(
+            "`{}` byte {at}: batch {}..{} fails its checksum ({e}) (run `verify`)",
+            log.display(),
+            h.base_offset,
+            h.last_offset
+        );
+    }
+    if h.magic < 2 {
+        return Ok(Some((h.base_offset.max(log_start), max)));
+    }
+    let block = records_block(&h, b, MAX_DECOMPRESSED).map_err(|e| {
+        anyhow!(
+            "cannot decompress the records of batch {}..{} at byte {at} of `{}`: {e}",
+            h.base_offset,
+            h.last_offset,
+            log.display()
+        )
+    })?;
+    let mut visible_last = None;
+    for r in RecordIter::new(&h, base_timestamp(b), &block) {
+        let r = r.with_context(|| {
+            format!(
+                "cannot decode the records of batch {}..{} at byte {at} of `{}`",
+                h.base_offset,
+                h.last_offset,
+                log.display()
+            )
+        })?;
+        if r.offset < log_start || r.offset >= below {
+            continue;
+        }
+        if r.timestamp == max {
+            return Ok(Some((r.offset, max)));
+        }
+        visible_last = Some(r.offset);
+    }
+    // A batch whose header claims a timestamp none of its records has: its last record, as
+    // Kafka answered before it looked inside batches.
+    Ok(visible_last.map(|o| (o, max)))
+}
+
+fn open_reader(log: &Path, size: Option<u64>) -> Result<SegmentReader> {
+    Ok(match size {
+        None => SegmentReader::open(log)?,
+        Some(size) => {
+            let file = std::fs::File::open(log)
+                .with_context(|| format!("failed to open `{}`", log.display()))?;
+            SegmentReader::new(file, log, 0, size)
+        }
+    })
+}
+
 /// Where to start scanning segment `base` for `target`: the last offset of the batch expected
 /// there (when an index entry was used) and its byte position.
 fn start_in_segment(
@@ -223,15 +320,7 @@ fn scan_segment(
     target: i64,
     (log_start, below): (i64, i64),
 ) -> Result<SegmentScan> {
-    let mut reader = match size {
-        None => SegmentReader::open(log)?,
-        Some(size) => {
-            let file = std::fs::File::open(log)
-                .with_context(|| format!("failed to open `{}`", log.display()))?;
-            SegmentReader::new(file, log, 0, size)
-        }
-    }
-    .starting_at(pos);
+    let mut reader = open_reader(log, size)?.starting_at(pos);
     let mut first = true;
     while let Some((h, at)) = reader.next_batch()? {
         if first && expect.is_some_and(|last| h.last_offset != last) {
@@ -362,6 +451,35 @@ mod tests {
 
     fn found(offset: i64, timestamp: i64) -> TimestampAnswer {
         TimestampAnswer::Found { offset, timestamp }
+    }
+
+    #[test]
+    fn max_timestamp_is_the_first_record_with_the_largest_timestamp_in_range() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        // Offsets 0..3 | 3..5 | 5..8 in segment 0; 8..10 | 10..13 in segment 8. The largest,
+        // 310, is inside a batch (offset 11) and again later (offset 12, not the answer).
+        write_segments(
+            data,
+            &[
+                (0, &[&[100, 90, 110], &[120, 130], &[125, 140, 135]]),
+                (8, &[&[200, 150], &[300, 310, 310]]),
+            ],
+        );
+        let dir = data.join("t-0");
+        let spans = [(0, None), (8, None)];
+        let max = |start, below| find_max_timestamp(&dir, &spans, start, below).unwrap();
+        assert_eq!(max(0, i64::MAX), Some((11, 310)));
+        assert_eq!(max(0, 13), Some((11, 310)));
+        // Below a high watermark of 10 (segment 8's second batch not visible): 200 at 8.
+        assert_eq!(max(0, 10), Some((8, 200)));
+        // Within the first segment only; a tie keeps the first batch that reached it.
+        assert_eq!(max(0, 8), Some((6, 140)));
+        assert_eq!(max(0, 3), Some((2, 110)));
+        // Past a log start of 12, only offset 12 is left.
+        assert_eq!(max(12, i64::MAX), Some((12, 310)));
+        assert_eq!(max(0, 0), None);
+        assert_eq!(find_max_timestamp(&dir, &[], 0, i64::MAX).unwrap(), None);
     }
 
     #[test]

@@ -11,6 +11,8 @@ use super::error::ErrorCode;
 
 pub const LATEST: i64 = -1;
 pub const EARLIEST: i64 = -2;
+/// The record with the largest timestamp (v7+, KIP-734).
+pub const MAX_TIMESTAMP: i64 = -3;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListOffsetsPartition {

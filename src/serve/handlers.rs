@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 /// refused APIs ([`super::refusals::advertised`]).
 pub const SERVED: [(ApiKey, i16, i16); 5] = [
     (ApiKey::Fetch, 4, 13),
-    // v7 only adds MAX_TIMESTAMP (-3), which is not answered yet.
-    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
@@ -215,6 +214,13 @@ pub fn list_offsets(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Ve
                     epoch_at(&view, view.log_start_offset),
                 ),
                 list_offsets::LATEST => answer(ErrorCode::NONE, -1, below, leader_epoch(&view)),
+                // Asked for at v7 and later, as Kafka serves it.
+                list_offsets::MAX_TIMESTAMP if version >= 7 => match max_timestamp(&view, below) {
+                    Some((offset, timestamp)) => {
+                        answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
+                    }
+                    None => answer(ErrorCode::NONE, -1, -1, -1),
+                },
                 t if t < 0 => answer(ErrorCode::NONE, -1, -1, -1),
                 t => match by_timestamp(&view, below, t) {
                     Some((offset, timestamp)) => {
@@ -261,6 +267,21 @@ fn by_timestamp(view: &LogView, below: i64, target: i64) -> Option<(i64, i64)> {
             None
         }
     }
+}
+
+/// The first record below `below` with the largest timestamp (MAX_TIMESTAMP).
+fn max_timestamp(view: &LogView, below: i64) -> Option<(i64, i64)> {
+    let dir = view.segments.first()?.log_path.parent()?;
+    let spans: Vec<(i64, Option<u64>)> = view
+        .segments
+        .iter()
+        .map(|s| (s.base_offset, Some(s.size)))
+        .collect();
+    crate::inspect::offsets::find_max_timestamp(dir, &spans, view.log_start_offset, below)
+        .unwrap_or_else(|e| {
+            crate::log_warn!("ListOffsets MAX_TIMESTAMP: {e:#}");
+            None
+        })
 }
 
 pub fn offset_for_leader_epoch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {

@@ -6,7 +6,7 @@
 //! the daemon. Requests on a connection are answered in order, one at a time.
 //!
 //! # What it speaks
-//! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–6, Fetch v4–13, OffsetForLeaderEpoch
+//! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13, OffsetForLeaderEpoch
 //! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Produce,
 //! the group APIs and the admin APIs are answered with the error Kafka gives a client that
 //! may not do that, non-retriable ([`refusals`] has the table); they are advertised too, so
