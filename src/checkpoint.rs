@@ -39,6 +39,16 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 
 /// Replaces `path` with `contents` atomically and durably: temp file, fsync, rename, fsync dir.
 pub fn rewrite_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    write_atomic(path, contents, None)
+}
+
+/// [`rewrite_atomic`] for a secret: the new file has mode 0600 before a byte is written, so
+/// no other user can read it at any point (a left-over `.tmp` of another mode included).
+pub fn rewrite_atomic_private(path: &Path, contents: &[u8]) -> Result<()> {
+    write_atomic(path, contents, Some(0o600))
+}
+
+fn write_atomic(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -55,6 +65,11 @@ pub fn rewrite_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         .truncate(true)
         .open(&tmp)
         .with_context(|| format!("failed to create `{}`", tmp.display()))?;
+    if let Some(mode) = mode {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .with_context(|| format!("failed to chmod `{}`", tmp.display()))?;
+    }
     let written = fault::write_all_at(Step::Checkpoint, &f, contents, 0)
         .with_context(|| format!("failed to write `{}`", tmp.display()))
         .and_then(|()| {

@@ -22,6 +22,7 @@ Usage:
   replica-follower repair --config FILE
   replica-follower serve --data-dir DIR --listen ADDR [--advertised ADDR]
   replica-follower check-config --config FILE
+  replica-follower add-user --users-file FILE --user NAME [--mechanism M]... [--iterations N] [--password-file F]
 
 Run `replica-follower <command> --help` for a command's details; `--version` for the version.
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
@@ -53,6 +54,9 @@ fn help(cmd: &str) -> &'static str {
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
         }
+        "add-user" => {
+            "replica-follower add-user --users-file FILE --user NAME [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]...\n                          [--iterations N] [--password-file F]\n\nWrites NAME's SCRAM credentials (a fresh salt, the stored and server keys: never the\npassword) into the serve listener's users file FILE (`[serve] sasl_users_file`), created\nif missing, replacing NAME's entry for each mechanism. The file is rewritten atomically\nwith mode 0600. PLAIN logins are checked against these entries.\n--mechanism: repeatable (default both). --iterations: 4096 to 16384 (default 8192).\nThe password is the first line of F (which must be readable by its owner only), or,\nwithout --password-file, the first line of standard input; never an argument.\nExit 2 on a bad flag or an empty password, 1 when FILE cannot be read or written.\n"
+        }
         _ => USAGE,
     }
 }
@@ -60,6 +64,8 @@ fn help(cmd: &str) -> &'static str {
 struct Args {
     cmd: String,
     values: HashMap<String, String>,
+    /// Every value of a repeatable option, in order.
+    lists: HashMap<String, Vec<String>>,
     flags: Vec<String>,
 }
 
@@ -68,14 +74,20 @@ fn usage_error(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn parse(
-    argv: Vec<String>,
-    allowed_values: &[&str],
-    allowed_flags: &[&str],
-) -> Result<Args, String> {
+/// The options a subcommand takes: those with one value, those that may be given more than
+/// once, and flags.
+struct Spec {
+    values: &'static [&'static str],
+    repeatable: &'static [&'static str],
+    flags: &'static [&'static str],
+}
+
+fn parse(argv: Vec<String>, spec: &Spec) -> Result<Args, String> {
+    let (allowed_values, allowed_flags) = (spec.values, spec.flags);
     let mut it = argv.into_iter();
     let cmd = it.next().unwrap_or_default();
     let mut values = HashMap::new();
+    let mut lists: HashMap<String, Vec<String>> = HashMap::new();
     let mut flags = Vec::new();
     while let Some(a) = it.next() {
         let Some(name) = a.strip_prefix("--") else {
@@ -87,6 +99,12 @@ fn parse(
         };
         if allowed_flags.contains(&name.as_str()) {
             flags.push(name);
+        } else if spec.repeatable.contains(&name.as_str()) {
+            let v = match inline {
+                Some(v) => v,
+                None => it.next().ok_or_else(|| format!("--{name} needs a value"))?,
+            };
+            lists.entry(name).or_default().push(v);
         } else if allowed_values.contains(&name.as_str()) {
             let v = match inline {
                 Some(v) => v,
@@ -99,7 +117,12 @@ fn parse(
             return Err(format!("unknown option --{name} for `{cmd}`"));
         }
     }
-    Ok(Args { cmd, values, flags })
+    Ok(Args {
+        cmd,
+        values,
+        lists,
+        flags,
+    })
 }
 
 impl Args {
@@ -158,23 +181,33 @@ fn main() -> ExitCode {
         print!("{}", help(&cmd));
         return ExitCode::SUCCESS;
     }
-    let spec: (&[&str], &[&str]) = match cmd.as_str() {
-        "run" | "check-config" => (&["config"], &[]),
-        "status" => (&["data-dir", "config"], &["json"]),
-        "dump" => (
+    let spec = |values, flags| Spec {
+        values,
+        repeatable: &[],
+        flags,
+    };
+    let spec = match cmd.as_str() {
+        "run" | "check-config" => spec(&["config"], &[]),
+        "status" => spec(&["data-dir", "config"], &["json"]),
+        "dump" => spec(
             &["data-dir", "topic", "partition", "from", "to", "count"],
             &["records"],
         ),
-        "offsets" => (
+        "offsets" => spec(
             &["data-dir", "topic", "partition", "time", "max", "timestamp"],
             &[],
         ),
-        "verify" => (&["data-dir", "config"], &["against-leader", "all"]),
-        "repair" => (&["config"], &[]),
-        "serve" => (&["data-dir", "listen", "advertised"], &[]),
+        "verify" => spec(&["data-dir", "config"], &["against-leader", "all"]),
+        "repair" => spec(&["config"], &[]),
+        "serve" => spec(&["data-dir", "listen", "advertised"], &[]),
+        "add-user" => Spec {
+            values: &["users-file", "user", "iterations", "password-file"],
+            repeatable: &["mechanism"],
+            flags: &[],
+        },
         other => return usage_error(&format!("unknown command `{other}`")),
     };
-    let args = match parse(argv, spec.0, spec.1) {
+    let args = match parse(argv, &spec) {
         Ok(a) => a,
         Err(e) => return usage_error(&e),
     };
@@ -438,8 +471,74 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             };
             Ok(runtime(daemon::serve(&dir, opts)))
         }
+        "add-user" => add_user(args),
         other => Err(format!("unknown command `{other}`")),
     }
+}
+
+/// `add-user`: usage errors (exit 2) for bad flags, a bad password file or an empty
+/// password; 1 when the users file cannot be read or written. The password is never shown.
+fn add_user(args: &Args) -> Result<ExitCode, String> {
+    use replica_follower::config::SaslMechanism;
+    use replica_follower::security::{scram, users};
+    let file = PathBuf::from(args.req("users-file")?);
+    let user = args.req("user")?;
+    if let Some(why) = users::invalid_user_name(user) {
+        return Err(format!("--user: the name {why}"));
+    }
+    let mut mechanisms = Vec::new();
+    for m in args.lists.get("mechanism").into_iter().flatten() {
+        match SaslMechanism::from_name(m) {
+            Some(mech) if mech != SaslMechanism::Plain => {
+                if !mechanisms.contains(&mech) {
+                    mechanisms.push(mech);
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "--mechanism: `{m}` is not SCRAM-SHA-256 or SCRAM-SHA-512 (PLAIN is checked against those)"
+                ));
+            }
+        }
+    }
+    if mechanisms.is_empty() {
+        mechanisms = vec![SaslMechanism::ScramSha256, SaslMechanism::ScramSha512];
+    }
+    let iterations = args.num::<u32>("iterations")?.unwrap_or(8192);
+    if !(scram::MIN_ITERATIONS..=scram::MAX_ITERATIONS).contains(&iterations) {
+        return Err(format!(
+            "--iterations must be between {} and {}",
+            scram::MIN_ITERATIONS,
+            scram::MAX_ITERATIONS
+        ));
+    }
+    let password = match args.values.get("password-file") {
+        Some(f) => replica_follower::security::read_secret(std::path::Path::new(f))
+            .map_err(|e| format!("--password-file: {}", logging::plain_chain(&e)))?,
+        None => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .map_err(|e| format!("cannot read the password from standard input: {e}"))?;
+            let line = line.trim_end_matches(['\n', '\r']).to_string();
+            if line.is_empty() {
+                return Err(
+                    "no password: give --password-file F or the password as the first line of standard input".into(),
+                );
+            }
+            line
+        }
+    };
+    let names: Vec<&str> = mechanisms.iter().map(|m| m.name()).collect();
+    Ok(runtime(
+        users::Users::add(&file, user, &mechanisms, &password, iterations).map(|()| {
+            println!(
+                "{}: user `{user}` set for {} ({iterations} iterations)",
+                file.display(),
+                names.join(", ")
+            )
+        }),
+    ))
 }
 
 /// `verify --config FILE --against-leader`: 0 when nothing is wrong, 1 otherwise.

@@ -249,6 +249,29 @@ const USAGE_CASES: &[(&str, &[&str])] = &[
     ),
     ("`serve` without `--listen`", &["serve --data-dir DIR"]),
     (
+        "`add-user` without `--user`",
+        &["add-user --users-file FILE"],
+    ),
+    (
+        "`add-user --mechanism` other than SCRAM-SHA-256 or SCRAM-SHA-512 (`PLAIN`)",
+        &["add-user --users-file FILE --user a --mechanism SCRAM-SHA-256 --mechanism PLAIN"],
+    ),
+    (
+        "`add-user --iterations` outside 4096–16384",
+        &[
+            "add-user --users-file FILE --user a --iterations 100",
+            "add-user --users-file FILE --user a --iterations 99999",
+        ],
+    ),
+    (
+        "`add-user --user` starting with `#`",
+        &["add-user --users-file FILE --user #a"],
+    ),
+    (
+        "`add-user` without `--password-file` and nothing on standard input",
+        &["add-user --users-file FILE --user a"],
+    ),
+    (
         "`offsets` with neither `--time` nor `--timestamp`",
         &["offsets --data-dir DIR --topic t --partition 0"],
     ),

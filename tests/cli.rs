@@ -17,6 +17,7 @@ fn help_on_every_subcommand() {
         "verify",
         "repair",
         "check-config",
+        "add-user",
     ] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, Some(0), "{cmd} --help");
@@ -28,6 +29,76 @@ fn help_on_every_subcommand() {
     let (code, out, _) = run(&["--help"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("Exit codes"));
+}
+
+#[test]
+fn add_user_takes_the_password_from_stdin_and_never_shows_or_stores_it() {
+    use replica_follower::config::SaslMechanism;
+    use replica_follower::security::users::Users;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("users");
+    let add = |user: &str, extra: &[&str], password: &str| {
+        let mut child = std::process::Command::new(support::bin())
+            .args([
+                "add-user",
+                "--users-file",
+                file.to_str().unwrap(),
+                "--user",
+                user,
+            ])
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(!stdout.contains(password) && !stderr.contains(password));
+        (out.status.code(), stdout, stderr)
+    };
+    let (code, out, err) = add("alice", &[], "correct horse");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("SCRAM-SHA-256, SCRAM-SHA-512 (8192 iterations)"),
+        "{out}"
+    );
+    let (code, _, err) = add(
+        "bob",
+        &["--mechanism=SCRAM-SHA-512", "--iterations", "4096"],
+        "pw-b",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // Again for alice, one mechanism: that entry replaced, the other kept.
+    let (code, _, err) = add("alice", &["--mechanism", "SCRAM-SHA-256"], "battery staple");
+    assert_eq!(code, Some(0), "{err}");
+    let md = std::fs::metadata(&file).unwrap();
+    assert_eq!(md.permissions().mode() & 0o777, 0o600);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains("correct horse") && !text.contains("battery") && !text.contains("pw-b"));
+    assert_eq!(text.lines().count(), 3, "{text}");
+    let users = Users::load(&file).unwrap();
+    assert!(users.verify_plain("alice", "battery staple"));
+    assert!(users.verify_plain("bob", "pw-b"));
+    assert!(users.lookup("bob", SaslMechanism::ScramSha256).is_none());
+    assert_eq!(
+        users
+            .lookup("bob", SaslMechanism::ScramSha512)
+            .unwrap()
+            .iterations,
+        4096
+    );
+    // A broken users file is left alone: exit 1 naming it and the line.
+    std::fs::write(&file, "not an entry\n").unwrap();
+    let (code, _, err) = add("carol", &[], "pw-c");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("users") && err.contains("line 1"), "{err}");
 }
 
 #[test]

@@ -35,9 +35,12 @@ impl ErrorCode {
     pub const TOPIC_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(29);
     pub const GROUP_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(30);
     pub const CLUSTER_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(31);
+    pub const UNSUPPORTED_SASL_MECHANISM: ErrorCode = ErrorCode(33);
+    pub const ILLEGAL_SASL_STATE: ErrorCode = ErrorCode(34);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(53);
+    pub const SASL_AUTHENTICATION_FAILED: ErrorCode = ErrorCode(58);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
     pub const OFFSET_NOT_AVAILABLE: ErrorCode = ErrorCode(78);
@@ -65,10 +68,13 @@ impl ErrorCode {
             29 => "TOPIC_AUTHORIZATION_FAILED",
             30 => "GROUP_AUTHORIZATION_FAILED",
             31 => "CLUSTER_AUTHORIZATION_FAILED",
+            33 => "UNSUPPORTED_SASL_MECHANISM",
+            34 => "ILLEGAL_SASL_STATE",
             35 => "UNSUPPORTED_VERSION",
             42 => "INVALID_REQUEST",
             53 => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
             56 => "KAFKA_STORAGE_ERROR",
+            58 => "SASL_AUTHENTICATION_FAILED",
             70 => "FETCH_SESSION_ID_NOT_FOUND",
             71 => "INVALID_FETCH_SESSION_EPOCH",
             74 => "FENCED_LEADER_EPOCH",

@@ -4,7 +4,7 @@
 
 use super::codec::Writer;
 use super::error::ErrorCode;
-use super::{api_versions, fetch, list_offsets, metadata, offset_for_leader_epoch};
+use super::{api_versions, fetch, list_offsets, metadata, offset_for_leader_epoch, sasl};
 use crate::record::records::{NewRecord, build_v2_batch};
 use crate::record::{BatchHeader, BatchIter};
 
@@ -115,6 +115,29 @@ fn samples() -> Vec<(&'static str, i16, Vec<u8>)> {
         .i32(0)
         .empty_tags(true);
     out.push(("api_versions", 3, w.buf));
+    for v in [0i16, 1, 2] {
+        let resp = sasl::AuthenticateResponse {
+            error: ErrorCode::SASL_AUTHENTICATION_FAILED,
+            error_message: Some("bad".into()),
+            auth_bytes: b"r=abc,s=c2FsdA==,i=4096".to_vec(),
+            session_lifetime_ms: 60_000,
+        };
+        let mut w = Writer::new();
+        sasl::encode_authenticate_response(&mut w, v, &resp);
+        out.push(("sasl_authenticate", v, w.buf));
+        let mut w = Writer::new();
+        sasl::encode_authenticate_request(&mut w, v, b"n,,n=user,r=abc");
+        out.push(("sasl_authenticate_request", v, w.buf));
+    }
+    let mut w = Writer::new();
+    sasl::encode_handshake_response(
+        &mut w,
+        &sasl::HandshakeResponse {
+            error: ErrorCode::NONE,
+            mechanisms: vec!["PLAIN".into(), "SCRAM-SHA-512".into()],
+        },
+    );
+    out.push(("sasl_handshake", 1, w.buf));
     out.push(("batch", 2, batch));
     out
 }
@@ -137,6 +160,12 @@ fn decode(kind: &str, v: i16, b: &[u8]) {
         "list_offsets" => drop(list_offsets::decode_response(b, v)),
         "offset_for_leader_epoch" => drop(offset_for_leader_epoch::decode_response(b, v)),
         "api_versions" => drop(api_versions::decode_response(b, v)),
+        "sasl_authenticate" => drop(sasl::decode_authenticate_response(b, v)),
+        "sasl_authenticate_request" => drop(sasl::decode_authenticate_request(b, v)),
+        "sasl_handshake" => {
+            drop(sasl::decode_handshake_response(b));
+            drop(sasl::decode_handshake_request(b));
+        }
         _ => {
             if let Ok(h) = BatchHeader::parse(b, usize::MAX) {
                 let _ = h.verify_crc(b);

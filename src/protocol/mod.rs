@@ -21,6 +21,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sasl;
 pub mod uuid;
 
 #[cfg(test)]
@@ -71,15 +72,19 @@ pub enum ApiKey {
     Metadata,
     OffsetForLeaderEpoch,
     ApiVersions,
+    SaslHandshake,
+    SaslAuthenticate,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 5] = [
+    pub const ALL: [ApiKey; 7] = [
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::Metadata,
         ApiKey::OffsetForLeaderEpoch,
         ApiKey::ApiVersions,
+        ApiKey::SaslHandshake,
+        ApiKey::SaslAuthenticate,
     ];
 
     pub fn key(self) -> i16 {
@@ -87,8 +92,10 @@ impl ApiKey {
             ApiKey::Fetch => 1,
             ApiKey::ListOffsets => 2,
             ApiKey::Metadata => 3,
+            ApiKey::SaslHandshake => 17,
             ApiKey::ApiVersions => 18,
             ApiKey::OffsetForLeaderEpoch => 23,
+            ApiKey::SaslAuthenticate => 36,
         }
     }
 
@@ -103,6 +110,9 @@ impl ApiKey {
             ApiKey::Metadata => (1, 12),
             ApiKey::ApiVersions => (0, 3),
             ApiKey::OffsetForLeaderEpoch => (2, 4),
+            // v1 wraps each token in SaslAuthenticate; v0's bare tokens are not sent.
+            ApiKey::SaslHandshake => (1, 1),
+            ApiKey::SaslAuthenticate => (0, 2),
         }
     }
 
@@ -113,6 +123,9 @@ impl ApiKey {
             ApiKey::Metadata => 9,
             ApiKey::ApiVersions => 3,
             ApiKey::OffsetForLeaderEpoch => 4,
+            // No version of SaslHandshake is flexible.
+            ApiKey::SaslHandshake => i16::MAX,
+            ApiKey::SaslAuthenticate => 2,
         }
     }
 
@@ -127,6 +140,8 @@ impl ApiKey {
             ApiKey::Metadata => "Metadata",
             ApiKey::ApiVersions => "ApiVersions",
             ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+            ApiKey::SaslHandshake => "SaslHandshake",
+            ApiKey::SaslAuthenticate => "SaslAuthenticate",
         }
     }
 }

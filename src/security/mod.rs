@@ -1,9 +1,39 @@
 //! Security of connections: TLS (rustls) and SASL, for the client side (`[security]`, every
 //! connection to the cluster) and for the serve listener (`[serve] protocol`).
+//!
+//! The SASL building blocks: [`scram`] (RFC 5802 / RFC 7677 client and server state
+//! machines), [`users`] (the serve listener's credentials file, PLAIN checked against its
+//! SCRAM entries) and [`base64`]. They only compute messages; the connection and the
+//! listener carry them in SaslHandshake / SaslAuthenticate (`protocol::sasl`).
+
+pub mod base64;
+pub mod scram;
+pub mod users;
 
 use anyhow::{Context, Result, bail};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+
+/// Whether `a` and `b` are equal, in a time that depends only on their lengths (keys and
+/// signatures are compared with it, so a timing does not tell how many leading bytes match).
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// `n` bytes from the kernel's CSPRNG (`/dev/urandom`, which never blocks once the system
+/// has booted), for nonces and salts.
+pub fn random_bytes(n: usize) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut out))
+        .context("cannot read random bytes from `/dev/urandom`")?;
+    Ok(out)
+}
 
 /// Refuses a secret file that is not a regular file or that its group or others may read
 /// or write (mode & 0o077), naming it and its mode.
@@ -40,6 +70,21 @@ pub fn read_secret(path: &Path) -> Result<String> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn ct_eq_compares_whole_slices() {
+        assert!(ct_eq(b"", b""));
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"ab"));
+    }
+
+    #[test]
+    fn random_bytes_differ_between_calls() {
+        let (a, b) = (random_bytes(32).unwrap(), random_bytes(32).unwrap());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn a_secret_readable_by_others_is_refused_naming_the_file_and_mode() {

@@ -378,6 +378,10 @@ fn answer(ctx: &Context, frame: &[u8]) -> Result<Option<Vec<Piece>>> {
             handlers::offset_for_leader_epoch(ctx, body, version)?,
         )),
         ApiKey::ApiVersions => {}
+        // Not in `handlers::SERVED`, so never reached: the listener has no SASL yet.
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+            anyhow::bail!("{} is not served here", api.name())
+        }
     }
     Ok(Some(pieces))
 }

