@@ -1,8 +1,10 @@
 //! Talking to brokers: one blocking connection per broker ([`connection`]) with version
 //! negotiation, and the cluster view a follower needs ([`cluster`]): brokers, partition
-//! leaders and their epochs, plus ListOffsets / OffsetForLeaderEpoch helpers.
+//! leaders and their epochs, plus ListOffsets / OffsetForLeaderEpoch helpers; [`sasl`]
+//! authenticates a connection.
 
 pub mod cluster;
 pub mod connection;
+pub mod sasl;
 
 pub use connection::BrokerConnection;

@@ -29,6 +29,7 @@
 //! within [`WRITE_TIMEOUT`] is dropped. There is no TLS or SASL yet: bind to loopback or a
 //! trusted network.
 
+pub mod auth;
 pub mod handlers;
 pub mod refusals;
 pub mod response;

@@ -1,0 +1,208 @@
+//! SASL authentication of a connection to a broker (Kafka's `SaslClientAuthenticator`):
+//! SaslHandshake v1 naming the mechanism, then SaslAuthenticate rounds carrying PLAIN's one
+//! message or SCRAM's two (RFC 5802 / 7677, the server's final signature verified). The
+//! broker's `session_lifetime_ms` (KIP-368) says when the connection must authenticate
+//! again; [`super::connection::BrokerConnection`] does so before its next request once 85–95 %
+//! of it has passed.
+//!
+//! The password is read from its file at each authentication (so a rotated password is
+//! picked up by the next connection) and appears in no message.
+
+use super::connection::BrokerConnection;
+use crate::config::{SaslMechanism, SecuritySection};
+use crate::protocol::error::ErrorCode;
+use crate::protocol::{ApiKey, sasl};
+use crate::security::scram::{ScramClient, ScramError, ScramHash};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Who a connection authenticates as, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password_file: PathBuf,
+}
+
+impl SaslCredentials {
+    /// From `[security]`, when its protocol uses SASL (the config has checked that every key
+    /// is then set).
+    pub fn from_config(sec: &SecuritySection) -> Option<SaslCredentials> {
+        if !sec.protocol.uses_sasl() {
+            return None;
+        }
+        Some(SaslCredentials {
+            mechanism: sec.sasl_mechanism?,
+            username: sec.sasl_username.clone()?,
+            password_file: sec.sasl_password_file.clone()?,
+        })
+    }
+}
+
+/// The broker refused these credentials, or cannot authenticate them as configured (it does
+/// not offer the mechanism, or is not a SASL listener): retrying cannot help until the
+/// configuration or the broker changes. In an error's chain, so that start-up can tell it
+/// from a broker that is down.
+#[derive(Debug)]
+pub struct AuthenticationFailed(pub String);
+
+impl std::fmt::Display for AuthenticationFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AuthenticationFailed {}
+
+/// Whether `e` is an authentication refusal (see [`AuthenticationFailed`]).
+pub fn is_authentication_failure(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<AuthenticationFailed>().is_some())
+}
+
+/// Authenticates `conn` (versions already negotiated) as `creds`; returns the session
+/// lifetime the broker gave, if any.
+pub fn authenticate(
+    conn: &mut BrokerConnection,
+    creds: &SaslCredentials,
+) -> Result<Option<Duration>> {
+    let name = conn.name().to_string();
+    let mech = creds.mechanism.name();
+    let refused = |what: String| anyhow::Error::new(AuthenticationFailed(what));
+    if conn.version(ApiKey::SaslHandshake).is_none() {
+        return Err(refused(format!(
+            "{name} offers no SaslHandshake v1: it is not a SASL listener (check security.protocol, and the port)"
+        )));
+    }
+    let hs = conn
+        .send(ApiKey::SaslHandshake, 1, Duration::ZERO, |w| {
+            sasl::encode_handshake_request(w, mech)
+        })
+        .and_then(|body| {
+            sasl::decode_handshake_response(body)
+                .with_context(|| format!("{name}: bad SaslHandshake response"))
+        })?;
+    if hs.error == ErrorCode::UNSUPPORTED_SASL_MECHANISM {
+        return Err(refused(format!(
+            "{name} does not offer SASL mechanism {mech} (it offers {}); check security.sasl_mechanism",
+            if hs.mechanisms.is_empty() {
+                "none".to_string()
+            } else {
+                hs.mechanisms.join(", ")
+            }
+        )));
+    }
+    if !hs.error.is_ok() {
+        return Err(refused(format!(
+            "{name} refused SaslHandshake for {mech} with {}",
+            hs.error
+        )));
+    }
+    let version = conn.require_version(ApiKey::SaslAuthenticate)?;
+    let password = crate::security::read_secret(&creds.password_file).with_context(|| {
+        format!(
+            "the SASL password for {mech} as `{}` (security.sasl_password_file)",
+            creds.username
+        )
+    })?;
+    let check = || {
+        format!(
+            "check security.sasl_username (`{}`) and the password in `{}`",
+            creds.username,
+            creds.password_file.display()
+        )
+    };
+    // One SaslAuthenticate round: the broker's bytes, or its refusal.
+    let mut round = |bytes: &[u8]| -> Result<sasl::AuthenticateResponse> {
+        let body = conn.send(ApiKey::SaslAuthenticate, version, Duration::ZERO, |w| {
+            sasl::encode_authenticate_request(w, version, bytes)
+        })?;
+        let resp = sasl::decode_authenticate_response(body, version)
+            .with_context(|| format!("{name}: bad SaslAuthenticate v{version} response"))?;
+        if !resp.error.is_ok() {
+            return Err(refused(format!(
+                "{name} refused {mech} authentication as `{}`: {}{}; {}",
+                creds.username,
+                resp.error,
+                resp.error_message
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default(),
+                check()
+            )));
+        }
+        Ok(resp)
+    };
+    let last = match ScramHash::for_mechanism(creds.mechanism) {
+        None => {
+            // RFC 4616: authzid NUL authcid NUL password, with no authorization identity.
+            let mut msg = Vec::with_capacity(creds.username.len() + password.len() + 2);
+            msg.push(0);
+            msg.extend_from_slice(creds.username.as_bytes());
+            msg.push(0);
+            msg.extend_from_slice(password.as_bytes());
+            round(&msg)?
+        }
+        Some(hash) => {
+            let scram = |e: ScramError| match e {
+                ScramError::ServerError(_) | ScramError::BadServerSignature => {
+                    refused(format!("{name}: {mech} as `{}`: {e}", creds.username))
+                }
+                other => anyhow::anyhow!("{name}: {mech} as `{}`: {other}", creds.username),
+            };
+            let (client, first) =
+                ScramClient::start(hash, &creds.username, &password).map_err(scram)?;
+            let server_first = round(first.as_bytes())?;
+            let (fin, client_final) = client
+                .server_first(&server_first.auth_bytes)
+                .map_err(scram)?;
+            let server_final = round(client_final.as_bytes())?;
+            fin.server_final(&server_final.auth_bytes).map_err(scram)?;
+            server_final
+        }
+    };
+    Ok((last.session_lifetime_ms > 0)
+        .then(|| Duration::from_millis(last.session_lifetime_ms as u64)))
+}
+
+/// When to authenticate again within a session of `lifetime`: at 85–95 % of it, as Kafka's
+/// client does, spread so that many connections do not re-authenticate in step.
+pub fn reauthenticate_after(lifetime: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let share = 0.85 + f64::from(nanos % 1_000_000) / 1_000_000.0 * 0.10;
+    lifetime.mul_f64(share)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn re_authentication_comes_at_85_to_95_percent_of_the_session() {
+        for _ in 0..50 {
+            let at = reauthenticate_after(Duration::from_secs(100));
+            assert!(
+                at >= Duration::from_secs(85) && at <= Duration::from_secs(95),
+                "{at:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_come_from_sasl_protocols_only() {
+        let mut sec = SecuritySection {
+            sasl_mechanism: Some(SaslMechanism::ScramSha256),
+            sasl_username: Some("u".into()),
+            sasl_password_file: Some("/pw".into()),
+            ..SecuritySection::default()
+        };
+        assert_eq!(SaslCredentials::from_config(&sec), None);
+        sec.protocol = crate::config::SecurityProtocol::SaslSsl;
+        let c = SaslCredentials::from_config(&sec).unwrap();
+        assert_eq!(c.mechanism, SaslMechanism::ScramSha256);
+        assert_eq!(c.username, "u");
+    }
+}

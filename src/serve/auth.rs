@@ -1,0 +1,380 @@
+//! SASL on the serve listener, as Kafka's `SaslServerAuthenticator` does it: until a client
+//! has authenticated it may send only ApiVersions, SaslHandshake (v1) and SaslAuthenticate;
+//! anything else closes the connection. PLAIN is checked against the user's SCRAM entry in
+//! the users file (`replica-follower add-user` writes it); SCRAM-SHA-256/512 run RFC 5802's
+//! exchange against the stored key and server key. A failed authentication is answered
+//! with SASL_AUTHENTICATION_FAILED and the connection closed; a client may authenticate
+//! again on an authenticated connection (KIP-368) by sending SaslHandshake anew.
+
+use crate::config::SaslMechanism;
+use crate::protocol::codec::Writer;
+use crate::protocol::error::ErrorCode;
+use crate::protocol::{ApiKey, sasl};
+use crate::security::scram::{ScramError, ScramHash, ScramServer};
+use crate::security::users::Users;
+use anyhow::{Result, bail};
+use std::sync::Arc;
+
+/// What the listener authenticates against.
+#[derive(Debug)]
+pub struct SaslServerConfig {
+    /// Offered in SaslHandshake, in this order.
+    pub mechanisms: Vec<SaslMechanism>,
+    pub users: Users,
+}
+
+enum State {
+    /// Waiting for SaslHandshake.
+    Handshake,
+    /// Handshake done: the first SaslAuthenticate for this mechanism is due.
+    Authenticate(SaslMechanism),
+    /// SCRAM's server-first was sent: the client-final is due.
+    ScramFinal(Box<ScramServer>, SaslMechanism),
+}
+
+/// One connection's authentication.
+pub struct Authenticator {
+    cfg: Arc<SaslServerConfig>,
+    state: State,
+    /// Who the connection authenticated as.
+    principal: Option<String>,
+}
+
+/// The answer to a SASL request: its body, and whether the connection closes after it.
+pub struct Answer {
+    pub body: Vec<u8>,
+    pub close: bool,
+}
+
+impl Authenticator {
+    pub fn new(cfg: Arc<SaslServerConfig>) -> Self {
+        Authenticator {
+            cfg,
+            state: State::Handshake,
+            principal: None,
+        }
+    }
+
+    /// The user this connection authenticated as, once it has.
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
+    }
+
+    /// Whether a request for `api` may be answered now; an error (the connection closes)
+    /// names the API, as Kafka's "Unexpected Kafka request of type X during SASL handshake".
+    pub fn admit(&self, api_key: i16) -> Result<()> {
+        let sasl_api = api_key == ApiKey::SaslHandshake.key()
+            || api_key == ApiKey::SaslAuthenticate.key()
+            || api_key == ApiKey::ApiVersions.key();
+        let mid_exchange = !matches!(self.state, State::Handshake);
+        if sasl_api || (self.principal.is_some() && !mid_exchange) {
+            return Ok(());
+        }
+        let name = ApiKey::ALL
+            .iter()
+            .find(|a| a.key() == api_key)
+            .map_or_else(|| format!("API key {api_key}"), |a| a.name().to_string());
+        bail!("{name} before SASL authentication completed; closed, as Kafka does")
+    }
+
+    /// SaslHandshake v1: the mechanism named must be one this listener offers.
+    pub fn handshake(&mut self, body: &[u8]) -> Result<Answer> {
+        let wanted = sasl::decode_handshake_request(body)?;
+        let offered: Vec<String> = self
+            .cfg
+            .mechanisms
+            .iter()
+            .map(|m| m.name().to_string())
+            .collect();
+        let chosen = SaslMechanism::from_name(&wanted).filter(|m| self.cfg.mechanisms.contains(m));
+        if !matches!(self.state, State::Handshake) {
+            // A second handshake in the middle of an exchange.
+            return Ok(handshake_answer(
+                ErrorCode::ILLEGAL_SASL_STATE,
+                offered,
+                true,
+            ));
+        }
+        match chosen {
+            Some(m) => {
+                self.state = State::Authenticate(m);
+                Ok(handshake_answer(ErrorCode::NONE, offered, false))
+            }
+            None => {
+                crate::log_info!(
+                    "serve: a client asked for SASL mechanism `{wanted}`, which is not offered"
+                );
+                Ok(handshake_answer(
+                    ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+                    offered,
+                    true,
+                ))
+            }
+        }
+    }
+
+    /// One SaslAuthenticate round at `version`.
+    pub fn authenticate(&mut self, body: &[u8], version: i16, peer: &str) -> Result<Answer> {
+        let bytes = sasl::decode_authenticate_request(body, version)?;
+        let state = std::mem::replace(&mut self.state, State::Handshake);
+        let ok = |auth_bytes: Vec<u8>| Answer {
+            body: authenticate_body(version, ErrorCode::NONE, None, auth_bytes),
+            close: false,
+        };
+        let failed = |mech: SaslMechanism, user: &str, why: &str| {
+            crate::log_warn!(
+                "serve: client {peer} failed {} authentication as `{user}`: {why}",
+                mech.name()
+            );
+            Answer {
+                body: authenticate_body(
+                    version,
+                    ErrorCode::SASL_AUTHENTICATION_FAILED,
+                    Some(&format!(
+                        "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
+                        mech.name()
+                    )),
+                    Vec::new(),
+                ),
+                close: true,
+            }
+        };
+        match state {
+            State::Handshake => Ok(Answer {
+                body: authenticate_body(
+                    version,
+                    ErrorCode::ILLEGAL_SASL_STATE,
+                    Some("SaslAuthenticate before SaslHandshake"),
+                    Vec::new(),
+                ),
+                close: true,
+            }),
+            State::Authenticate(SaslMechanism::Plain) => {
+                let Some((user, password)) = parse_plain(bytes) else {
+                    return Ok(failed(
+                        SaslMechanism::Plain,
+                        "?",
+                        "a malformed PLAIN message",
+                    ));
+                };
+                if self.cfg.users.verify_plain(&user, &password) {
+                    self.done(&user, SaslMechanism::Plain, peer);
+                    Ok(ok(Vec::new()))
+                } else {
+                    Ok(failed(
+                        SaslMechanism::Plain,
+                        &user,
+                        "unknown user or wrong password",
+                    ))
+                }
+            }
+            State::Authenticate(mech) => {
+                let Some(hash) = ScramHash::for_mechanism(mech) else {
+                    bail!("{} is not a SCRAM mechanism", mech.name());
+                };
+                let users = &self.cfg.users;
+                match ScramServer::client_first(hash, bytes, |u| users.lookup(u, mech).cloned()) {
+                    Ok((server, first)) => {
+                        self.state = State::ScramFinal(Box::new(server), mech);
+                        Ok(ok(first.into_bytes()))
+                    }
+                    Err(e) => Ok(failed(mech, "?", &e.to_string())),
+                }
+            }
+            State::ScramFinal(server, mech) => {
+                let user = server.username().to_string();
+                match server.client_final(bytes) {
+                    Ok(last) => {
+                        self.done(&user, mech, peer);
+                        Ok(ok(last.into_bytes()))
+                    }
+                    Err(ScramError::AuthenticationFailed) => {
+                        Ok(failed(mech, &user, "unknown user or wrong password"))
+                    }
+                    Err(e) => Ok(failed(mech, &user, &e.to_string())),
+                }
+            }
+        }
+    }
+
+    fn done(&mut self, user: &str, mech: SaslMechanism, peer: &str) {
+        let again = self.principal.is_some();
+        if let Some(before) = &self.principal
+            && before != user
+        {
+            // Kafka refuses a re-authentication as someone else; so does this listener, by
+            // keeping the connection's first principal and closing on its next request.
+            crate::log_warn!(
+                "serve: client {peer} re-authenticated as `{user}`, not as `{before}`; closing it"
+            );
+            self.principal = None;
+            return;
+        }
+        crate::log_debug!(
+            "serve: client {peer} {} as `{user}` with {}",
+            if again {
+                "re-authenticated"
+            } else {
+                "authenticated"
+            },
+            mech.name()
+        );
+        self.principal = Some(user.to_string());
+        self.state = State::Handshake;
+    }
+}
+
+fn handshake_answer(error: ErrorCode, mechanisms: Vec<String>, close: bool) -> Answer {
+    let mut w = Writer::new();
+    sasl::encode_handshake_response(&mut w, &sasl::HandshakeResponse { error, mechanisms });
+    Answer { body: w.buf, close }
+}
+
+fn authenticate_body(
+    version: i16,
+    error: ErrorCode,
+    message: Option<&str>,
+    auth_bytes: Vec<u8>,
+) -> Vec<u8> {
+    let mut w = Writer::new();
+    sasl::encode_authenticate_response(
+        &mut w,
+        version,
+        &sasl::AuthenticateResponse {
+            error,
+            error_message: message.map(str::to_string),
+            auth_bytes,
+            session_lifetime_ms: 0,
+        },
+    );
+    w.buf
+}
+
+/// RFC 4616: `[authzid] NUL authcid NUL passwd`; an authorization identity other than the
+/// user itself is refused (as Kafka does).
+fn parse_plain(msg: &[u8]) -> Option<(String, String)> {
+    let text = std::str::from_utf8(msg).ok()?;
+    let mut parts = text.split('\0');
+    let (authz, user, password) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || user.is_empty() || (!authz.is_empty() && authz != user) {
+        return None;
+    }
+    Some((user.to_string(), password.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::security::scram::{SCRAM_SHA_512, ScramClient};
+
+    fn cfg() -> Arc<SaslServerConfig> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("users");
+        Users::add(
+            &f,
+            "alice",
+            &[SaslMechanism::ScramSha256, SaslMechanism::ScramSha512],
+            "wonderland",
+            4096,
+        )
+        .unwrap();
+        Arc::new(SaslServerConfig {
+            mechanisms: SaslMechanism::ALL.to_vec(),
+            users: Users::load(&f).unwrap(),
+        })
+    }
+
+    fn handshake(a: &mut Authenticator, mech: &str) -> sasl::HandshakeResponse {
+        let mut w = Writer::new();
+        sasl::encode_handshake_request(&mut w, mech);
+        sasl::decode_handshake_response(&a.handshake(&w.buf).unwrap().body).unwrap()
+    }
+
+    fn round(a: &mut Authenticator, bytes: &[u8]) -> (sasl::AuthenticateResponse, bool) {
+        let mut w = Writer::new();
+        sasl::encode_authenticate_request(&mut w, 2, bytes);
+        let ans = a.authenticate(&w.buf, 2, "127.0.0.1:1").unwrap();
+        (
+            sasl::decode_authenticate_response(&ans.body, 2).unwrap(),
+            ans.close,
+        )
+    }
+
+    #[test]
+    fn only_sasl_apis_before_authentication_then_everything() {
+        let mut a = Authenticator::new(cfg());
+        assert!(a.admit(ApiKey::ApiVersions.key()).is_ok());
+        let e = a.admit(ApiKey::Fetch.key()).unwrap_err().to_string();
+        assert!(e.contains("Fetch before SASL authentication"), "{e}");
+        assert_eq!(handshake(&mut a, "PLAIN").error, ErrorCode::NONE);
+        assert!(a.admit(ApiKey::Metadata.key()).is_err());
+        let (resp, close) = round(&mut a, b"\0alice\0wonderland");
+        assert_eq!((resp.error, close), (ErrorCode::NONE, false));
+        assert_eq!(a.principal(), Some("alice"));
+        assert!(a.admit(ApiKey::Fetch.key()).is_ok());
+    }
+
+    #[test]
+    fn scram_sha_512_against_our_client_and_a_wrong_password_closes() {
+        let mut a = Authenticator::new(cfg());
+        assert_eq!(handshake(&mut a, "SCRAM-SHA-512").error, ErrorCode::NONE);
+        let (client, first) = ScramClient::start(&SCRAM_SHA_512, "alice", "wonderland").unwrap();
+        let (resp, _) = round(&mut a, first.as_bytes());
+        assert_eq!(resp.error, ErrorCode::NONE);
+        let (fin, last) = client.server_first(&resp.auth_bytes).unwrap();
+        let (resp, close) = round(&mut a, last.as_bytes());
+        assert_eq!((resp.error, close), (ErrorCode::NONE, false));
+        fin.server_final(&resp.auth_bytes).unwrap();
+        assert_eq!(a.principal(), Some("alice"));
+
+        // Re-authentication on the same connection (KIP-368), now with a wrong password.
+        assert_eq!(handshake(&mut a, "SCRAM-SHA-512").error, ErrorCode::NONE);
+        let (client, first) = ScramClient::start(&SCRAM_SHA_512, "alice", "queen").unwrap();
+        let (resp, _) = round(&mut a, first.as_bytes());
+        let (_, last) = client.server_first(&resp.auth_bytes).unwrap();
+        let (resp, close) = round(&mut a, last.as_bytes());
+        assert_eq!(resp.error, ErrorCode::SASL_AUTHENTICATION_FAILED);
+        assert!(close);
+        let msg = resp.error_message.unwrap();
+        assert!(!msg.contains("queen"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_mechanism_unknown_user_and_out_of_order_requests_are_refused() {
+        let mut a = Authenticator::new(cfg());
+        let (resp, close) = round(&mut a, b"\0alice\0wonderland");
+        assert_eq!((resp.error, close), (ErrorCode::ILLEGAL_SASL_STATE, true));
+        let hs = handshake(&mut a, "GSSAPI");
+        assert_eq!(hs.error, ErrorCode::UNSUPPORTED_SASL_MECHANISM);
+        assert_eq!(hs.mechanisms, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]);
+        let mut a = Authenticator::new(cfg());
+        handshake(&mut a, "PLAIN");
+        let (resp, close) = round(&mut a, b"\0mallory\0wonderland");
+        assert_eq!(
+            (resp.error, close),
+            (ErrorCode::SASL_AUTHENTICATION_FAILED, true)
+        );
+        assert_eq!(a.principal(), None);
+        // An authorization identity other than the user is refused.
+        let mut a = Authenticator::new(cfg());
+        handshake(&mut a, "PLAIN");
+        let (resp, _) = round(&mut a, b"root\0alice\0wonderland");
+        assert_eq!(resp.error, ErrorCode::SASL_AUTHENTICATION_FAILED);
+    }
+
+    #[test]
+    fn plain_messages_parse_per_rfc_4616() {
+        assert_eq!(
+            parse_plain(b"\0u\0p"),
+            Some(("u".to_string(), "p".to_string()))
+        );
+        assert_eq!(
+            parse_plain(b"u\0u\0p"),
+            Some(("u".to_string(), "p".to_string()))
+        );
+        assert_eq!(parse_plain(b"\0u"), None);
+        assert_eq!(parse_plain(b"\0\0p"), None);
+        assert_eq!(parse_plain(b"\0u\0p\0x"), None);
+        assert_eq!(parse_plain(&[0, 0xff, 0, b'p']), None);
+    }
+}
