@@ -798,6 +798,15 @@ impl Config {
                 sproto.name()
             );
         }
+        // The PEM files are read now, so a check of the configuration finds a missing or
+        // unreadable certificate, a key that does not match it, or no CA bundle; the errors
+        // name the key and the file.
+        if proto.uses_tls() {
+            crate::security::tls::ClientTls::load(sec)?;
+        }
+        if sproto.uses_tls() {
+            crate::security::tls::ServerTls::from_section(sv)?;
+        }
         Ok(())
     }
 }

@@ -9,11 +9,12 @@
 //! checkpoints and the clean-shutdown marker, exit 0.
 
 use crate::client::cluster;
-use crate::config::Config;
+use crate::config::{Config, SecurityProtocol};
 use crate::fetcher::manager::{FETCH_STOPPED_FILE, FetcherManager, ManagerEvent};
 use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
 use crate::log::identity;
 use crate::log::manager::LogManager;
+use crate::security::ClientSecurity;
 use anyhow::{Context, Result, bail};
 use fs2::FileExt;
 use std::fs::{File, OpenOptions};
@@ -346,40 +347,70 @@ fn start_checkpoint_task(cfg: &Config, logs: Arc<LogManager>) -> Result<Shutdown
         .context("failed to start the checkpoint task")
 }
 
+/// One round over the bootstrap brokers before anything in the data dir is touched, when a
+/// cluster id is recorded or the connections are secured.
+///
 /// A data dir that replicates one cluster is never fed from another: when the bootstrap
 /// brokers report a cluster id other than the recorded one, the daemon refuses to start
 /// without changing a file. Unreachable brokers leave the check to the first contact.
-fn check_cluster_at_start(cfg: &Config) -> Result<()> {
-    let Some(expected) = identity::read_cluster_id(&cfg.data_dir)? else {
+///
+/// A certificate refused either way (unknown CA, wrong name, expired, a client certificate
+/// required or refused) is a configuration to fix, not an outage to wait out: when every
+/// bootstrap broker failed and at least one of them refused us so, each failure is logged as
+/// an ERROR and the start fails (exit 1). Once running, the same failures are ERRORs retried
+/// with the normal backoff.
+fn check_brokers_at_start(cfg: &Config, security: &ClientSecurity) -> Result<()> {
+    let recorded = identity::read_cluster_id(&cfg.data_dir)?;
+    if recorded.is_none() && security.protocol() == SecurityProtocol::Plaintext {
         return Ok(());
-    };
+    }
     let topics: Vec<String> = cfg.follow.iter().map(|f| f.topic.clone()).collect();
     let timeout = Duration::from_millis(cfg.fetch.request_timeout_ms as u64);
-    match cluster::bootstrap_metadata_within(
+    let answer = cluster::bootstrap_metadata_within(
         &cfg.bootstrap_servers,
+        security,
         &cfg.client_id,
         &topics,
         timeout,
-    ) {
-        Ok(md) => match md.cluster_id {
-            Some(seen) if seen != expected => bail!(
-                "data dir `{}` replicates cluster {expected}, but the brokers at {} report cluster id {seen}; refusing to start, nothing was fetched or changed (point bootstrap_servers at cluster {expected}, or use a new data dir for cluster {seen})",
-                cfg.data_dir.display(),
-                cfg.bootstrap_servers.join(",")
-            ),
-            _ => {
-                let stopped = cfg.data_dir.join(FETCH_STOPPED_FILE);
-                if stopped.exists() {
-                    std::fs::remove_file(&stopped)
-                        .with_context(|| format!("failed to remove `{}`", stopped.display()))?;
+    );
+    let (md, expected) = match (answer, recorded) {
+        (Ok(_), None) => return Ok(()),
+        (Ok(md), Some(expected)) => (md, expected),
+        (Err(e), recorded) => {
+            if let Some(none) = e.downcast_ref::<cluster::NoBrokerAnswered>() {
+                let refused = none.refused();
+                if refused > 0 {
+                    for e in &none.errors {
+                        crate::log_error!("{e:#}");
+                    }
+                    bail!(
+                        "no bootstrap broker could be used and {refused} of {} refused the TLS connection (see the errors above); nothing was fetched or changed: fix [security] or the brokers' certificates and start again",
+                        none.errors.len()
+                    );
                 }
-                Ok(())
             }
-        },
-        Err(e) => {
-            crate::log_warn!(
-                "cannot check the cluster id at start-up ({e:#}); it is checked at the first contact, before anything is fetched"
-            );
+            if recorded.is_some() {
+                crate::log_warn!(
+                    "cannot check the cluster id at start-up ({e:#}); it is checked at the first contact, before anything is fetched"
+                );
+            } else {
+                crate::log_warn!("no bootstrap broker answered at start-up ({e:#}); retrying");
+            }
+            return Ok(());
+        }
+    };
+    match md.cluster_id {
+        Some(seen) if seen != expected => bail!(
+            "data dir `{}` replicates cluster {expected}, but the brokers at {} report cluster id {seen}; refusing to start, nothing was fetched or changed (point bootstrap_servers at cluster {expected}, or use a new data dir for cluster {seen})",
+            cfg.data_dir.display(),
+            cfg.bootstrap_servers.join(",")
+        ),
+        _ => {
+            let stopped = cfg.data_dir.join(FETCH_STOPPED_FILE);
+            if stopped.exists() {
+                std::fs::remove_file(&stopped)
+                    .with_context(|| format!("failed to remove `{}`", stopped.display()))?;
+            }
             Ok(())
         }
     }
@@ -448,6 +479,8 @@ fn reload(
         ("[checkpoint]", new.checkpoint != running.checkpoint),
         ("[metrics]", new.metrics != running.metrics),
         ("[serve]", new.serve != running.serve),
+        // TLS material is loaded once at start; a new CA or certificate needs a restart.
+        ("[security]", new.security != running.security),
     ]
     .into_iter()
     .filter_map(|(k, changed)| changed.then_some(k))
@@ -493,25 +526,28 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
         env!("CARGO_PKG_VERSION"),
         cfg.data_dir.display()
     );
+    // Built once: every connection to the cluster shares it. A change on SIGHUP is said to
+    // need a restart.
+    let security = ClientSecurity::from_section(&cfg.security)?;
     // Before anything in the data dir is touched (recovery, markers, checkpoints).
-    check_cluster_at_start(&cfg)?;
+    check_brokers_at_start(&cfg, &security)?;
     let logs = Arc::new(
         LogManager::open(&cfg.data_dir, cfg.log_config())?
             .with_min_free_bytes(cfg.log.min_free_bytes),
     );
     // A segment lost from the middle looks like a gap: the leader says whether it is a hole,
     // and fills it, before anything is fetched (every request within the request timeout).
-    crate::repair::fill_holes_at_start(&cfg, &logs);
+    crate::repair::fill_holes_at_start(&cfg, &logs, &security);
     // Checkpoint right away so the files describe what was just loaded and recovered.
     logs.checkpoint()?;
     let metrics = start_metrics(&cfg, logs.clone())?;
     // Readers are served what was loaded from here on; the listener's threads are not
     // watched by the watchdog (a slow client must not restart the daemon).
-    let mut server = crate::serve::ServeOptions::from_section(&cfg.serve)
+    let mut server = crate::serve::ServeOptions::from_section(&cfg.serve)?
         .map(|o| crate::serve::Server::start(o, crate::serve::source::Source::Live(logs.clone())))
         .transpose()?;
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;
-    let manager = FetcherManager::new(cfg.clone(), logs.clone());
+    let manager = FetcherManager::new(cfg.clone(), logs.clone(), security);
     let to_manager = manager.sender();
     let stop_manager = manager.stop_handle();
     let manager_thread = std::thread::Builder::new()

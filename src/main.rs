@@ -21,6 +21,7 @@ Usage:
   replica-follower verify --config FILE [--against-leader]
   replica-follower repair --config FILE
   replica-follower serve --data-dir DIR --listen ADDR [--advertised ADDR]
+  replica-follower serve --config FILE [--data-dir DIR] [--listen ADDR] [--advertised ADDR]
   replica-follower check-config --config FILE
   replica-follower add-user --users-file FILE --user NAME [--mechanism M]... [--iterations N] [--password-file F]
 
@@ -49,7 +50,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower repair --config FILE\n\nWith the daemon stopped (it takes the data-dir lock as `run` does), compares each\nfollowed partition with its leader as `verify --against-leader` does and re-fetches\nexactly what is missing or damaged: a hole becomes a segment of its own, named by its\nfirst offset; a segment with damaged or differing batches is rewritten from the\nleader's batches for its offset range (its old bytes kept in damaged/). Every fetched\nbatch is CRC-checked before it is written; files are written to a staging folder,\nfsynced and renamed into place; no other segment is touched. Prints one line per step.\nExit 0 when everything was repaired or nothing needed it, 1 when something could not\nbe (the leader no longer has it, the leader is unreachable, ...), 2 on a bad config.\n"
         }
         "serve" => {
-            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\nNo TLS or SASL: listen on loopback or a trusted network.\n"
+            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS (serve.protocol = \"SSL\" in FILE), listen on loopback or a trusted\nnetwork.\n"
         }
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
@@ -199,7 +200,7 @@ fn main() -> ExitCode {
         ),
         "verify" => spec(&["data-dir", "config"], &["against-leader", "all"]),
         "repair" => spec(&["config"], &[]),
-        "serve" => spec(&["data-dir", "listen", "advertised"], &[]),
+        "serve" => spec(&["data-dir", "listen", "advertised", "config"], &[]),
         "add-user" => Spec {
             values: &["users-file", "user", "iterations", "password-file"],
             repeatable: &["mechanism"],
@@ -458,16 +459,34 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             Err(code) => code,
         }),
         "serve" => {
-            let dir = PathBuf::from(args.req("data-dir")?);
-            let listen = args.req("listen")?.to_string();
-            let defaults = replica_follower::config::ServeSection::default();
-            let opts = replica_follower::serve::ServeOptions {
-                listen,
-                advertised: args.values.get("advertised").cloned(),
-                node_id: defaults.node_id,
-                max_connections: defaults.max_connections,
-                max_request_bytes: defaults.max_request_bytes,
-                idle_timeout: std::time::Duration::from_millis(defaults.idle_timeout_ms as u64),
+            // --config: that daemon's data dir and [serve] section; the flags override them.
+            let (mut section, config_dir) = match args.values.get("config") {
+                None => (replica_follower::config::ServeSection::default(), None),
+                Some(_) => match load_config(args)? {
+                    Err(code) => return Ok(code),
+                    Ok(cfg) => (cfg.serve, Some(cfg.data_dir)),
+                },
+            };
+            let dir = match (args.values.get("data-dir"), config_dir) {
+                (Some(d), _) => PathBuf::from(d),
+                (None, Some(d)) => d,
+                (None, None) => return Err("`serve` needs --data-dir DIR or --config FILE".into()),
+            };
+            if let Some(l) = args.values.get("listen") {
+                section.listen = Some(l.clone());
+            }
+            if let Some(a) = args.values.get("advertised") {
+                section.advertised = Some(a.clone());
+            }
+            let opts = match replica_follower::serve::ServeOptions::from_section(&section) {
+                Ok(Some(o)) => o,
+                Ok(None) => {
+                    return Err("`serve` needs --listen ADDR (or serve.listen in --config)".into());
+                }
+                Err(e) => {
+                    eprintln!("error: {}", logging::plain_chain(&e));
+                    return Ok(ExitCode::from(2));
+                }
             };
             Ok(runtime(daemon::serve(&dir, opts)))
         }

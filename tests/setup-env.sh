@@ -17,13 +17,16 @@ fi
 # tests/units.rs judges the shipped units with systemd's own tools (systemd-analyze verify and
 # security, systemd-sysusers); `verify` also wants every command a unit names, /bin/kill
 # (procps) included; tests/unit_syscalls.rs traces the daemon with strace; tests/serve_clients.rs
-# reads the replica's listener with kcat. Installed from
+# reads the replica's listener with kcat; tests/tls.rs puts socat's OPENSSL-LISTEN in front of
+# the leaders (stunnel4 is the alternative terminator) with certificates the openssl CLI makes.
+# Installed from
 # Debian when missing and when we may (root, as in CI); otherwise those tests fail saying what
 # is missing.
 if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command -v strace >/dev/null \
-    || ! command -v kcat >/dev/null; } \
+    || ! command -v kcat >/dev/null || ! command -v socat >/dev/null || ! command -v stunnel4 >/dev/null \
+    || ! command -v openssl >/dev/null; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing systemd, procps, strace and kcat from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs)"
-    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat >/dev/null; } \
-        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs and tests/serve_clients.rs will say what is missing"
+    echo "== installing systemd, procps, strace, kcat, socat, stunnel4 and openssl from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs)"
+    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl >/dev/null; } \
+        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs and tests/tls.rs will say what is missing"
 fi

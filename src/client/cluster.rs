@@ -8,7 +8,8 @@ use crate::protocol::list_offsets::{self, ListOffsetsPartition};
 use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset, EpochRequest};
 use crate::protocol::uuid::Uuid;
 use crate::protocol::{ApiKey, metadata};
-use anyhow::{Context, Result, anyhow, bail};
+use crate::security::ClientSecurity;
+use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -82,36 +83,86 @@ pub fn fetch_metadata(conn: &mut BrokerConnection, topics: &[String]) -> Result<
     Ok(out)
 }
 
-/// Tries each address in turn until one answers a Metadata request.
+/// Tries each address in turn, over plain TCP, until one answers a Metadata request.
 pub fn bootstrap_metadata(
     addrs: &[String],
     client_id: &str,
     topics: &[String],
 ) -> Result<ClusterMetadata> {
-    bootstrap_metadata_within(addrs, client_id, topics, DEFAULT_REQUEST_TIMEOUT)
+    bootstrap_metadata_within(
+        addrs,
+        &ClientSecurity::PLAINTEXT,
+        client_id,
+        topics,
+        DEFAULT_REQUEST_TIMEOUT,
+    )
 }
 
-/// [`bootstrap_metadata`] with `request_timeout` as the deadline of every response (the
-/// connection's version handshake included).
+/// Every bootstrap broker failed: each one's error, in the order tried (callers tell
+/// security refusals from unreachable brokers by them).
+#[derive(Debug)]
+pub struct NoBrokerAnswered {
+    pub errors: Vec<anyhow::Error>,
+}
+
+impl std::fmt::Display for NoBrokerAnswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let each: Vec<String> = self.errors.iter().map(|e| format!("{e:#}")).collect();
+        write!(
+            f,
+            "no broker answered a Metadata request: {}",
+            each.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for NoBrokerAnswered {}
+
+impl NoBrokerAnswered {
+    /// How many refused our security settings ([`crate::security::is_refusal`]) rather than
+    /// being unreachable or failing otherwise.
+    pub fn refused(&self) -> usize {
+        self.errors
+            .iter()
+            .filter(|e| crate::security::is_refusal(e))
+            .count()
+    }
+
+    /// Whether `e` is such an error with at least one refusal in it.
+    pub fn any_refused(e: &anyhow::Error) -> bool {
+        e.downcast_ref::<NoBrokerAnswered>()
+            .is_some_and(|n| n.refused() > 0)
+    }
+}
+
+/// [`bootstrap_metadata`] over `security`, with `request_timeout` as the deadline of every
+/// response (the connection's TLS and version handshakes included). When none answers, the
+/// error is a [`NoBrokerAnswered`].
 pub fn bootstrap_metadata_within(
     addrs: &[String],
+    security: &ClientSecurity,
     client_id: &str,
     topics: &[String],
     request_timeout: Duration,
 ) -> Result<ClusterMetadata> {
     let mut errors = Vec::new();
     for a in addrs {
-        match BrokerConnection::connect_with_timeout(a, client_id, 64 << 20, request_timeout)
-            .and_then(|mut c| fetch_metadata(&mut c, topics))
+        match BrokerConnection::connect_secured(
+            a,
+            &format!("broker {a}"),
+            security,
+            client_id,
+            64 << 20,
+            request_timeout,
+            |_| {},
+        )
+        .and_then(|mut c| fetch_metadata(&mut c, topics))
         {
             Ok(m) => return Ok(m),
-            Err(e) => errors.push(format!("{e:#}")),
+            Err(e) => errors.push(e),
         }
     }
-    Err(anyhow!(
-        "no broker answered a Metadata request: {}",
-        errors.join("; ")
-    ))
+    Err(NoBrokerAnswered { errors }.into())
 }
 
 /// One partition's ListOffsets answer.

@@ -6,6 +6,12 @@
 //! min(our max, broker max), and refused if that is below either side's minimum (a broker
 //! closes the connection on a version it does not speak).
 //!
+//! Security ([`ClientSecurity`]): the TCP socket is connected (and handed to the caller's
+//! `register`, so a shutdown can interrupt everything after), TLS is negotiated over it when
+//! the protocol uses TLS, then ApiVersions. SASL, when integrated, authenticates right after
+//! ApiVersions (Kafka's order: it needs the negotiated SaslHandshake/SaslAuthenticate
+//! versions), before any other request.
+//!
 //! Requests are sent one at a time; responses are matched by correlation id. The receive
 //! buffer is reused across requests, so a fetch response's records are borrowed from it
 //! without a copy. Frame sizes are bounded; a bad frame is an error, never a panic.
@@ -13,6 +19,7 @@
 use crate::protocol::codec::{Reader, Writer};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{ApiKey, api_versions, decode_response_header, encode_request_header};
+use crate::security::{ClientSecurity, Stream};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -32,7 +39,7 @@ pub struct BrokerConnection {
     /// How messages name the broker: `broker ADDR`, or `broker ID (ADDR)` when the caller
     /// knows the id, so an error names it once.
     name: String,
-    stream: TcpStream,
+    stream: Stream,
     client_id: String,
     next_correlation_id: i32,
     versions: HashMap<ApiKey, i16>,
@@ -47,7 +54,11 @@ pub struct BrokerConnection {
 /// error 111)".
 fn plain(e: std::io::Error) -> std::io::Error {
     // Out of descriptors keeps its OS error, which the descriptor budget looks for.
-    if crate::log::descriptors::is_exhausted_io(&e) {
+    // A TLS failure keeps its inner error, which says whether retrying can help.
+    if crate::log::descriptors::is_exhausted_io(&e)
+        || e.get_ref()
+            .is_some_and(|i| i.is::<crate::security::TlsFailure>())
+    {
         return e;
     }
     std::io::Error::new(e.kind(), crate::logging::plain_io_error(&e))
@@ -108,6 +119,30 @@ impl BrokerConnection {
         request_timeout: Duration,
         register: impl FnOnce(&TcpStream),
     ) -> Result<Self> {
+        Self::connect_secured(
+            addr,
+            name,
+            &ClientSecurity::PLAINTEXT,
+            client_id,
+            max_response_bytes,
+            request_timeout,
+            register,
+        )
+    }
+
+    /// [`Self::connect_named`] with `security`: TLS after the TCP connect when the protocol
+    /// uses it, its handshake within `request_timeout` (a TLS failure is an I/O error in the
+    /// chain, as other connection failures are, with a [`crate::security::TlsFailure`] saying
+    /// what to check).
+    pub fn connect_secured(
+        addr: &str,
+        name: &str,
+        security: &ClientSecurity,
+        client_id: &str,
+        max_response_bytes: usize,
+        request_timeout: Duration,
+        register: impl FnOnce(&TcpStream),
+    ) -> Result<Self> {
         let connect_timeout = DEFAULT_CONNECT_TIMEOUT.min(request_timeout);
         let addrs: Vec<_> = addr
             .to_socket_addrs()
@@ -139,6 +174,15 @@ impl BrokerConnection {
             .set_write_timeout(Some(request_timeout))
             .with_context(|| format!("{name}: set timeout"))?;
         register(&stream);
+        let stream = match security.tls() {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                Stream::client(stream, tls, host, request_timeout)
+                    .map_err(plain)
+                    .with_context(|| format!("{name}: TLS handshake failed"))?
+            }
+        };
         let mut conn = BrokerConnection {
             addr: addr.to_string(),
             name: name.to_string(),
@@ -152,6 +196,9 @@ impl BrokerConnection {
             max_response_bytes,
         };
         conn.negotiate()?;
+        // SASL authentication goes here once integrated (after ApiVersions, before any
+        // other request); until then a SASL protocol never gets this far
+        // (`crate::security::sasl_not_integrated`).
         Ok(conn)
     }
 
@@ -166,7 +213,7 @@ impl BrokerConnection {
 
     /// A second handle on the socket, so another thread can shut it down.
     pub fn try_clone_socket(&self) -> std::io::Result<TcpStream> {
-        self.stream.try_clone()
+        self.stream.tcp().try_clone()
     }
 
     fn negotiate(&mut self) -> Result<()> {
@@ -289,6 +336,7 @@ impl BrokerConnection {
         let deadline = Instant::now() + wait;
         let mut timeout = wait;
         self.stream
+            .tcp()
             .set_read_timeout(Some(timeout))
             .with_context(|| format!("{}: set timeout", self.name))?;
         let mut size = [0u8; 4];
@@ -398,6 +446,7 @@ impl BrokerConnection {
         if left + margin < *timeout {
             *timeout = left;
             self.stream
+                .tcp()
                 .set_read_timeout(Some(left))
                 .with_context(|| format!("{}: set timeout", self.name))?;
         }

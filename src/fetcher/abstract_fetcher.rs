@@ -705,7 +705,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     }
 
     /// Counts a request to the leader that got no usable answer and says so calmly: warned
-    /// when failures start, when their kind changes and once a minute; debug in between.
+    /// (an ERROR for a TLS refusal) when failures start, when their kind changes and once a
+    /// minute; debug in between.
     /// Returns how long to wait before the next try (doubling, see `failure_backoff`).
     fn note_failure(&mut self, what: &str, e: &anyhow::Error) -> Duration {
         self.failures += 1;
@@ -721,7 +722,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             .as_ref()
             .is_none_or(|(t, k)| now - *t >= Duration::from_secs(60) || *k != kind);
         if self.failures == 1 || loud {
-            crate::log_warn!(
+            let line = format!(
                 "{what} failed{}: {e:#}; retrying in {}, then less often",
                 if self.failures > 1 {
                     format!(" ({} times in {})", self.failures, Human(now - since))
@@ -730,6 +731,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 },
                 Human(wait)
             );
+            // A refused certificate needs an operator; an unreachable broker may come back.
+            if crate::security::is_refusal(e) {
+                crate::log_error!("{line}");
+            } else {
+                crate::log_warn!("{line}");
+            }
             self.last_warned = Some((now, kind));
         } else {
             crate::log_debug!("{what} failed again: {e:#}; retrying in {}", Human(wait));

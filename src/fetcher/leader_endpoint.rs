@@ -13,6 +13,7 @@ use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::{self, FetchRequest};
 use crate::protocol::list_offsets::{EARLIEST, LATEST};
 use crate::protocol::uuid::Uuid;
+use crate::security::ClientSecurity;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,6 +23,8 @@ use std::time::Duration;
 pub struct BrokerEndPoint {
     addr: String,
     broker_id: i32,
+    /// How the connection is made (TLS, and SASL once integrated).
+    security: Arc<ClientSecurity>,
     client_id: String,
     max_response_bytes: usize,
     isolation_level: i8,
@@ -50,6 +53,7 @@ impl BrokerEndPoint {
     pub fn new(
         broker_id: i32,
         addr: &str,
+        security: Arc<ClientSecurity>,
         client_id: &str,
         max_response_bytes: usize,
         isolation_level: i8,
@@ -60,6 +64,7 @@ impl BrokerEndPoint {
         BrokerEndPoint {
             addr: addr.to_string(),
             broker_id,
+            security,
             client_id: client_id.to_string(),
             max_response_bytes,
             isolation_level,
@@ -82,9 +87,10 @@ impl BrokerEndPoint {
             // The socket is registered before the handshake, so shutdown can interrupt it.
             let shared = self.shared.clone();
             // Named as `describe` names it, so its errors say the broker once.
-            let c = BrokerConnection::connect_named(
+            let c = BrokerConnection::connect_secured(
                 &self.addr,
                 &self.describe(),
+                &self.security,
                 &self.client_id,
                 self.max_response_bytes,
                 self.request_timeout,

@@ -23,6 +23,7 @@ use crate::log::manager::{FailureListener, LogManager, lock_log};
 use crate::log::{descriptors, identity};
 use crate::logging::Human;
 use crate::protocol::error::ErrorCode;
+use crate::security::ClientSecurity;
 use anyhow::{Context, Result, anyhow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::TcpStream;
@@ -139,6 +140,7 @@ impl StopHandle {
     fn connect(
         this: &Arc<Self>,
         addr: &str,
+        security: &ClientSecurity,
         client_id: &str,
         request_timeout: Duration,
     ) -> Result<TrackedConn> {
@@ -146,8 +148,10 @@ impl StopHandle {
             anyhow::bail!("shutting down");
         }
         let mut key = None;
-        let conn = BrokerConnection::connect_registering(
+        let conn = BrokerConnection::connect_secured(
             addr,
+            &format!("broker {addr}"),
+            security,
             client_id,
             64 << 20,
             request_timeout,
@@ -244,6 +248,7 @@ pub struct BrokerMetadata {
     /// Brokers the last metadata named.
     known: Vec<String>,
     client_id: String,
+    security: Arc<ClientSecurity>,
     request_timeout: Duration,
     stop: Arc<StopHandle>,
     conn: Option<TrackedConn>,
@@ -253,11 +258,12 @@ pub struct BrokerMetadata {
 }
 
 impl BrokerMetadata {
-    pub fn new(cfg: &Config, stop: Arc<StopHandle>) -> Self {
+    pub fn new(cfg: &Config, security: Arc<ClientSecurity>, stop: Arc<StopHandle>) -> Self {
         BrokerMetadata {
             bootstrap: cfg.bootstrap_servers.clone(),
             known: Vec::new(),
             client_id: cfg.client_id.clone(),
+            security,
             request_timeout: Duration::from_millis(cfg.fetch.request_timeout_ms as u64),
             stop,
             conn: None,
@@ -296,24 +302,27 @@ impl MetadataSource for BrokerMetadata {
             if self.stop.is_stopping() {
                 anyhow::bail!("shutting down");
             }
-            let got = StopHandle::connect(&self.stop, a, &self.client_id, self.request_timeout)
-                .and_then(|mut c| {
-                    let md = cluster::fetch_metadata(c.get()?, topics)?;
-                    Ok((c, md))
-                });
+            let got = StopHandle::connect(
+                &self.stop,
+                a,
+                &self.security,
+                &self.client_id,
+                self.request_timeout,
+            )
+            .and_then(|mut c| {
+                let md = cluster::fetch_metadata(c.get()?, topics)?;
+                Ok((c, md))
+            });
             match got {
                 Ok((c, md)) => {
                     self.remember(&md);
                     self.conn = Some(c);
                     return Ok(md);
                 }
-                Err(e) => errors.push(format!("{e:#}")),
+                Err(e) => errors.push(e),
             }
         }
-        anyhow::bail!(
-            "no broker answered a Metadata request: {}",
-            errors.join("; ")
-        )
+        Err(cluster::NoBrokerAnswered { errors }.into())
     }
 
     fn list_offsets(
@@ -338,7 +347,13 @@ impl MetadataSource for BrokerMetadata {
                 Err(e) => crate::log_debug!("ListOffsets on {addr} failed: {e:#}; reconnecting"),
             }
         }
-        let mut c = StopHandle::connect(&self.stop, addr, &self.client_id, self.request_timeout)?;
+        let mut c = StopHandle::connect(
+            &self.stop,
+            addr,
+            &self.security,
+            &self.client_id,
+            self.request_timeout,
+        )?;
         let answers = cluster::list_offsets(c.get()?, isolation_level, asks)?;
         self.offsets_conn = Some((addr.to_string(), c));
         Ok(answers)
@@ -348,6 +363,7 @@ impl MetadataSource for BrokerMetadata {
 /// The real [`EndpointFactory`]: a [`BrokerEndPoint`] per fetcher, with the fetch settings.
 pub struct BrokerEndpoints {
     client_id: String,
+    security: Arc<ClientSecurity>,
     max_response: usize,
     isolation_level: i8,
     data_dir: std::path::PathBuf,
@@ -355,10 +371,11 @@ pub struct BrokerEndpoints {
 }
 
 impl BrokerEndpoints {
-    pub fn new(cfg: &Config, data_dir: &Path) -> Self {
+    pub fn new(cfg: &Config, security: Arc<ClientSecurity>, data_dir: &Path) -> Self {
         let fc = &cfg.fetch;
         BrokerEndpoints {
             client_id: cfg.client_id.clone(),
+            security,
             // A response holds at most max_bytes, plus one oversized first batch (KIP-74) and
             // framing; bound it well above that but finitely.
             max_response: (fc.max_bytes as usize)
@@ -377,6 +394,7 @@ impl EndpointFactory for BrokerEndpoints {
         BrokerEndPoint::new(
             broker,
             addr,
+            self.security.clone(),
             &self.client_id,
             self.max_response,
             self.isolation_level,
@@ -526,11 +544,12 @@ pub fn fetcher_id(tp: &TopicPartition, n: usize) -> usize {
 
 impl FetcherManager {
     /// The daemon's manager: metadata from the configured brokers, fetchers over broker
-    /// connections.
-    pub fn new(cfg: Arc<Config>, logs: Arc<LogManager>) -> Self {
+    /// connections,
+    /// every connection made with `security`.
+    pub fn new(cfg: Arc<Config>, logs: Arc<LogManager>, security: Arc<ClientSecurity>) -> Self {
         let stop = Arc::new(StopHandle::default());
-        let source = BrokerMetadata::new(&cfg, stop.clone());
-        let endpoints = BrokerEndpoints::new(&cfg, logs.data_dir());
+        let source = BrokerMetadata::new(&cfg, security.clone(), stop.clone());
+        let endpoints = BrokerEndpoints::new(&cfg, security, logs.data_dir());
         FetcherManager::with_seams(cfg, logs, stop, source, endpoints)
     }
 }
@@ -677,7 +696,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                         let next_wait = backoff
                             .saturating_mul(1 << incomplete_rounds.min(16))
                             .min(INCOMPLETE_REFRESH_MAX.max(backoff));
-                        crate::log_warn!(
+                        let line = format!(
                             "metadata refresh failed{}: {e:#}; retrying in {}{}",
                             if lasted.is_zero() {
                                 String::new()
@@ -694,6 +713,12 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                                 String::new()
                             }
                         );
+                        // A refused certificate needs an operator; an outage may pass.
+                        if cluster::NoBrokerAnswered::any_refused(&e) {
+                            crate::log_error!("{line}");
+                        } else {
+                            crate::log_warn!("{line}");
+                        }
                         last_warned = Some(now);
                     } else {
                         crate::log_debug!("metadata refresh failed: {e:#}");

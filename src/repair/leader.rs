@@ -14,8 +14,10 @@ use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::{self, FetchPartition, FetchRequest};
 use crate::protocol::list_offsets::{EARLIEST, LATEST};
 use crate::protocol::uuid::Uuid;
+use crate::security::ClientSecurity;
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a partition's leader cannot be asked. Callers branch: an unreachable broker is said
@@ -43,6 +45,7 @@ impl std::error::Error for LeaderError {}
 pub struct Leaders {
     metadata: ClusterMetadata,
     client_id: String,
+    security: Arc<ClientSecurity>,
     request_timeout: Duration,
     max_bytes: i32,
     conns: BTreeMap<i32, BrokerConnection>,
@@ -52,11 +55,13 @@ pub struct Leaders {
 
 impl Leaders {
     /// Reads the metadata of the followed topics from the first bootstrap broker that answers.
-    pub fn connect(cfg: &Config) -> Result<Leaders> {
+    /// Every connection is made with `security`.
+    pub fn connect(cfg: &Config, security: Arc<ClientSecurity>) -> Result<Leaders> {
         let request_timeout = Duration::from_millis(cfg.fetch.request_timeout_ms as u64);
         let topics: Vec<String> = cfg.follow.iter().map(|f| f.topic.clone()).collect();
         let metadata = cluster::bootstrap_metadata_within(
             &cfg.bootstrap_servers,
+            &security,
             &cfg.client_id,
             &topics,
             request_timeout,
@@ -64,6 +69,7 @@ impl Leaders {
         Ok(Leaders {
             metadata,
             client_id: cfg.client_id.clone(),
+            security,
             request_timeout,
             max_bytes: cfg.fetch.partition_max_bytes,
             conns: BTreeMap::new(),
@@ -111,9 +117,10 @@ impl Leaders {
                 .saturating_add(1 << 20)
                 .max(64 << 20);
             // Named with its id, so its errors say the broker once.
-            match BrokerConnection::connect_named(
+            match BrokerConnection::connect_secured(
                 &addr,
                 &format!("broker {leader} ({addr})"),
+                &self.security,
                 &self.client_id,
                 max_response,
                 self.request_timeout,

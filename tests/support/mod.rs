@@ -9,6 +9,7 @@
 
 pub mod batches;
 pub mod test_leader;
+pub mod tls;
 
 use fs2::FileExt;
 use replica_follower::checkpoint::TopicPartition;
@@ -18,6 +19,7 @@ use replica_follower::protocol::ApiKey;
 use replica_follower::protocol::error::ErrorCode;
 use replica_follower::protocol::fetch::{self, FetchPartition, FetchRequest};
 use replica_follower::record::BatchIter;
+use replica_follower::security::ClientSecurity;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -480,11 +482,31 @@ pub fn leader_bytes_unverified(bootstrap: &str, tp: &TopicPartition, from: i64) 
     fetch_leader_bytes(bootstrap, tp, from, false)
 }
 
+/// [`leader_bytes`] with every connection made with `security` (a leader behind TLS).
+pub fn leader_bytes_secured(
+    bootstrap: &str,
+    security: &ClientSecurity,
+    tp: &TopicPartition,
+    from: i64,
+) -> Vec<u8> {
+    fetch_leader_bytes_with(bootstrap, security, tp, from, true)
+}
+
 fn fetch_leader_bytes(bootstrap: &str, tp: &TopicPartition, from: i64, verify: bool) -> Vec<u8> {
+    fetch_leader_bytes_with(bootstrap, &ClientSecurity::PLAINTEXT, tp, from, verify)
+}
+
+fn fetch_leader_bytes_with(
+    bootstrap: &str,
+    security: &ClientSecurity,
+    tp: &TopicPartition,
+    from: i64,
+    verify: bool,
+) -> Vec<u8> {
     let addrs: Vec<String> = bootstrap.split(',').map(str::to_string).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match try_leader_bytes(&addrs, tp, from, verify) {
+        match try_leader_bytes(&addrs, security, tp, from, verify) {
             Ok(b) => return b,
             Err(e) if Instant::now() < deadline => {
                 eprintln!("raw fetch of {tp} failed ({e:#}); retrying");
@@ -498,9 +520,16 @@ fn fetch_leader_bytes(bootstrap: &str, tp: &TopicPartition, from: i64, verify: b
 /// A connection to the leader of `tp` and the Fetch version to use with it.
 fn leader_connection(
     addrs: &[String],
+    security: &ClientSecurity,
     tp: &TopicPartition,
 ) -> anyhow::Result<(BrokerConnection, i16)> {
-    let md = cluster::bootstrap_metadata(addrs, "test-raw-fetch", std::slice::from_ref(&tp.topic))?;
+    let md = cluster::bootstrap_metadata_within(
+        addrs,
+        security,
+        "test-raw-fetch",
+        std::slice::from_ref(&tp.topic),
+        Duration::from_secs(30),
+    )?;
     let leader = md
         .leader(tp)
         .ok_or_else(|| anyhow::anyhow!("no leader for {tp}"))?;
@@ -508,7 +537,15 @@ fn leader_connection(
         .broker_addr(leader.leader_id)
         .ok_or_else(|| anyhow::anyhow!("no address for leader"))?
         .to_string();
-    let conn = BrokerConnection::connect(&addr, "test-raw-fetch", 256 << 20)?;
+    let conn = BrokerConnection::connect_secured(
+        &addr,
+        &format!("broker {addr}"),
+        security,
+        "test-raw-fetch",
+        256 << 20,
+        Duration::from_secs(30),
+        |_| {},
+    )?;
     let v = conn.require_version(ApiKey::Fetch)?.min(12); // requests here name topics, not ids
     Ok((conn, v))
 }
@@ -539,7 +576,7 @@ pub fn fetch_once_isolated(
     isolation_level: i8,
 ) -> anyhow::Result<RawFetch> {
     let addrs: Vec<String> = bootstrap.split(',').map(str::to_string).collect();
-    let (mut conn, v) = leader_connection(&addrs, tp)?;
+    let (mut conn, v) = leader_connection(&addrs, &ClientSecurity::PLAINTEXT, tp)?;
     let mut req = one_partition_fetch(tp, offset, 8 << 20);
     req.isolation_level = isolation_level;
     fetch_first_partition(&mut conn, v, &req)
@@ -571,11 +608,12 @@ fn fetch_first_partition(
 
 fn try_leader_bytes(
     addrs: &[String],
+    security: &ClientSecurity,
     tp: &TopicPartition,
     from: i64,
     verify: bool,
 ) -> anyhow::Result<Vec<u8>> {
-    let (mut conn, v) = leader_connection(addrs, tp)?;
+    let (mut conn, v) = leader_connection(addrs, security, tp)?;
     let mut out = Vec::new();
     let mut offset = from;
     loop {

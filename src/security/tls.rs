@@ -1,0 +1,571 @@
+//! TLS with rustls (ring provider; TLS 1.2 and 1.3): the client configuration every
+//! connection to the cluster uses (`[security]`), the listener's (`[serve]`), the loading of
+//! their PEM files, and the translation of rustls' errors into messages an operator can act
+//! on.
+//!
+//! # Verification
+//! A broker's certificate chain is verified against `ssl_ca_file` or the platform's PEM
+//! bundle ([`PLATFORM_BUNDLES`]) by webpki, and its names against the host connected to.
+//! `ssl_verify_hostname = false` keeps the chain check and skips only the name check.
+//! Refusals go through [`Verifier`], which wraps webpki's answer with the certificate's
+//! subject, issuer and names ([`super::cert_info`]), so the message says which certificate
+//! and what to check.
+//!
+//! # Errors
+//! A TLS failure reaches callers as an `io::Error` (its kind kept: the fetcher tells
+//! connection failures apart by an I/O error in the chain and retries them with its backoff)
+//! whose inner error is a [`TlsFailure`]. [`TlsFailure::fatal`] marks what retrying cannot
+//! mend without a change of certificate or configuration (unknown CA, wrong name, expired,
+//! a client certificate required or refused, a peer that does not speak TLS).
+
+use super::cert_info::{self, CertInfo};
+use crate::config::{SecuritySection, ServeSection};
+use anyhow::{Context, Result, anyhow, bail};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ClientConfig, WebPkiServerVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use rustls::{
+    AlertDescription, CertificateError, DigitallySignedStruct, OtherError, RootCertStore,
+    SignatureScheme,
+};
+use rustls_pki_types::pem::PemObject;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where the platform's CA bundle is looked for when `ssl_ca_file` is not set (Debian and
+/// Ubuntu; Fedora and RHEL; Alpine, macOS and the BSDs).
+pub const PLATFORM_BUNDLES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+const VERSIONS: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+/// The certificates in the PEM file `path` (config key `key`), in order; none is an error.
+pub fn load_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("key `{key}`: cannot read `{}`", path.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| anyhow!("key `{key}`: `{}` is not valid PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        bail!(
+            "key `{key}`: no PEM certificate (-----BEGIN CERTIFICATE-----) found in `{}`",
+            path.display()
+        );
+    }
+    Ok(certs)
+}
+
+/// The private key in the PEM file `path` (PKCS#8, PKCS#1 or SEC1).
+fn load_key(path: &Path, key: &str) -> Result<PrivateKeyDer<'static>> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("key `{key}`: cannot read `{}`", path.display()))?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
+        anyhow!(
+            "key `{key}`: no readable private key in `{}` (PEM PKCS#8, PKCS#1 or SEC1 expected, unencrypted): {e}",
+            path.display()
+        )
+    })
+}
+
+/// A certificate chain and its key, checked to belong together.
+fn key_pair_error(e: rustls::Error, cert: &Path, key: &Path, section: &str) -> anyhow::Error {
+    match e {
+        rustls::Error::InconsistentKeys(_) => anyhow!(
+            "key `{section}.ssl_key_file`: the key in `{}` does not match the certificate in `{}` ({section}.ssl_cert_file)",
+            key.display(),
+            cert.display()
+        ),
+        e => anyhow!(
+            "key `{section}.ssl_key_file`: the key in `{}` cannot be used with the certificate in `{}`: {e}",
+            key.display(),
+            cert.display()
+        ),
+    }
+}
+
+/// A root store from the PEM file `path`: every certificate in it must be a usable CA.
+fn load_roots(path: &Path, key: &str) -> Result<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    for (i, c) in load_certs(path, key)?.into_iter().enumerate() {
+        roots.add(c).map_err(|e| {
+            anyhow!(
+                "key `{key}`: certificate {} in `{}` is not usable as a CA: {e}",
+                i + 1,
+                path.display()
+            )
+        })?;
+    }
+    Ok(roots)
+}
+
+/// The platform's roots: the first bundle of [`PLATFORM_BUNDLES`] that exists. Unparsable
+/// entries in a system bundle are skipped (they are someone else's), none usable is an error.
+fn platform_roots() -> Result<(RootCertStore, &'static str)> {
+    for path in PLATFORM_BUNDLES {
+        let Ok(bytes) = std::fs::read(path) else {
+            continue;
+        };
+        let mut roots = RootCertStore::empty();
+        let certs = CertificateDer::pem_slice_iter(&bytes).filter_map(|c| c.ok());
+        let (added, _) = roots.add_parsable_certificates(certs);
+        if added > 0 {
+            return Ok((roots, path));
+        }
+    }
+    bail!(
+        "key `security.ssl_ca_file` is not set and no platform CA bundle was found (tried {}); set `ssl_ca_file` to the PEM file of the CAs that sign the brokers' certificates",
+        PLATFORM_BUNDLES.join(", ")
+    )
+}
+
+/// The client side of TLS: built once from `[security]` and shared by every connection.
+#[derive(Debug)]
+pub struct ClientTls {
+    config: Arc<ClientConfig>,
+    /// The client certificate offered (mutual TLS), to name it when the broker refuses it.
+    client_cert: Option<PathBuf>,
+}
+
+impl ClientTls {
+    /// Loads the CA roots and the client certificate; errors name the key and the file.
+    /// `ssl_verify_hostname = false` is warned of here, once per configuration built.
+    pub fn from_section(sec: &SecuritySection) -> Result<ClientTls> {
+        let tls = Self::load(sec)?;
+        if !sec.ssl_verify_hostname {
+            crate::log_warn!(
+                "security.ssl_verify_hostname = false: brokers' certificates are checked against the CAs but not against the host connected to; any certificate those CAs signed is accepted for every broker"
+            );
+        }
+        Ok(tls)
+    }
+
+    /// [`Self::from_section`] without the warning (the configuration check).
+    pub fn load(sec: &SecuritySection) -> Result<ClientTls> {
+        let (roots, described) = match &sec.ssl_ca_file {
+            Some(p) => (
+                load_roots(p, "security.ssl_ca_file")?,
+                format!("a CA in `ssl_ca_file` `{}`", p.display()),
+            ),
+            None => {
+                let (roots, path) = platform_roots()?;
+                (
+                    roots,
+                    format!("the platform roots (`{path}`; set `ssl_ca_file` for a private CA)"),
+                )
+            }
+        };
+        let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| anyhow!("key `security.ssl_ca_file`: no usable CA: {e}"))?;
+        let verifier = Arc::new(Verifier {
+            inner,
+            verify_hostname: sec.ssl_verify_hostname,
+            roots: described,
+        });
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(VERSIONS)
+            .context("TLS 1.2 and 1.3 with the ring provider")?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let config = match (&sec.ssl_cert_file, &sec.ssl_key_file) {
+            (Some(cert), Some(key)) => {
+                let chain = load_certs(cert, "security.ssl_cert_file")?;
+                let pk = load_key(key, "security.ssl_key_file")?;
+                builder
+                    .with_client_auth_cert(chain, pk)
+                    .map_err(|e| key_pair_error(e, cert, key, "security"))?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        Ok(ClientTls {
+            config: Arc::new(config),
+            client_cert: sec.ssl_cert_file.clone(),
+        })
+    }
+
+    /// A client connection to `host` (the broker's host as the address names it: SNI and
+    /// the name its certificate must carry; an IP literal is checked as an IP address).
+    pub fn connection(&self, host: &str) -> io::Result<rustls::ClientConnection> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(host.to_string()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{host}` is neither a DNS name nor an IP address usable for TLS"),
+            )
+        })?;
+        rustls::ClientConnection::new(self.config.clone(), name)
+            .map_err(|e| io::Error::other(format!("cannot start TLS: {e}")))
+    }
+
+    pub fn client_cert(&self) -> Option<&Path> {
+        self.client_cert.as_deref()
+    }
+}
+
+/// The listener side of TLS: built once from `[serve]`.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    config: Arc<ServerConfig>,
+    verifies_clients: bool,
+}
+
+impl ServerTls {
+    /// Loads the listener's certificate chain and key (checked to match) and, with
+    /// `ssl_client_ca_file`, the CAs client certificates must be signed by (required then).
+    pub fn from_section(sv: &ServeSection) -> Result<ServerTls> {
+        let (Some(cert), Some(key)) = (&sv.ssl_cert_file, &sv.ssl_key_file) else {
+            bail!("serve.ssl_cert_file and serve.ssl_key_file are required with TLS");
+        };
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(VERSIONS)
+            .context("TLS 1.2 and 1.3 with the ring provider")?;
+        let builder = match &sv.ssl_client_ca_file {
+            Some(ca) => {
+                let roots = load_roots(ca, "serve.ssl_client_ca_file")?;
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                        .build()
+                        .map_err(|e| {
+                            anyhow!("key `serve.ssl_client_ca_file`: `{}`: {e}", ca.display())
+                        })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let chain = load_certs(cert, "serve.ssl_cert_file")?;
+        let pk = load_key(key, "serve.ssl_key_file")?;
+        let config = builder
+            .with_single_cert(chain, pk)
+            .map_err(|e| key_pair_error(e, cert, key, "serve"))?;
+        Ok(ServerTls {
+            config: Arc::new(config),
+            verifies_clients: sv.ssl_client_ca_file.is_some(),
+        })
+    }
+
+    /// Whether clients must present a certificate (`ssl_client_ca_file`).
+    pub fn verifies_clients(&self) -> bool {
+        self.verifies_clients
+    }
+
+    pub fn connection(&self) -> io::Result<rustls::ServerConnection> {
+        rustls::ServerConnection::new(self.config.clone())
+            .map_err(|e| io::Error::other(format!("cannot start TLS: {e}")))
+    }
+}
+
+/// webpki's verification, with refusals that carry the certificate's subject and names,
+/// and the name check left out when `ssl_verify_hostname = false`.
+#[derive(Debug)]
+struct Verifier {
+    inner: Arc<WebPkiServerVerifier>,
+    verify_hostname: bool,
+    /// Where the roots come from, as a refusal names them.
+    roots: String,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        match self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            // webpki checks the chain before the name: a name error means the chain is good.
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.verify_hostname => Ok(ServerCertVerified::assertion()),
+            Err(rustls::Error::InvalidCertificate(cause)) => {
+                Err(rustls::Error::InvalidCertificate(CertificateError::Other(
+                    OtherError(Arc::new(CertRefused {
+                        cause,
+                        cert: cert_info::describe(end_entity),
+                        host: server_name.to_str().into_owned(),
+                        roots: self.roots.clone(),
+                    })),
+                )))
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// A broker certificate webpki refused, with what a message needs to say about it.
+#[derive(Debug)]
+struct CertRefused {
+    cause: CertificateError,
+    cert: Option<CertInfo>,
+    /// The host connected to.
+    host: String,
+    roots: String,
+}
+
+impl std::fmt::Display for CertRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let which = match &self.cert {
+            Some(c) => format!(
+                "its certificate (subject {}, issued by {})",
+                c.subject, c.issuer
+            ),
+            None => "its certificate".to_string(),
+        };
+        let names = || match &self.cert {
+            Some(c) if !c.names.is_empty() => format!("it is for {}", c.names.join(", ")),
+            _ => "it carries no subjectAltName".to_string(),
+        };
+        match &self.cause {
+            CertificateError::UnknownIssuer => write!(
+                f,
+                "{which} is not signed by {}; check that the file holds the CA that signs the brokers' certificates",
+                self.roots
+            ),
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                write!(
+                    f,
+                    "{which} is not valid for `{}`, the host connected to ({}); connect by a name the certificate carries, or have the broker's certificate reissued with this name",
+                    self.host,
+                    names()
+                )
+            }
+            CertificateError::Expired => write!(
+                f,
+                "{which} has expired; the broker needs a renewed certificate"
+            ),
+            CertificateError::ExpiredContext { not_after, .. } => write!(
+                f,
+                "{which} expired at {}; the broker needs a renewed certificate",
+                crate::logging::format_utc(secs_to_ms(not_after.as_secs()))
+            ),
+            CertificateError::NotValidYet => {
+                write!(
+                    f,
+                    "{which} is not valid yet; check the clocks of both hosts"
+                )
+            }
+            CertificateError::NotValidYetContext { not_before, .. } => write!(
+                f,
+                "{which} is not valid before {}; check the clocks of both hosts",
+                crate::logging::format_utc(secs_to_ms(not_before.as_secs()))
+            ),
+            other => write!(f, "{which} was refused: {other}"),
+        }
+    }
+}
+
+impl std::error::Error for CertRefused {}
+
+fn secs_to_ms(s: u64) -> i64 {
+    i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
+}
+
+/// A TLS failure as an operator reads it; the inner error of an `io::Error`.
+#[derive(Debug)]
+pub struct TlsFailure {
+    message: String,
+    /// Retrying cannot mend it without a change of certificate or configuration.
+    pub fatal: bool,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TlsFailure {}
+
+impl TlsFailure {
+    /// The [`TlsFailure`] an error chain carries, if any.
+    pub fn find(e: &anyhow::Error) -> Option<&TlsFailure> {
+        e.chain().find_map(|c| {
+            c.downcast_ref::<TlsFailure>().or_else(|| {
+                c.downcast_ref::<io::Error>()
+                    .and_then(io::Error::get_ref)
+                    .and_then(|i| i.downcast_ref::<TlsFailure>())
+            })
+        })
+    }
+}
+
+/// `e` (from a client TLS stream) with a message naming what went wrong and what to check;
+/// its kind is kept. `handshaking`: the handshake was not complete yet. An error that is not
+/// TLS's passes through.
+pub fn explain_client(e: io::Error, client_cert: Option<&Path>, handshaking: bool) -> io::Error {
+    let kind = e.kind();
+    let failure =
+        |message: String, fatal: bool| io::Error::new(kind, TlsFailure { message, fatal });
+    let Some(err) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
+        if handshaking && kind == io::ErrorKind::UnexpectedEof {
+            return failure(
+                "the broker closed the connection during the TLS handshake (is it a PLAINTEXT listener, or does it refuse TLS 1.2 and 1.3?)".to_string(),
+                false,
+            );
+        }
+        return e;
+    };
+    match err {
+        rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(inner))) => {
+            match inner.downcast_ref::<CertRefused>() {
+                Some(r) => failure(r.to_string(), true),
+                None => failure(format!("its certificate was refused: {inner}"), true),
+            }
+        }
+        rustls::Error::InvalidCertificate(c) => {
+            failure(format!("its certificate was refused: {c}"), true)
+        }
+        rustls::Error::AlertReceived(alert) => {
+            let requires = matches!(
+                alert,
+                AlertDescription::CertificateRequired | AlertDescription::HandshakeFailure
+            );
+            match client_cert {
+                None if requires => failure(
+                    format!(
+                        "the broker requires a client certificate (it ended the TLS handshake with alert {}), and none is configured: set `ssl_cert_file` and `ssl_key_file` in [security]",
+                        alert_name(*alert)
+                    ),
+                    true,
+                ),
+                Some(cert)
+                    if requires
+                        || matches!(
+                            alert,
+                            AlertDescription::BadCertificate
+                                | AlertDescription::UnknownCA
+                                | AlertDescription::CertificateUnknown
+                                | AlertDescription::CertificateExpired
+                                | AlertDescription::AccessDenied
+                        ) =>
+                {
+                    failure(
+                        format!(
+                            "the broker refused our client certificate `{}` (TLS alert {}); check that it is signed by a CA the broker trusts and still valid",
+                            cert.display(),
+                            alert_name(*alert)
+                        ),
+                        true,
+                    )
+                }
+                _ => failure(
+                    format!(
+                        "the broker ended TLS with alert {}",
+                        alert_name(*alert)
+                    ),
+                    matches!(alert, AlertDescription::ProtocolVersion),
+                ),
+            }
+        }
+        rustls::Error::InvalidMessage(_)
+        | rustls::Error::InappropriateMessage { .. }
+        | rustls::Error::InappropriateHandshakeMessage { .. }
+        | rustls::Error::PeerSentOversizedRecord => failure(
+            "the broker did not answer TLS: is it a PLAINTEXT listener? (set `security.protocol` to what the broker's listener speaks)".to_string(),
+            true,
+        ),
+        rustls::Error::PeerIncompatible(why) => failure(
+            format!("the broker and we share no TLS version or cipher suite (we offer TLS 1.2 and 1.3): {why:?}"),
+            true,
+        ),
+        other => failure(format!("TLS failed: {other}"), false),
+    }
+}
+
+/// An alert as people name it: `certificate_required`, not `CertificateRequired`.
+fn alert_name(a: AlertDescription) -> String {
+    let debug = format!("{a:?}");
+    let mut out = String::new();
+    let mut after_lower = false;
+    for c in debug.chars() {
+        if c.is_ascii_uppercase() && after_lower {
+            out.push('_');
+        }
+        after_lower = c.is_ascii_lowercase();
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alerts_are_named_as_the_rfc_names_them() {
+        assert_eq!(
+            alert_name(AlertDescription::CertificateRequired),
+            "certificate_required"
+        );
+        assert_eq!(alert_name(AlertDescription::UnknownCA), "unknown_ca");
+    }
+
+    #[test]
+    fn a_missing_or_empty_pem_file_is_named_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.pem");
+        let e = format!(
+            "{:#}",
+            load_certs(&missing, "security.ssl_ca_file").unwrap_err()
+        );
+        assert!(
+            e.starts_with("key `security.ssl_ca_file`: cannot read `") && e.contains("nope.pem"),
+            "{e}"
+        );
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not pem\n").unwrap();
+        let e = format!(
+            "{:#}",
+            load_certs(&empty, "serve.ssl_cert_file").unwrap_err()
+        );
+        assert!(
+            e.contains("no PEM certificate") && e.contains("empty.pem"),
+            "{e}"
+        );
+        let e = format!("{:#}", load_key(&empty, "serve.ssl_key_file").unwrap_err());
+        assert!(
+            e.contains("no readable private key") && e.contains("empty.pem"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,455 @@
+//! TLS against TLS from outside this project: socat's OPENSSL-LISTEN in front of Tansu and of
+//! the mock cluster's brokers, certificates from the openssl CLI ([`support::tls`]).
+//! Over TLS the replica ends byte-identical; an unknown CA, a hostname mismatch and a
+//! missing client certificate each fail clearly, retried calmly, fatal at start-up, with no
+//! data written. The serve listener speaks TLS to a chained follower and to confluent-kafka,
+//! closes a plaintext client, and with `ssl_client_ca_file` refuses a client without a
+//! certificate.
+
+mod support;
+
+use replica_follower::checkpoint::TopicPartition;
+use replica_follower::client::BrokerConnection;
+use replica_follower::config::{SecurityProtocol, SecuritySection};
+use replica_follower::security::ClientSecurity;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::tls::{Pki, Terminator};
+use support::{Daemon, Leader, free_port, local_log_bytes, log_end, wait_until};
+
+const QUICK: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n";
+
+fn client_security(pki: &Pki, client_cert: bool) -> Arc<ClientSecurity> {
+    let (cert, key) = if client_cert {
+        (Some(pki.path("client.pem")), Some(pki.path("client.key")))
+    } else {
+        (None, None)
+    };
+    ClientSecurity::from_section(&SecuritySection {
+        protocol: SecurityProtocol::Ssl,
+        ssl_ca_file: Some(pki.path("ca.pem")),
+        ssl_cert_file: cert,
+        ssl_key_file: key,
+        ..SecuritySection::default()
+    })
+    .expect("client TLS settings")
+}
+
+/// Tansu on a port of its own, advertising the TLS terminator in front of it; the driver's
+/// clients come through the terminator too.
+/// Returns (terminator, leader, Tansu's own plaintext address).
+fn tansu_behind_tls(pki: &Pki) -> (Terminator, Leader, String) {
+    let (tansu_port, tls_port) = (free_port(), free_port());
+    let term = Terminator::start(
+        pki,
+        "server",
+        tls_port,
+        &format!("127.0.0.1:{tansu_port}"),
+        false,
+    );
+    let leader = Leader::start_with(
+        "tansu",
+        1,
+        &[
+            "--port",
+            &tansu_port.to_string(),
+            "--advertised",
+            &term.addr,
+            "--client-conf",
+            &pki.librdkafka_conf(),
+        ],
+    );
+    (term, leader, format!("127.0.0.1:{tansu_port}"))
+}
+
+fn segment_files(data_dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            if f.path().extension().is_some_and(|x| x == "log") {
+                out.push(f.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_replica_of_tansu_over_tls_is_byte_identical() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    let (term, mut leader, _) = tansu_behind_tls(&pki);
+    leader.create_topic("tls", 1);
+    let mut end = 0;
+    for (i, codec) in ["none", "gzip", "zstd"].iter().enumerate() {
+        end = leader.produce("tls", 0, 300, codec, i as u64).1 + 1;
+    }
+    let data = tmp.path().join("data");
+    let cfg = support::topic_config(
+        tmp.path(),
+        &data,
+        &term.addr,
+        "tls",
+        &format!("{}{QUICK}", pki.security("")),
+    );
+    let mut d = Daemon::start(&cfg);
+    wait_until(Duration::from_secs(30), "catch-up over TLS", || {
+        log_end(&data, "tls", 0) == end
+    });
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    let tp = TopicPartition::new("tls", 0);
+    let remote = support::leader_bytes_secured(&term.addr, &client_security(&pki, false), &tp, 0);
+    assert!(!remote.is_empty());
+    assert!(
+        local_log_bytes(&data, &tp) == remote,
+        "the replica differs from Tansu's bytes"
+    );
+    assert!(!d.log_text().contains("ERROR"), "{}", d.log_text());
+}
+
+#[test]
+fn a_replica_of_the_mock_cluster_over_tls_is_byte_identical() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    let mut leader = Leader::start("mock", 2);
+    leader.create_topic("tlsmock", 2);
+    let mut ends = [0i64; 2];
+    for (p, end) in ends.iter_mut().enumerate() {
+        *end = leader.produce("tlsmock", p as i32, 200, "lz4", p as u64).1 + 1;
+    }
+    // The leader's bytes while its brokers are still named by their own addresses.
+    let tps: Vec<TopicPartition> = (0..2).map(|p| TopicPartition::new("tlsmock", p)).collect();
+    let remote: Vec<Vec<u8>> = tps
+        .iter()
+        .map(|tp| support::leader_bytes(&leader.bootstrap, tp, 0))
+        .collect();
+    // A terminator in front of each broker (ids 1.. in bootstrap order), and Metadata
+    // naming the brokers by the terminators from now on.
+    let brokers: Vec<String> = leader.bootstrap.split(',').map(str::to_string).collect();
+    let mut terms = Vec::new();
+    for (i, b) in brokers.iter().enumerate() {
+        let t = Terminator::start(&pki, "server", free_port(), b, false);
+        let port: u16 = t.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+        leader.ok(serde_json::json!({"cmd": "advertise", "broker": i + 1,
+            "host": "127.0.0.1", "port": port}));
+        terms.push(t);
+    }
+    let bootstrap: Vec<&str> = terms.iter().map(|t| t.addr.as_str()).collect();
+    let data = tmp.path().join("data");
+    let cfg = support::topic_config(
+        tmp.path(),
+        &data,
+        &bootstrap.join(","),
+        "tlsmock",
+        &format!("{}{QUICK}", pki.security("")),
+    );
+    let mut d = Daemon::start(&cfg);
+    wait_until(Duration::from_secs(30), "catch-up over TLS", || {
+        (0..2).all(|p| log_end(&data, "tlsmock", p) == ends[p as usize])
+    });
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    let log = d.log_text();
+    for (tp, remote) in tps.iter().zip(&remote) {
+        assert!(
+            &local_log_bytes(&data, tp) == remote,
+            "{tp}: the replica differs from the mock's bytes"
+        );
+    }
+    // Fetched through the terminators: every connection went to their ports.
+    for t in &terms {
+        assert!(log.contains(&t.addr), "no connection to {}: {log}", t.addr);
+    }
+    for b in &brokers {
+        assert!(
+            !log.contains(&format!("at {b}")),
+            "a plaintext connection to {b}: {log}"
+        );
+    }
+}
+
+/// Starts the daemon against `bootstrap` (terminators that refuse it) and asserts it exits 1
+/// at start-up with one ERROR per broker containing every one of `says`, and wrote no data.
+fn refused_at_start(tmp: &Path, pki: &Pki, bootstrap: &[&str], more: &str, says: &[&str]) {
+    let data = tmp.join("data");
+    let cfg = support::topic_config(
+        tmp,
+        &data,
+        &bootstrap.join(","),
+        "t",
+        &format!("{}{QUICK}", pki.security(more)),
+    );
+    let mut d = Daemon::start(&cfg);
+    let st = d.wait(Duration::from_secs(30));
+    let log = d.log_text();
+    assert_eq!(st.code(), Some(1), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert_eq!(errors.len(), bootstrap.len(), "one ERROR per broker: {log}");
+    for (e, b) in errors.iter().zip(bootstrap) {
+        assert!(
+            e.contains(&format!("broker {b}: ")),
+            "names the broker: {e}"
+        );
+        for s in says {
+            assert!(e.contains(s), "{s:?} missing in: {e}");
+        }
+    }
+    assert!(
+        log.contains("refused the TLS connection"),
+        "the start-up failure says why: {log}"
+    );
+    assert!(segment_files(&data).is_empty(), "no data written: {log}");
+}
+
+#[test]
+fn certificate_refusals_at_start_up_exit_1_naming_broker_subject_and_what_to_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    // Nothing behind the terminators: every refusal happens in the TLS handshake.
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let ca = pki.path("ca.pem").display().to_string();
+
+    let unknown = [
+        Terminator::start(&pki, "unknown", free_port(), &nowhere, false),
+        Terminator::start(&pki, "unknown", free_port(), &nowhere, false),
+    ];
+    let addrs: Vec<&str> = unknown.iter().map(|t| t.addr.as_str()).collect();
+    let dir = tmp.path().join("unknown-ca");
+    std::fs::create_dir_all(&dir).unwrap();
+    refused_at_start(
+        &dir,
+        &pki,
+        &addrs,
+        "",
+        &[
+            "TLS handshake failed: its certificate (subject CN=rogue, issued by CN=Other CA)",
+            &format!("is not signed by a CA in `ssl_ca_file` `{ca}`"),
+        ],
+    );
+
+    let wrong = Terminator::start(&pki, "wrong", free_port(), &nowhere, false);
+    let dir = tmp.path().join("wrong-host");
+    std::fs::create_dir_all(&dir).unwrap();
+    refused_at_start(
+        &dir,
+        &pki,
+        &[&wrong.addr],
+        "",
+        &[
+            "its certificate (subject CN=wrong.example, issued by CN=Test CA)",
+            "is not valid for `127.0.0.1`, the host connected to (it is for wrong.example)",
+        ],
+    );
+
+    let mtls = Terminator::start(&pki, "server", free_port(), &nowhere, true);
+    let dir = tmp.path().join("no-client-cert");
+    std::fs::create_dir_all(&dir).unwrap();
+    refused_at_start(
+        &dir,
+        &pki,
+        &[&mtls.addr],
+        "",
+        &[
+            "the broker requires a client certificate",
+            "set `ssl_cert_file` and `ssl_key_file` in [security]",
+        ],
+    );
+}
+
+#[test]
+fn a_certificate_refused_while_running_is_an_error_retried_with_backoff() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    let (term, mut leader, upstream) = tansu_behind_tls(&pki);
+    leader.create_topic("swap", 1);
+    let end = leader.produce("swap", 0, 100, "none", 1).1 + 1;
+    let data = tmp.path().join("data");
+    let cfg = support::topic_config(
+        tmp.path(),
+        &data,
+        &term.addr,
+        "swap",
+        &format!("{}{QUICK}", pki.security("")),
+    );
+    let mut d = Daemon::start_with_env(&cfg, &[("RF_LOG", "debug")]);
+    wait_until(Duration::from_secs(30), "catch-up over TLS", || {
+        log_end(&data, "swap", 0) == end
+    });
+    let before = local_log_bytes(&data, &TopicPartition::new("swap", 0));
+    // The same address now presents a certificate of an unknown CA.
+    let port: u16 = term.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    drop(term);
+    let start = Instant::now();
+    let _bad = Terminator::start(&pki, "unknown", port, &upstream, false);
+    std::thread::sleep(Duration::from_secs(6));
+    let secs = start.elapsed().as_secs_f64();
+    let log = d.log_text();
+    let refusals = log
+        .lines()
+        .filter(|l| l.contains("is not signed by a CA in `ssl_ca_file`"))
+        .count();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(" ERROR ") && l.contains("CN=rogue")),
+        "an ERROR names the certificate: {log}"
+    );
+    // Retried (backoff 200 ms, doubling), not in a loop.
+    assert!(
+        (2..=20).contains(&refusals),
+        "{refusals} refusals logged in {secs:.1} s: {log}"
+    );
+    assert!(d.is_running(), "the daemon keeps running: {log}");
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    assert!(
+        local_log_bytes(&data, &TopicPartition::new("swap", 0)) == before,
+        "nothing written through the refused connection"
+    );
+}
+
+#[test]
+fn the_serve_listener_speaks_tls_to_a_chained_follower_and_confluent_kafka() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    let mut leader = Leader::start("tansu", 1);
+    leader.create_topic("chain", 1);
+    let end = leader.produce("chain", 0, 400, "snappy", 3).1 + 1;
+    // Follower A: plaintext from Tansu, serving over TLS.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let a_dir = tmp.path().join("a");
+    std::fs::create_dir_all(&a_dir).unwrap();
+    let a_data = a_dir.join("data");
+    let a_cfg = support::topic_config(
+        &a_dir,
+        &a_data,
+        &leader.bootstrap,
+        "chain",
+        &format!(
+            "{QUICK}[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
+            pki.path("server.pem").display(),
+            pki.path("server.key").display()
+        ),
+    );
+    let mut a = Daemon::start(&a_cfg);
+    wait_until(Duration::from_secs(30), "A to catch up", || {
+        log_end(&a_data, "chain", 0) == end
+    });
+    // A plaintext client is closed; the listener goes on.
+    let plain =
+        BrokerConnection::connect_with_timeout(&listen, "plain", 1 << 20, Duration::from_secs(5));
+    assert!(plain.is_err(), "a plaintext client must not be answered");
+    // Follower B: over TLS from A's listener.
+    let b_dir = tmp.path().join("b");
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let b_data = b_dir.join("data");
+    let b_cfg = support::topic_config(
+        &b_dir,
+        &b_data,
+        &listen,
+        "chain",
+        &format!("{}{QUICK}", pki.security("")),
+    );
+    let mut b = Daemon::start(&b_cfg);
+    wait_until(Duration::from_secs(30), "B to catch up over TLS", || {
+        log_end(&b_data, "chain", 0) == end
+    });
+    assert_eq!(b.stop().code(), Some(0), "{}", b.log_text());
+    let tp = TopicPartition::new("chain", 0);
+    assert!(
+        local_log_bytes(&b_data, &tp) == local_log_bytes(&a_data, &tp),
+        "the chained replica differs from A's"
+    );
+    // confluent-kafka with security.protocol=SSL and ssl.ca.location reads it all.
+    let v = support::clients_py(&[
+        "consume",
+        "--bootstrap",
+        &listen,
+        "--topic",
+        "chain",
+        "--partition",
+        "0",
+        "--conf",
+        &pki.librdkafka_conf(),
+    ]);
+    assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+    let offsets = support::offsets_of(v["records"].as_array().expect("records"));
+    assert_eq!(offsets.len() as i64, end, "every record read over TLS");
+    assert_eq!(a.stop().code(), Some(0), "{}", a.log_text());
+}
+
+#[test]
+fn serve_with_client_certificates_required_refuses_a_client_without_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    let mut leader = Leader::start("tansu", 1);
+    let (_dir, data, _cfg, end) = support::stopped_replica_of(&mut leader, "mtls", 2);
+    // `serve --config`: the data dir and [serve] from a daemon configuration.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = tmp.path().join("serve.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{}\"\nbootstrap_servers = [\"{}\"]\n[[follow]]\ntopic = \"mtls\"\n[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\nssl_client_ca_file = \"{}\"\n",
+            data.display(),
+            leader.bootstrap,
+            pki.path("server.pem").display(),
+            pki.path("server.key").display(),
+            pki.path("ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let mut serve = ServeGuard(
+        std::process::Command::new(support::bin())
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("RF_LOG", "info")
+            .spawn()
+            .expect("start serve"),
+    );
+    wait_until(Duration::from_secs(10), "serve to listen", || {
+        std::net::TcpStream::connect(&listen).is_ok()
+    });
+    let connect = |with_cert: bool| {
+        BrokerConnection::connect_secured(
+            &listen,
+            &format!("broker {listen}"),
+            &client_security(&pki, with_cert),
+            "t",
+            64 << 20,
+            Duration::from_secs(5),
+            |_| {},
+        )
+    };
+    let e = connect(false).expect_err("no client certificate");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("the broker requires a client certificate"),
+        "{msg}"
+    );
+    // With the client certificate the replica is served.
+    let tp = TopicPartition::new("mtls", 0);
+    drop(connect(true).expect("with a client certificate"));
+    let remote = support::leader_bytes_secured(&listen, &client_security(&pki, true), &tp, 0);
+    assert_eq!(local_log_bytes(&data, &tp), remote);
+    assert!(end > 0);
+    serve.stop();
+}
+
+/// `replica-follower serve`, ended by SIGTERM when dropped.
+struct ServeGuard(std::process::Child);
+
+impl ServeGuard {
+    fn stop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for ServeGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.stop();
+        }
+    }
+}
