@@ -12,7 +12,7 @@ use replica_follower::checkpoint::TopicPartition;
 use replica_follower::client::BrokerConnection;
 use replica_follower::config::{SecurityProtocol, SecuritySection};
 use replica_follower::security::ClientSecurity;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::tls::{Pki, Terminator};
@@ -61,18 +61,6 @@ fn tansu_behind_tls(pki: &Pki) -> (Terminator, Leader, String) {
         ],
     );
     (term, leader, format!("127.0.0.1:{tansu_port}"))
-}
-
-fn segment_files(data_dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for d in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
-        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
-            if f.path().extension().is_some_and(|x| x == "log") {
-                out.push(f.path());
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -198,7 +186,10 @@ fn refused_at_start(tmp: &Path, pki: &Pki, bootstrap: &[&str], more: &str, says:
         log.contains("refused the TLS connection"),
         "the start-up failure says why: {log}"
     );
-    assert!(segment_files(&data).is_empty(), "no data written: {log}");
+    assert!(
+        support::segment_files(&data).is_empty(),
+        "no data written: {log}"
+    );
 }
 
 #[test]

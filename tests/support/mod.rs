@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod batches;
+pub mod sasl;
 pub mod test_leader;
 pub mod tls;
 
@@ -940,6 +941,20 @@ pub fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Every `.log` file in every partition folder of `data_dir` (none when it does not exist):
+/// a start that was refused must leave this empty.
+pub fn segment_files(data_dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            if f.path().extension().is_some_and(|x| x == "log") {
+                out.push(f.path());
+            }
+        }
+    }
+    out
 }
 
 /// The `.log` files of a partition dir by base offset.
