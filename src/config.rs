@@ -807,6 +807,16 @@ impl Config {
         if sproto.uses_tls() {
             crate::security::tls::ServerTls::from_section(sv)?;
         }
+        if sproto.uses_sasl()
+            && let Some(f) = &sv.sasl_users_file
+        {
+            crate::security::users::Users::load(f).with_context(|| {
+                format!(
+                    "{}key `serve.sasl_users_file`",
+                    at(&["serve.sasl_users_file"])
+                )
+            })?;
+        }
         Ok(())
     }
 }

@@ -384,7 +384,7 @@ fn check_brokers_at_start(cfg: &Config, security: &ClientSecurity) -> Result<()>
                         crate::log_error!("{e:#}");
                     }
                     bail!(
-                        "no bootstrap broker could be used and {refused} of {} refused the TLS connection (see the errors above); nothing was fetched or changed: fix [security] or the brokers' certificates and start again",
+                        "no bootstrap broker could be used and {refused} of {} refused our TLS or SASL settings (see the errors above); nothing was fetched or changed: fix [security], the password file or the brokers' certificates and start again",
                         none.errors.len()
                     );
                 }

@@ -183,7 +183,7 @@ fn refused_at_start(tmp: &Path, pki: &Pki, bootstrap: &[&str], more: &str, says:
         }
     }
     assert!(
-        log.contains("refused the TLS connection"),
+        log.contains("refused our TLS or SASL settings"),
         "the start-up failure says why: {log}"
     );
     assert!(

@@ -47,6 +47,13 @@ pub struct BrokerConnection {
     recv_buf: Vec<u8>,
     request_timeout: Duration,
     max_response_bytes: usize,
+    /// Who the connection authenticated as (SASL protocols).
+    sasl: Option<crate::client::sasl::SaslCredentials>,
+    /// When to authenticate again (KIP-368): 85–95 % into the session the broker granted.
+    reauthenticate_at: Option<Instant>,
+    /// Requests sent whose responses have not been read: a re-authentication waits until
+    /// none is outstanding, so that no response is in the way of its exchange.
+    awaiting: usize,
 }
 
 /// The same I/O error (its kind kept, so callers still tell connection failures apart by it)
@@ -194,11 +201,15 @@ impl BrokerConnection {
             recv_buf: Vec::new(),
             request_timeout,
             max_response_bytes,
+            sasl: None,
+            reauthenticate_at: None,
+            awaiting: 0,
         };
         conn.negotiate()?;
-        // SASL authentication goes here once integrated (after ApiVersions, before any
-        // other request); until then a SASL protocol never gets this far
-        // (`crate::security::sasl_not_integrated`).
+        if let Some(creds) = security.sasl() {
+            conn.sasl = Some(creds.clone());
+            conn.authenticate()?;
+        }
         Ok(conn)
     }
 
@@ -298,6 +309,14 @@ impl BrokerConnection {
         version: i16,
         encode: impl FnOnce(&mut Writer),
     ) -> Result<i32> {
+        if self.awaiting == 0
+            && self
+                .reauthenticate_at
+                .is_some_and(|at| Instant::now() >= at)
+            && !matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+        {
+            self.authenticate()?;
+        }
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
         let mut w = Writer {
@@ -315,7 +334,28 @@ impl BrokerConnection {
         self.send_buf = w.buf;
         sent.map_err(plain)
             .with_context(|| format!("{}: sending {} failed", self.name, api.name()))?;
+        self.awaiting += 1;
         Ok(correlation_id)
+    }
+
+    /// SASL authentication (again, when the session is running out), as `[security]` says.
+    fn authenticate(&mut self) -> Result<()> {
+        let Some(creds) = self.sasl.clone() else {
+            return Ok(());
+        };
+        let again = self.reauthenticate_at.is_some();
+        let lifetime = crate::client::sasl::authenticate(self, &creds)?;
+        if again {
+            crate::log_debug!(
+                "{}: re-authenticated with {} as `{}`",
+                self.name,
+                creds.mechanism.name(),
+                creds.username
+            );
+        }
+        self.reauthenticate_at =
+            lifetime.map(|l| Instant::now() + crate::client::sasl::reauthenticate_after(l));
+        Ok(())
     }
 
     /// Reads the response to request `correlation_id` into the receive buffer and returns
@@ -330,6 +370,8 @@ impl BrokerConnection {
         // A request that ends, answered or not, is progress for the watchdog: a round of
         // several slow requests is not a stuck thread.
         let _beat = crate::live::BeatOnDrop;
+        // Answered or failed (which ends the connection), it is no longer outstanding.
+        self.awaiting = self.awaiting.saturating_sub(1);
         // One deadline for the whole response (Kafka's request.timeout.ms), not one per read:
         // a broker that drips a byte at a time cannot hold the connection past it.
         let wait = self.request_timeout + extra_wait;

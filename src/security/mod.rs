@@ -29,12 +29,13 @@ use std::sync::Arc;
 /// fetchers' leader connections, the fetcher manager's and those of `repair` and `verify
 /// --against-leader`. A connection takes it in
 /// [`BrokerConnection::connect_secured`](crate::client::BrokerConnection::connect_secured):
-/// TCP, then TLS when the protocol uses it, then ApiVersions; SASL, once integrated, follows
-/// ApiVersions there.
+/// TCP, then TLS when the protocol uses it, then ApiVersions, then SASL when the protocol
+/// uses it ([`crate::client::sasl`]).
 #[derive(Debug)]
 pub struct ClientSecurity {
     protocol: SecurityProtocol,
     tls: Option<tls::ClientTls>,
+    sasl: Option<crate::client::sasl::SaslCredentials>,
 }
 
 impl ClientSecurity {
@@ -42,13 +43,17 @@ impl ClientSecurity {
     pub const PLAINTEXT: ClientSecurity = ClientSecurity {
         protocol: SecurityProtocol::Plaintext,
         tls: None,
+        sasl: None,
     };
 
     /// From a validated `[security]`: loads the CA roots and the client certificate (errors
     /// name the key and file) and warns once when hostname verification is off.
     pub fn from_section(sec: &SecuritySection) -> Result<Arc<ClientSecurity>> {
-        if sec.protocol.uses_sasl() {
-            return Err(sasl_not_integrated("security.protocol", sec.protocol));
+        let sasl = crate::client::sasl::SaslCredentials::from_config(sec);
+        if let Some(c) = &sasl {
+            // Readable now, so that a missing or open password file stops the start (exit
+            // 2) instead of failing every connection; read again at each authentication.
+            read_secret(&c.password_file).context("key `security.sasl_password_file`")?;
         }
         let tls = if sec.protocol.uses_tls() {
             Some(tls::ClientTls::from_section(sec)?)
@@ -58,6 +63,7 @@ impl ClientSecurity {
         Ok(Arc::new(ClientSecurity {
             protocol: sec.protocol,
             tls,
+            sasl,
         }))
     }
 
@@ -68,6 +74,10 @@ impl ClientSecurity {
     pub fn tls(&self) -> Option<&tls::ClientTls> {
         self.tls.as_ref()
     }
+
+    pub fn sasl(&self) -> Option<&crate::client::sasl::SaslCredentials> {
+        self.sasl.as_ref()
+    }
 }
 
 /// What the serve listener requires of its clients (`[serve] protocol`): TLS, and SASL once
@@ -75,37 +85,43 @@ impl ClientSecurity {
 #[derive(Debug, Clone, Default)]
 pub struct ListenerSecurity {
     pub tls: Option<tls::ServerTls>,
+    /// The mechanisms offered and the users file, with a SASL protocol.
+    pub sasl: Option<Arc<crate::serve::auth::SaslServerConfig>>,
 }
 
 impl ListenerSecurity {
     pub fn from_section(sv: &ServeSection) -> Result<ListenerSecurity> {
-        if sv.protocol.uses_sasl() {
-            return Err(sasl_not_integrated("serve.protocol", sv.protocol));
-        }
         let tls = if sv.protocol.uses_tls() {
             Some(tls::ServerTls::from_section(sv)?)
         } else {
             None
         };
-        Ok(ListenerSecurity { tls })
+        let sasl = match (&sv.sasl_users_file, sv.protocol.uses_sasl()) {
+            (Some(file), true) => {
+                let users = users::Users::load(file).context("key `serve.sasl_users_file`")?;
+                if users.names().is_empty() {
+                    crate::log_warn!(
+                        "serve: the users file `{}` has no users: every SASL client will be refused (add one with `replica-follower add-user`)",
+                        file.display()
+                    );
+                }
+                Some(Arc::new(crate::serve::auth::SaslServerConfig {
+                    mechanisms: sv.sasl_mechanisms.clone(),
+                    users,
+                }))
+            }
+            _ => None,
+        };
+        Ok(ListenerSecurity { tls, sasl })
     }
 }
 
-/// The one place a SASL protocol is refused, on either side, until SASL (SaslHandshake and
-/// SaslAuthenticate) is wired into the connection and the listener; that work replaces this
-/// function with the real set-up.
-pub fn sasl_not_integrated(key: &str, protocol: SecurityProtocol) -> anyhow::Error {
-    anyhow::anyhow!(
-        "key `{key}` = \"{}\": SASL authentication is not wired into connections yet; use PLAINTEXT or SSL",
-        protocol.name()
-    )
-}
-
 /// Whether `e` is a security refusal that retrying cannot mend (a certificate refused
-/// either way, a peer that does not speak TLS): an ERROR, and at start-up fatal once every
-/// bootstrap broker refused.
+/// either way, a peer that does not speak TLS, credentials refused): an ERROR, and at
+/// start-up fatal once every bootstrap broker refused.
 pub fn is_refusal(e: &anyhow::Error) -> bool {
     TlsFailure::find(e).is_some_and(|f| f.fatal)
+        || crate::client::sasl::is_authentication_failure(e)
 }
 
 /// Whether `a` and `b` are equal, in a time that depends only on their lengths (keys and

@@ -122,10 +122,17 @@ impl Authenticator {
             close: false,
         };
         let failed = |mech: SaslMechanism, user: &str, why: &str| {
-            crate::log_warn!(
-                "serve: client {peer} failed {} authentication as `{user}`: {why}",
-                mech.name()
-            );
+            if let Some(quiet) = failures_to_say() {
+                crate::log_warn!(
+                    "serve: client {peer} failed {} authentication as `{user}`: {why}{}",
+                    mech.name(),
+                    if quiet > 0 {
+                        format!(" ({quiet} more failure(s) since the last such line)")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
             Answer {
                 body: authenticate_body(
                     version,
@@ -222,6 +229,26 @@ impl Authenticator {
         self.principal = Some(user.to_string());
         self.state = State::Handshake;
     }
+}
+
+/// Failed authentications are said at most once every 10 s (a client guessing passwords
+/// must not flood the journal): `Some(n)` when this one is to be said, `n` the ones kept
+/// quiet since the last.
+fn failures_to_say() -> Option<u64> {
+    static LAST: std::sync::Mutex<(Option<std::time::Instant>, u64)> =
+        std::sync::Mutex::new((None, 0));
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let now = std::time::Instant::now();
+    if last
+        .0
+        .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(10))
+    {
+        last.1 += 1;
+        return None;
+    }
+    let quiet = std::mem::take(&mut last.1);
+    last.0 = Some(now);
+    Some(quiet)
 }
 
 fn handshake_answer(error: ErrorCode, mechanisms: Vec<String>, close: bool) -> Answer {

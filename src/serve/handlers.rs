@@ -88,8 +88,20 @@ pub fn advertised() -> impl Iterator<Item = (i16, i16, i16)> {
     served.chain(refused)
 }
 
-pub fn api_versions(version: i16) -> Vec<u8> {
+/// The SASL APIs a SASL listener adds (SaslHandshake v1 only: v0's bare tokens are not
+/// spoken).
+pub const SASL_SERVED: [(ApiKey, i16, i16); 2] = [
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+];
+
+pub fn api_versions(version: i16, sasl: bool) -> Vec<u8> {
+    let sasl_apis = SASL_SERVED
+        .iter()
+        .filter(|_| sasl)
+        .map(|&(api, min, max)| (api.key(), min, max));
     let ranges: Vec<ApiVersionRange> = advertised()
+        .chain(sasl_apis)
         .map(|(api_key, min, max)| ApiVersionRange { api_key, min, max })
         .collect();
     let mut w = Writer::new();

@@ -33,11 +33,10 @@
 //! not speak TLS is closed (a debug line says why), the others go on.
 //!
 //! # Security
-//! [`ServeOptions::security`] says what clients must speak. SASL, once integrated, gates
-//! [`answer`]: an unauthenticated connection gets only ApiVersions and the SASL APIs, as
-//! Kafka's broker does; until then `serve.protocol` SASL_* is refused at start
-//! ([`crate::security::sasl_not_integrated`]). Without TLS or SASL, bind to loopback or a
-//! trusted network.
+//! [`ServeOptions::security`] says what clients must speak. With SASL ([`auth`]), an
+//! unauthenticated connection gets only ApiVersions and the SASL APIs, as Kafka's broker
+//! does; anything else, or a failed authentication, closes it. Without TLS or SASL, bind to
+//! loopback or a trusted network.
 
 pub mod auth;
 pub mod handlers;
@@ -163,10 +162,30 @@ impl Server {
         crate::log_info!(
             "serving the replica as a read-only Kafka broker on {addr} (node {}, advertised as {advertised}, {})",
             shared.opts.node_id,
-            match &shared.opts.security.tls {
-                None => "PLAINTEXT",
-                Some(t) if t.verifies_clients() => "SSL, client certificates required",
-                Some(_) => "SSL",
+            {
+                let sec = &shared.opts.security;
+                let tls = match &sec.tls {
+                    None => "",
+                    Some(t) if t.verifies_clients() => "SSL, client certificates required",
+                    Some(_) => "SSL",
+                };
+                match (&sec.sasl, tls) {
+                    (None, "") => "PLAINTEXT".to_string(),
+                    (None, tls) => tls.to_string(),
+                    (Some(s), tls) => format!(
+                        "SASL_{}: {}",
+                        if tls.is_empty() {
+                            "PLAINTEXT".to_string()
+                        } else {
+                            tls.to_string()
+                        },
+                        s.mechanisms
+                            .iter()
+                            .map(|m| m.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }
             }
         );
         Ok(Server {
@@ -332,9 +351,22 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
         Some(tls) => Stream::server(tcp, tls, FRAME_DEADLINE.min(shared.opts.idle_timeout))
             .context("TLS handshake failed")?,
     };
+    let mut conn = ConnState {
+        auth: shared
+            .opts
+            .security
+            .sasl
+            .clone()
+            .map(auth::Authenticator::new),
+        peer: stream
+            .tcp()
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string()),
+        close: false,
+    };
     let mut frame = Vec::new();
     loop {
-        if shared.ctx.stopping.load(Ordering::SeqCst) {
+        if shared.ctx.stopping.load(Ordering::SeqCst) || conn.close {
             return Ok(());
         }
         stream
@@ -346,7 +378,7 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
             Err(e) => return Err(e),
         }
         // A request that wants no response (Produce with acks=0) gets none.
-        if let Some(mut pieces) = answer(&shared.ctx, &frame)? {
+        if let Some(mut pieces) = answer(&shared.ctx, &frame, &mut conn)? {
             // Refusals and Metadata answer per item of the request: a small request naming
             // many items could ask for a response many times its size, held per connection.
             let held: usize = pieces
@@ -367,14 +399,50 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
     }
 }
 
+/// What a connection carries from one request to the next.
+struct ConnState {
+    /// With SASL: where the client is in authenticating.
+    auth: Option<auth::Authenticator>,
+    peer: String,
+    /// Close once the response in hand is written (a failed authentication).
+    close: bool,
+}
+
 /// The response frame's pieces for one request frame (`None`: no response is due); an error
 /// closes the connection.
-fn answer(ctx: &Context, frame: &[u8]) -> Result<Option<Vec<Piece>>> {
+fn answer(ctx: &Context, frame: &[u8], conn: &mut ConnState) -> Result<Option<Vec<Piece>>> {
     let mut r = Reader::new(frame);
     let api_key = r.i16("api_key")?;
     let version = r.i16("api_version")?;
     let correlation_id = r.i32("correlation_id")?;
     r.nullable_string(false, "client_id")?;
+    if let Some(a) = &conn.auth {
+        a.admit(api_key)?;
+        if let Some(&(api, min, max)) = handlers::SASL_SERVED
+            .iter()
+            .find(|(a, _, _)| a.key() == api_key)
+        {
+            unsupported_version(api.name(), version, (min, max))?;
+            let flexible = api.is_flexible(version);
+            if flexible {
+                r.skip_tagged_fields("request header tags")?;
+            }
+            let body = frame.get(r.position()..).unwrap_or_default();
+            let a = conn.auth.as_mut().context("SASL state")?;
+            let answered = if api == ApiKey::SaslHandshake {
+                a.handshake(body)?
+            } else {
+                a.authenticate(body, version, &conn.peer)?
+            };
+            conn.close = answered.close;
+            let mut head = Writer::new();
+            head.i32(correlation_id).empty_tags(flexible);
+            return Ok(Some(vec![
+                Piece::Bytes(head.buf),
+                Piece::Bytes(answered.body),
+            ]));
+        }
+    }
     if let Some(refused) = RefusedApi::from_key(api_key) {
         return answer_refused(ctx, refused, version, correlation_id, r);
     }
@@ -388,7 +456,10 @@ fn answer(ctx: &Context, frame: &[u8]) -> Result<Option<Vec<Piece>>> {
     if api == ApiKey::ApiVersions {
         // Answered even at a version it does not know, so the client can learn ours.
         let mut pieces = vec![Piece::Bytes(head.buf)];
-        pieces.push(Piece::Bytes(handlers::api_versions(version)));
+        pieces.push(Piece::Bytes(handlers::api_versions(
+            version,
+            conn.auth.is_some(),
+        )));
         return Ok(Some(pieces));
     }
     unsupported_version(api.name(), version, (min, max))?;
@@ -409,9 +480,9 @@ fn answer(ctx: &Context, frame: &[u8]) -> Result<Option<Vec<Piece>>> {
             handlers::offset_for_leader_epoch(ctx, body, version)?,
         )),
         ApiKey::ApiVersions => {}
-        // Not in `handlers::SERVED`, so never reached: the listener has no SASL yet.
+        // Answered above on a SASL listener; not in `handlers::SERVED`, so never reached.
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
-            anyhow::bail!("{} is not served here", api.name())
+            anyhow::bail!("{} is not served on a listener without SASL", api.name())
         }
     }
     Ok(Some(pieces))
