@@ -17,6 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::sasl::{Logs, SaslProxy, password_file, sasl_plaintext, set_password};
+use support::test_leader::TestLeader;
 use support::{Daemon, Leader, local_log_bytes, log_end, run_cli, wait_until};
 
 const USER: &str = "replica";
@@ -191,62 +192,116 @@ fn re_authentication_before_the_session_lifetime_keeps_the_connections_open() {
     logs.assert_free_of(&[PASSWORD]);
 }
 
-#[test]
-fn a_wrong_password_at_start_up_exits_1_naming_broker_mechanism_and_user() {
-    let tmp = tempfile::tempdir().unwrap();
-    let leader = Leader::start("tansu", 1);
-    let proxies = [
-        SaslProxy::start(&leader.bootstrap, &[(USER, PASSWORD)], &[]),
-        SaslProxy::start(&leader.bootstrap, &[(USER, PASSWORD)], &[]),
-    ];
-    let addrs: Vec<&str> = proxies.iter().map(|p| p.addr.as_str()).collect();
-    let pw = password_file(tmp.path(), "pw", WRONG);
-    let data = tmp.path().join("data");
+/// Starts a daemon on `bootstrap` with `mechanism` and the password `password` and asserts
+/// it exits 1 at start-up, in bounded time, with one ERROR per broker naming it and holding
+/// every one of `says`, and wrote no data. Returns its log.
+fn refused_at_start(
+    dir: &Path,
+    bootstrap: &[&str],
+    mechanism: &str,
+    password: &str,
+    says: &[String],
+) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let pw = password_file(dir, "pw", password);
+    let data = dir.join("data");
     let cfg = support::topic_config(
-        tmp.path(),
+        dir,
         &data,
-        &addrs.join(","),
+        &bootstrap.join(","),
         "t",
-        &format!("{}{QUICK}", sasl_plaintext("SCRAM-SHA-256", USER, &pw)),
+        &format!("{}{QUICK}", sasl_plaintext(mechanism, USER, &pw)),
     );
     let started = Instant::now();
-    let mut d = Daemon::start(&cfg);
-    let st = d.wait(Duration::from_secs(20));
-    let log = d.log_text();
-    assert_eq!(st.code(), Some(1), "{log}");
+    let log = support::assert_refused_at_start(&cfg, &data, bootstrap, |b| {
+        let mut all = vec![format!("broker {b}")];
+        all.extend(says.iter().cloned());
+        all
+    });
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "took {:?}",
         started.elapsed()
     );
-    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
-    assert_eq!(errors.len(), addrs.len(), "one ERROR per broker: {log}");
-    for (e, addr) in errors.iter().zip(&addrs) {
-        for want in [
-            format!(
-                "broker {addr} refused SCRAM-SHA-256 authentication as `{USER}`: SASL_AUTHENTICATION_FAILED"
-            ),
+    log
+}
+
+#[test]
+fn authentication_refused_at_start_up_exits_1_naming_broker_mechanism_and_user() {
+    let tmp = tempfile::tempdir().unwrap();
+    let leader = Leader::start("tansu", 1);
+    let mut logs = Logs::default();
+
+    // A wrong password, refused by both bootstrap brokers.
+    let proxies = [
+        SaslProxy::start(&leader.bootstrap, &[(USER, PASSWORD)], &[]),
+        SaslProxy::start(&leader.bootstrap, &[(USER, PASSWORD)], &[]),
+    ];
+    let addrs: Vec<&str> = proxies.iter().map(|p| p.addr.as_str()).collect();
+    let dir = tmp.path().join("wrong-password");
+    let pw = dir.join("pw");
+    let log = refused_at_start(
+        &dir,
+        &addrs,
+        "SCRAM-SHA-256",
+        WRONG,
+        &[
+            format!("refused SCRAM-SHA-256 authentication as `{USER}`: SASL_AUTHENTICATION_FAILED"),
             format!(
                 "check security.sasl_username (`{USER}`) and the password in `{}`",
                 pw.display()
             ),
-        ] {
-            assert!(e.contains(&want), "{want:?} missing in: {e}");
-        }
+        ],
+    );
+    for (e, addr) in log.lines().filter(|l| l.contains(" ERROR ")).zip(&addrs) {
+        assert!(e.contains(&format!("broker {addr} refused")), "{e}");
     }
     // The first full round refused: each broker was tried once.
     for p in &proxies {
         assert_eq!(p.failures(), 1, "{}", p.log());
-    }
-    assert!(
-        support::segment_files(&data).is_empty(),
-        "no data written: {log}"
-    );
-    let mut logs = Logs::default();
-    logs.add("daemon", log);
-    for p in &proxies {
         logs.add("proxy", p.log());
     }
+    logs.add("daemon, wrong password", log);
+
+    // A mechanism the broker does not offer.
+    let only_512 = SaslProxy::start(
+        &leader.bootstrap,
+        &[(USER, PASSWORD)],
+        &["--mechanisms", "SCRAM-SHA-512"],
+    );
+    let log = refused_at_start(
+        &tmp.path().join("mechanism"),
+        &[&only_512.addr],
+        "SCRAM-SHA-256",
+        PASSWORD,
+        &["does not offer SASL mechanism SCRAM-SHA-256 (it offers SCRAM-SHA-512); check security.sasl_mechanism".to_string()],
+    );
+    logs.add("daemon, mechanism", log);
+    logs.add("proxy", only_512.log());
+
+    // Tansu without SASL: it lists SaslHandshake and answers UNSUPPORTED_SASL_MECHANISM.
+    let log = refused_at_start(
+        &tmp.path().join("tansu-plain"),
+        &[&leader.bootstrap],
+        "PLAIN",
+        PASSWORD,
+        &[
+            "SASL mechanism PLAIN".to_string(),
+            "check security.sasl_mechanism".to_string(),
+        ],
+    );
+    logs.add("daemon, Tansu without SASL", log);
+
+    // A broker whose ApiVersions lists no SASL API at all.
+    let plain = TestLeader::start("t", 1);
+    let log = refused_at_start(
+        &tmp.path().join("no-sasl"),
+        &[&plain.addr()],
+        "SCRAM-SHA-512",
+        PASSWORD,
+        &["is not a SASL listener (check security.protocol, and the port)".to_string()],
+    );
+    logs.add("daemon, no SASL", log);
     logs.assert_free_of(&[PASSWORD, WRONG]);
 }
 

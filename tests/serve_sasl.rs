@@ -288,9 +288,10 @@ fn plain(
     Ok(sasl::decode_authenticate_response(body, v)?)
 }
 
+/// Metadata v1 for the topic `raw`.
 fn metadata_v1(conn: &mut BrokerConnection) -> anyhow::Result<metadata::MetadataResponse> {
     let body = conn.send(ApiKey::Metadata, 1, Duration::ZERO, |w| {
-        metadata::encode_request(w, 1, &[])
+        metadata::encode_request(w, 1, &["raw".to_string()])
     })?;
     Ok(metadata::decode_response(body, 1)?)
 }

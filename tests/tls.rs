@@ -167,29 +167,11 @@ fn refused_at_start(tmp: &Path, pki: &Pki, bootstrap: &[&str], more: &str, says:
         "t",
         &format!("{}{QUICK}", pki.security(more)),
     );
-    let mut d = Daemon::start(&cfg);
-    let st = d.wait(Duration::from_secs(30));
-    let log = d.log_text();
-    assert_eq!(st.code(), Some(1), "{log}");
-    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
-    assert_eq!(errors.len(), bootstrap.len(), "one ERROR per broker: {log}");
-    for (e, b) in errors.iter().zip(bootstrap) {
-        assert!(
-            e.contains(&format!("broker {b}: ")),
-            "names the broker: {e}"
-        );
-        for s in says {
-            assert!(e.contains(s), "{s:?} missing in: {e}");
-        }
-    }
-    assert!(
-        log.contains("refused our TLS or SASL settings"),
-        "the start-up failure says why: {log}"
-    );
-    assert!(
-        support::segment_files(&data).is_empty(),
-        "no data written: {log}"
-    );
+    support::assert_refused_at_start(&cfg, &data, bootstrap, |b| {
+        let mut all = vec![format!("broker {b}: ")];
+        all.extend(says.iter().map(|s| s.to_string()));
+        all
+    });
 }
 
 #[test]
