@@ -5,7 +5,8 @@
 //! With each mechanism the replica ends byte-identical with Tansu and keeps up; with a
 //! 3 s session lifetime it re-authenticates on its open connections (KIP-368) instead of
 //! being closed; a wrong password at start-up exits 1 with one ERROR per bootstrap broker
-//! naming the broker, mechanism and user and writes nothing; a password gone wrong while
+//! naming the broker, mechanism and user and writes nothing, and so does a mechanism the
+//! broker does not offer or a broker without SASL; a password gone wrong while
 //! running is refused once per backoff, never in a loop, and the daemon catches up once
 //! the password file is right again; a password file readable by others is a bad
 //! configuration (exit 2). No password is in any log line, `check-config` or `status`.
