@@ -14,70 +14,14 @@ use replica_follower::protocol::{
     ApiKey, api_versions, decode_response_header, encode_request_header, metadata, sasl,
 };
 use replica_follower::security::scram::{ScramClient, ScramHash};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
+use support::sasl::SaslProxy;
 
 const PASSWORD: &str = "pw-alice-7f3";
 const LIFETIME_MS: i64 = 45_000;
-
-struct Proxy {
-    child: Child,
-    addr: String,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Proxy {
-    fn start(upstream: &str) -> Proxy {
-        let mut child = Command::new(support::python())
-            .arg(support::manifest_dir().join("tests/support/sasl_proxy.py"))
-            .args([
-                "--upstream",
-                upstream,
-                "--user",
-                &format!("alice:{PASSWORD}"),
-            ])
-            .args(["--session-lifetime-ms", &LIFETIME_MS.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start sasl_proxy.py");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("{line}");
-                sink.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("sasl_proxy.py said {line:?}: {e}"));
-        let addr = v["listen"].as_str().unwrap().to_string();
-        Proxy {
-            child,
-            addr,
-            stderr,
-        }
-    }
-
-    fn failures(&self) -> usize {
-        self.stderr.lock().unwrap().matches("auth failed").count()
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 struct Conn {
     s: TcpStream,
@@ -171,7 +115,11 @@ impl Conn {
 #[test]
 fn our_scram_client_authenticates_against_scramp_in_front_of_tansu() {
     let leader = support::Leader::start("tansu", 1);
-    let proxy = Proxy::start(&leader.bootstrap);
+    let proxy = SaslProxy::start(
+        &leader.bootstrap,
+        &[("alice", PASSWORD)],
+        &["--session-lifetime-ms", &LIFETIME_MS.to_string()],
+    );
     let (host, port) = proxy.addr.rsplit_once(':').unwrap();
 
     // ApiVersions: Tansu's list with the SASL APIs added.
@@ -234,7 +182,7 @@ fn our_scram_client_authenticates_against_scramp_in_front_of_tansu() {
     support::wait_until(Duration::from_secs(5), "3 failures logged", || {
         proxy.failures() == 3
     });
-    let log = proxy.stderr.lock().unwrap().clone();
+    let log = proxy.log();
     assert!(
         !log.contains(PASSWORD) && !log.contains("wrong-password"),
         "{log}"

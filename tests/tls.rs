@@ -12,7 +12,7 @@ use replica_follower::checkpoint::TopicPartition;
 use replica_follower::client::BrokerConnection;
 use replica_follower::config::{SecurityProtocol, SecuritySection};
 use replica_follower::security::ClientSecurity;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::tls::{Pki, Terminator};
@@ -61,18 +61,6 @@ fn tansu_behind_tls(pki: &Pki) -> (Terminator, Leader, String) {
         ],
     );
     (term, leader, format!("127.0.0.1:{tansu_port}"))
-}
-
-fn segment_files(data_dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for d in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
-        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
-            if f.path().extension().is_some_and(|x| x == "log") {
-                out.push(f.path());
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -179,26 +167,11 @@ fn refused_at_start(tmp: &Path, pki: &Pki, bootstrap: &[&str], more: &str, says:
         "t",
         &format!("{}{QUICK}", pki.security(more)),
     );
-    let mut d = Daemon::start(&cfg);
-    let st = d.wait(Duration::from_secs(30));
-    let log = d.log_text();
-    assert_eq!(st.code(), Some(1), "{log}");
-    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
-    assert_eq!(errors.len(), bootstrap.len(), "one ERROR per broker: {log}");
-    for (e, b) in errors.iter().zip(bootstrap) {
-        assert!(
-            e.contains(&format!("broker {b}: ")),
-            "names the broker: {e}"
-        );
-        for s in says {
-            assert!(e.contains(s), "{s:?} missing in: {e}");
-        }
-    }
-    assert!(
-        log.contains("refused our TLS or SASL settings"),
-        "the start-up failure says why: {log}"
-    );
-    assert!(segment_files(&data).is_empty(), "no data written: {log}");
+    support::assert_refused_at_start(&cfg, &data, bootstrap, |b| {
+        let mut all = vec![format!("broker {b}: ")];
+        all.extend(says.iter().map(|s| s.to_string()));
+        all
+    });
 }
 
 #[test]

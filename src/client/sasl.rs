@@ -83,6 +83,15 @@ pub fn authenticate(
             sasl::decode_handshake_response(body)
                 .with_context(|| format!("{name}: bad SaslHandshake response"))
         })?;
+    if hs.error == ErrorCode::UNSUPPORTED_SASL_MECHANISM && hs.mechanisms.iter().any(|m| m == mech)
+    {
+        // Tansu without SASL configured does this: it lists SaslHandshake and PLAIN, and
+        // refuses PLAIN. "Does not offer PLAIN (it offers PLAIN)" would send the reader to
+        // the wrong key.
+        return Err(refused(format!(
+            "{name} lists SASL mechanism {mech} yet refused it (UNSUPPORTED_SASL_MECHANISM): SASL is probably not enabled on that listener; check security.protocol and the port"
+        )));
+    }
     if hs.error == ErrorCode::UNSUPPORTED_SASL_MECHANISM {
         return Err(refused(format!(
             "{name} does not offer SASL mechanism {mech} (it offers {}); check security.sasl_mechanism",

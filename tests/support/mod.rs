@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod batches;
+pub mod sasl;
 pub mod test_leader;
 pub mod tls;
 
@@ -940,6 +941,49 @@ pub fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Every `.log` file in every partition folder of `data_dir` (none when it does not exist):
+/// a start that was refused must leave this empty.
+pub fn segment_files(data_dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            if f.path().extension().is_some_and(|x| x == "log") {
+                out.push(f.path());
+            }
+        }
+    }
+    out
+}
+
+/// Starts the daemon with `cfg`, whose every one of `bootstrap` refuses its security
+/// settings, and asserts that it exits 1 at start-up (within 30 s) with one ERROR per broker
+/// holding every string `says(broker)` gives, the reason in a last line, and no segment
+/// written in `data`. Returns its log.
+pub fn assert_refused_at_start(
+    cfg: &Path,
+    data: &Path,
+    bootstrap: &[&str],
+    says: impl Fn(&str) -> Vec<String>,
+) -> String {
+    let mut d = Daemon::start(cfg);
+    let st = d.wait(Duration::from_secs(30));
+    let log = d.log_text();
+    assert_eq!(st.code(), Some(1), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert_eq!(errors.len(), bootstrap.len(), "one ERROR per broker: {log}");
+    for (e, b) in errors.iter().zip(bootstrap) {
+        for s in says(b) {
+            assert!(e.contains(&s), "{s:?} missing in: {e}");
+        }
+    }
+    assert!(
+        log.contains("refused our TLS or SASL settings"),
+        "the start-up failure says why: {log}"
+    );
+    assert!(segment_files(data).is_empty(), "no data written: {log}");
+    log
 }
 
 /// The `.log` files of a partition dir by base offset.
