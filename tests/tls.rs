@@ -2,7 +2,8 @@
 //! the mock cluster's brokers, certificates from the openssl CLI ([`support::tls`]).
 //! Over TLS the replica ends byte-identical; an unknown CA, a hostname mismatch and a
 //! missing client certificate each fail clearly, retried calmly, fatal at start-up, with no
-//! data written. The serve listener speaks TLS to a chained follower and to confluent-kafka,
+//! data written. The serve listener speaks TLS to a chained follower and to confluent-kafka
+//! (record ranges larger than its 256 KiB read chunk included),
 //! closes a plaintext client, and with `ssl_client_ca_file` refuses a client without a
 //! certificate.
 
@@ -425,4 +426,63 @@ impl Drop for ServeGuard {
             self.stop();
         }
     }
+}
+
+/// Over TLS the listener reads record ranges from the segments in 256 KiB chunks: ranges of
+/// up to 1 MiB (batches of ~0.5 MB, in 8 MiB segments) must arrive whole and in order.
+#[test]
+fn the_tls_listener_sends_ranges_larger_than_its_chunk_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    let mut leader = Leader::start("tansu", 1);
+    leader.create_topic("big", 1);
+    let r = leader.ok(serde_json::json!({"cmd": "produce_spread", "topic": "big",
+        "partitions": 1, "count": 600, "value_size": 10_000, "batch_records": 50}));
+    let end = r["ends"][0].as_i64().expect("end");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let a_dir = tmp.path().join("a");
+    std::fs::create_dir_all(&a_dir).unwrap();
+    let a_data = a_dir.join("data");
+    let a_cfg = support::topic_config(
+        &a_dir,
+        &a_data,
+        &leader.bootstrap,
+        "big",
+        &format!(
+            "[log]\nsegment_bytes = 8388608\n[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
+            pki.path("server.pem").display(),
+            pki.path("server.key").display()
+        ),
+    );
+    let mut a = Daemon::start(&a_cfg);
+    wait_until(Duration::from_secs(30), "A to catch up", || {
+        log_end(&a_data, "big", 0) == end
+    });
+    let b_dir = tmp.path().join("b");
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let b_data = b_dir.join("data");
+    let b_cfg = support::topic_config(
+        &b_dir,
+        &b_data,
+        &listen,
+        "big",
+        &format!(
+            "{}[fetch]\npartition_max_bytes = 1048576\n",
+            pki.security("")
+        ),
+    );
+    let mut b = Daemon::start(&b_cfg);
+    wait_until(Duration::from_secs(30), "B to catch up over TLS", || {
+        log_end(&b_data, "big", 0) == end
+    });
+    assert_eq!(b.stop().code(), Some(0), "{}", b.log_text());
+    assert_eq!(a.stop().code(), Some(0), "{}", a.log_text());
+    let tp = TopicPartition::new("big", 0);
+    let (ab, bb) = (local_log_bytes(&a_data, &tp), local_log_bytes(&b_data, &tp));
+    assert!(
+        ab.len() > 4 << 20,
+        "{} bytes: not large enough to test",
+        ab.len()
+    );
+    assert!(ab == bb, "the chained replica differs from A's over TLS");
 }
