@@ -97,6 +97,9 @@ fn fetch_isolated(
                 .collect(),
         )],
         topic_ids: Default::default(),
+        session_id: 0,
+        session_epoch: -1,
+        forgotten: Vec::new(),
     };
     let wait = Duration::from_millis(max_wait_ms.max(0) as u64);
     let body = conn.send(ApiKey::Fetch, version, wait, |w| {

@@ -620,6 +620,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             isolation_level: self.params.isolation_level,
             topics,
             topic_ids,
+            session_id: 0,
+            session_epoch: crate::protocol::fetch::SESSIONLESS,
+            forgotten: Vec::new(),
         })
     }
 
@@ -1609,6 +1612,7 @@ mod tests {
                         records: &self.buf,
                     }],
                 )],
+                session_id: 0,
             };
             // Through the real codec, as a broker would send it.
             let mut w = crate::protocol::codec::Writer::new();

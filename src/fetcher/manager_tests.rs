@@ -204,6 +204,7 @@ impl LeaderEndPoint for Leader {
                     (t.clone(), parts)
                 })
                 .collect(),
+            session_id: 0,
         };
         let mut w = crate::protocol::codec::Writer::new();
         crate::protocol::fetch::encode_response(&mut w, 12, &resp);

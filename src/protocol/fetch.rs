@@ -44,7 +44,17 @@ pub struct FetchRequest {
     /// The topic id of each topic, for v13+ (which names topics only by id). A request
     /// without an id for every topic is sent at v12 at most.
     pub topic_ids: BTreeMap<String, Uuid>,
+    /// KIP-227 (v7+): id 0 with epoch -1 is a sessionless full fetch ([`SESSIONLESS`]); id 0
+    /// with epoch 0 asks for a new session (a full fetch); a session's id with epochs 1, 2,
+    /// … is an incremental fetch naming only what changed.
+    pub session_id: i32,
+    pub session_epoch: i32,
+    /// Partitions leaving an incremental session (v7+; at v13+ their topics go by id).
+    pub forgotten: Vec<(String, Vec<i32>)>,
 }
+
+/// The session epoch of a sessionless fetch (KIP-227's FINAL_EPOCH).
+pub const SESSIONLESS: i32 = -1;
 
 impl FetchRequest {
     pub fn partition_count(&self) -> usize {
@@ -75,8 +85,7 @@ pub fn encode_request(w: &mut Writer, version: i16, req: &FetchRequest) {
         .i32(req.max_bytes);
     w.i8(req.isolation_level);
     if version >= 7 {
-        // Sessionless full fetch: every request names every partition.
-        w.i32(0).i32(-1);
+        w.i32(req.session_id).i32(req.session_epoch);
     }
     w.array_len(req.topics.len(), flexible);
     for (topic, parts) in &req.topics {
@@ -104,7 +113,19 @@ pub fn encode_request(w: &mut Writer, version: i16, req: &FetchRequest) {
         w.empty_tags(flexible);
     }
     if version >= 7 {
-        w.array_len(0, flexible);
+        w.array_len(req.forgotten.len(), flexible);
+        for (topic, parts) in &req.forgotten {
+            if version >= 13 {
+                w.uuid(&req.topic_ids.get(topic).copied().unwrap_or_default().0);
+            } else {
+                w.string(Some(topic), flexible);
+            }
+            w.array_len(parts.len(), flexible);
+            for p in parts {
+                w.i32(*p);
+            }
+            w.empty_tags(flexible);
+        }
     }
     if version >= 11 {
         w.string(Some(""), flexible);
@@ -121,10 +142,11 @@ pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
     let min_bytes = r.i32("Fetch min_bytes")?;
     let max_bytes = r.i32("Fetch max_bytes")?;
     let isolation_level = r.i8("Fetch isolation_level")?;
-    if version >= 7 {
-        r.i32("Fetch session_id")?;
-        r.i32("Fetch session_epoch")?;
-    }
+    let (session_id, session_epoch) = if version >= 7 {
+        (r.i32("Fetch session_id")?, r.i32("Fetch session_epoch")?)
+    } else {
+        (0, SESSIONLESS)
+    };
     let nt = r.array_count(flexible, 3, "Fetch topics")?;
     let mut topics = Vec::with_capacity(nt);
     let mut topic_ids = BTreeMap::new();
@@ -175,6 +197,28 @@ pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
         }
         topics.push((topic, parts));
     }
+    let mut forgotten = Vec::new();
+    if version >= 7 {
+        let nf = r.array_count(flexible, 3, "Fetch forgotten_topics_data")?;
+        for _ in 0..nf {
+            let topic = if version >= 13 {
+                let id = Uuid(r.uuid("Fetch forgotten topic_id")?);
+                topic_ids.entry(id.to_string()).or_insert(id);
+                id.to_string()
+            } else {
+                r.string(flexible, "Fetch forgotten topic")?
+            };
+            let np = r.array_count(flexible, 4, "Fetch forgotten partitions")?;
+            let mut parts = Vec::with_capacity(np);
+            for _ in 0..np {
+                parts.push(r.i32("Fetch forgotten partition")?);
+            }
+            if flexible {
+                r.skip_tagged_fields("Fetch forgotten topic tags")?;
+            }
+            forgotten.push((topic, parts));
+        }
+    }
     Ok(FetchRequest {
         replica_id,
         max_wait_ms,
@@ -183,6 +227,9 @@ pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
         isolation_level,
         topics,
         topic_ids,
+        session_id,
+        session_epoch,
+        forgotten,
     })
 }
 
@@ -225,6 +272,8 @@ pub struct FetchPartitionResponse<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchResponse<'a> {
     pub error: ErrorCode,
+    /// v7+: the session the leader keeps for this fetcher (0: none, sessionless).
+    pub session_id: i32,
     pub topics: Vec<(String, Vec<FetchPartitionResponse<'a>>)>,
 }
 
@@ -274,9 +323,10 @@ pub fn decode_response_named<'a>(
     let mut r = Reader::new(body);
     r.i32("Fetch throttle_time_ms")?;
     let mut error = ErrorCode::NONE;
+    let mut session_id = 0;
     if version >= 7 {
         error = ErrorCode(r.i16("Fetch error_code")?);
-        r.i32("Fetch session_id")?;
+        session_id = r.i32("Fetch session_id")?;
     }
     let nt = r.array_count(flexible, 3, "Fetch responses")?;
     let mut topics = Vec::with_capacity(nt);
@@ -357,13 +407,17 @@ pub fn decode_response_named<'a>(
         r.skip_tagged_fields("Fetch response tags")?;
     }
     r.expect_end("Fetch response")?;
-    Ok(FetchResponse { error, topics })
+    Ok(FetchResponse {
+        error,
+        session_id,
+        topics,
+    })
 }
 
 /// Encodes a response; the in-process test leader and the round-trip tests use it. At v13+
 /// each topic is named by its id's text (as [`decode_request`] names it).
 pub fn encode_response(w: &mut Writer, version: i16, resp: &FetchResponse<'_>) {
-    encode_response_head(w, version, resp.error, resp.topics.len());
+    encode_response_head(w, version, resp.error, resp.session_id, resp.topics.len());
     for (topic, parts) in &resp.topics {
         let id = Uuid::parse(topic).unwrap_or_default();
         encode_topic_head(w, version, topic, &id, parts.len());
@@ -382,10 +436,16 @@ pub fn encode_response(w: &mut Writer, version: i16, resp: &FetchResponse<'_>) {
 // (announcing `records_len` bytes), the records, a partition tail; a topic tail; the tail.
 
 /// ThrottleTimeMs, ErrorCode and SessionId (v7+; sessionless: 0), the topic count.
-pub fn encode_response_head(w: &mut Writer, version: i16, error: ErrorCode, topics: usize) {
+pub fn encode_response_head(
+    w: &mut Writer,
+    version: i16,
+    error: ErrorCode,
+    session_id: i32,
+    topics: usize,
+) {
     w.i32(0);
     if version >= 7 {
-        w.i16(error.0).i32(0);
+        w.i16(error.0).i32(session_id);
     }
     w.array_len(topics, version >= 12);
 }
@@ -513,6 +573,9 @@ mod tests {
                 }],
             )],
             topic_ids: BTreeMap::new(),
+            session_id: 0,
+            session_epoch: -1,
+            forgotten: Vec::new(),
         };
         let mut w = Writer::new();
         encode_request_header(&mut w, ApiKey::Fetch, 12, 3, "follower-1");
@@ -557,6 +620,71 @@ mod tests {
     }
 
     #[test]
+    fn session_fields_and_forgotten_partitions_round_trip_at_v7_v12_and_v13() {
+        let id = Uuid([7; 16]);
+        let name = id.to_string();
+        for version in [7, 11, 12, 13] {
+            // At v13 the decoder names topics by their id's text.
+            let topic = if version >= 13 {
+                name.clone()
+            } else {
+                "orders".to_string()
+            };
+            let req = FetchRequest {
+                replica_id: -1,
+                max_wait_ms: 500,
+                min_bytes: 1,
+                max_bytes: 1 << 20,
+                isolation_level: 0,
+                topics: vec![(
+                    topic.clone(),
+                    vec![FetchPartition {
+                        partition: 3,
+                        current_leader_epoch: 2,
+                        fetch_offset: 40,
+                        last_fetched_epoch: 1,
+                        log_start_offset: 0,
+                        partition_max_bytes: 1024,
+                    }],
+                )],
+                topic_ids: [(topic.clone(), id)].into_iter().collect(),
+                session_id: 0x1234_5678,
+                session_epoch: 9,
+                forgotten: vec![(topic.clone(), vec![0, 5])],
+            };
+            let mut w = Writer::new();
+            encode_request(&mut w, version, &req);
+            let back = decode_request(&w.buf, version).unwrap();
+            assert_eq!((back.session_id, back.session_epoch), (0x1234_5678, 9));
+            assert_eq!(back.forgotten, req.forgotten, "v{version}");
+            if version >= 12 {
+                // (Older versions carry no last fetched epoch, and v7–8 no leader epoch.)
+                assert_eq!(back.topics, req.topics, "v{version}");
+            }
+            assert_eq!(back.topics[0].1[0].fetch_offset, 40);
+            for cut in 0..w.buf.len() {
+                let _ = decode_request(&w.buf[..cut], version);
+            }
+        }
+        // Before v7 there is no session: sessionless on the way back.
+        let mut w = Writer::new();
+        let mut req = decode_request(&[0; 21], 4).unwrap();
+        req.session_id = 5;
+        encode_request(&mut w, 6, &req);
+        let back = decode_request(&w.buf, 6).unwrap();
+        assert_eq!((back.session_id, back.session_epoch), (0, SESSIONLESS));
+        // The response's session id.
+        let resp = FetchResponse {
+            error: ErrorCode::NONE,
+            session_id: 77,
+            topics: vec![],
+        };
+        let mut w = Writer::new();
+        encode_response(&mut w, 7, &resp);
+        assert_eq!(decode_response(&w.buf, 7).unwrap().session_id, 77);
+    }
+
+    #[test]
     fn diverging_epoch_tag_vector_g() {
         let body = unhex(
             "00000000 0000 00000000 02 0274 02 00000000 0000 \
@@ -596,6 +724,9 @@ mod tests {
                 }],
             )],
             topic_ids: [("orders".to_string(), id)].into(),
+            session_id: 0,
+            session_epoch: -1,
+            forgotten: Vec::new(),
         };
         assert!(req.has_topic_ids());
         let mut w = Writer::new();
@@ -625,6 +756,7 @@ mod tests {
                     records: &batch,
                 }],
             )],
+            session_id: 0,
         };
         let mut w = Writer::new();
         encode_response(&mut w, 13, &resp);
@@ -663,6 +795,7 @@ mod tests {
                         records: &batch,
                     }],
                 )],
+                session_id: 0,
             };
             let mut w = Writer::new();
             encode_response(&mut w, v, &resp);
@@ -708,6 +841,7 @@ mod tests {
                             records: &batch,
                         }],
                     )],
+                    session_id: 0,
                 };
                 let mut w = Writer::new();
                 encode_response(&mut w, v, &resp);
@@ -743,6 +877,7 @@ mod tests {
                         records: &[],
                     }],
                 )],
+                session_id: 0,
             };
             let mut w = Writer::new();
             encode_response(&mut w, v, &resp);

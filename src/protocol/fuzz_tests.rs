@@ -53,6 +53,7 @@ fn samples() -> Vec<(&'static str, i16, Vec<u8>)> {
                     records: &batch,
                 }],
             )],
+            session_id: 0,
         };
         let mut w = Writer::new();
         fetch::encode_response(&mut w, v, &resp);

@@ -233,6 +233,9 @@ impl PartitionLeader<'_> {
                 }],
             )],
             topic_ids: BTreeMap::new(),
+            session_id: 0,
+            session_epoch: crate::protocol::fetch::SESSIONLESS,
+            forgotten: Vec::new(),
         };
         let body = self.conn.send(ApiKey::Fetch, v, Duration::ZERO, |w| {
             fetch::encode_request(w, v, &req)

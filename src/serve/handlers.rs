@@ -521,7 +521,7 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
     };
     let mut pieces = Vec::new();
     let mut w = Writer::new();
-    fetch::encode_response_head(&mut w, version, ErrorCode::NONE, answers.len());
+    fetch::encode_response_head(&mut w, version, ErrorCode::NONE, 0, answers.len());
     for (topic, parts) in answers {
         let id = Uuid::parse(topic).unwrap_or_default();
         fetch::encode_topic_head(&mut w, version, topic, &id, parts.len());

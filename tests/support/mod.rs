@@ -665,6 +665,9 @@ pub fn one_partition_fetch(tp: &TopicPartition, offset: i64, max_bytes: i32) -> 
             }],
         )],
         topic_ids: Default::default(),
+        session_id: 0,
+        session_epoch: -1,
+        forgotten: Vec::new(),
     }
 }
 

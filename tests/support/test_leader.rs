@@ -1292,6 +1292,7 @@ fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<
                 (topic.clone(), parts)
             })
             .collect(),
+        session_id: 0,
     };
     let mut w = Writer::new();
     fetch::encode_response(&mut w, version, &resp);
