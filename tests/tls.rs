@@ -486,3 +486,116 @@ fn the_tls_listener_sends_ranges_larger_than_its_chunk_byte_for_byte() {
     );
     assert!(ab == bb, "the chained replica differs from A's over TLS");
 }
+
+/// rustls reads the socket as often as a record (or a handshake flight) takes within one
+/// call: the listener's deadlines must bound those reads too, or a client sending a byte now
+/// and then holds its connection (and a `max_connections` slot) for hours.
+#[test]
+fn a_tls_client_dripping_bytes_is_closed_at_the_listeners_deadlines() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    let mut leader = Leader::start("tansu", 1);
+    let (_dir, data, _cfg, _end) = support::stopped_replica_of(&mut leader, "drip", 1);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = tmp.path().join("serve.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{}\"\nbootstrap_servers = [\"{}\"]\n[[follow]]\ntopic = \"drip\"\n[serve]\nlisten = \"{listen}\"\nidle_timeout_ms = 1500\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
+            data.display(),
+            leader.bootstrap,
+            pki.path("server.pem").display(),
+            pki.path("server.key").display(),
+        ),
+    )
+    .unwrap();
+    let mut serve = ServeGuard(
+        std::process::Command::new(support::bin())
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("RF_LOG", "info")
+            .spawn()
+            .expect("start serve"),
+    );
+    wait_until(Duration::from_secs(10), "serve to listen", || {
+        std::net::TcpStream::connect(&listen).is_ok()
+    });
+    // Sends `bytes` one every 100 ms until the listener closes; how long that took.
+    let drip = |sock: &mut std::net::TcpStream, bytes: &[u8]| -> Duration {
+        let t0 = Instant::now();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        for b in bytes {
+            if sock.write_all(&[*b]).is_err() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                break;
+            }
+            // What the listener sends meanwhile (TLS 1.3 session tickets) is dropped; only
+            // its close ends the drip.
+            let mut some = [0u8; 4096];
+            match sock.read(&mut some) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+        t0.elapsed()
+    };
+
+    // (a) A handshake record of 512 bytes announced, then dripped: the handshake must end
+    // within its deadline (the idle timeout here, 1.5 s).
+    let mut record = vec![0x16, 0x03, 0x01, 0x02, 0x00, 0x01];
+    record.resize(5 + 512, 0);
+    let mut sock = std::net::TcpStream::connect(&listen).unwrap();
+    let held = drip(&mut sock, &record);
+    assert!(
+        held < Duration::from_secs(4),
+        "a dripping handshake held its connection {held:?}"
+    );
+
+    // (b) After a real handshake, a record dripped: the request must come within the idle
+    // timeout.
+    let roots = {
+        let mut r = rustls::RootCertStore::empty();
+        let pem = std::fs::read(pki.path("ca.pem")).unwrap();
+        for c in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
+            r.add(c.unwrap()).unwrap();
+        }
+        r
+    };
+    use rustls_pki_types::pem::PemObject;
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut conn = rustls::ClientConnection::new(
+        std::sync::Arc::new(config),
+        rustls_pki_types::ServerName::try_from("localhost").unwrap(),
+    )
+    .unwrap();
+    let mut sock = std::net::TcpStream::connect(&listen).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).expect("handshake");
+    }
+    // An application-data record of 16 KiB announced, then its bytes dripped: rustls waits
+    // for the whole record inside one read.
+    let mut record = vec![0x17, 0x03, 0x03, 0x40, 0x00];
+    record.resize(5 + 200, 0);
+    let held = drip(&mut sock, &record);
+    assert!(
+        held < Duration::from_secs(4),
+        "a dripped request held its connection {held:?}"
+    );
+    serve.stop();
+}

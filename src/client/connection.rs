@@ -367,6 +367,18 @@ impl BrokerConnection {
         correlation_id: i32,
         extra_wait: Duration,
     ) -> Result<Range<usize>> {
+        let got = self.receive_response_within(api, version, correlation_id, extra_wait);
+        self.stream.set_deadline(None);
+        got
+    }
+
+    fn receive_response_within(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        extra_wait: Duration,
+    ) -> Result<Range<usize>> {
         // A request that ends, answered or not, is progress for the watchdog: a round of
         // several slow requests is not a stuck thread.
         let _beat = crate::live::BeatOnDrop;
@@ -376,6 +388,8 @@ impl BrokerConnection {
         // a broker that drips a byte at a time cannot hold the connection past it.
         let wait = self.request_timeout + extra_wait;
         let deadline = Instant::now() + wait;
+        // Over TLS, every socket read under one read of the stream honours it too.
+        self.stream.set_deadline(Some(deadline));
         let mut timeout = wait;
         self.stream
             .tcp()

@@ -17,11 +17,48 @@ pub enum Stream {
     Plain(TcpStream),
     /// To a broker; `client_cert` is what we offered, to name it when it is refused.
     Tls {
-        tls: Box<StreamOwned<ClientConnection, TcpStream>>,
+        tls: Box<StreamOwned<ClientConnection, DeadlineSocket>>,
         client_cert: Option<PathBuf>,
     },
     /// A client of the serve listener.
-    TlsServer(Box<StreamOwned<ServerConnection, TcpStream>>),
+    TlsServer(Box<StreamOwned<ServerConnection, DeadlineSocket>>),
+}
+
+/// The TCP socket under a TLS stream, with a deadline that every read of the socket
+/// honours. rustls reads the socket as often as it takes to complete a record (or a
+/// handshake flight) within one call, so a peer sending a byte at a time would otherwise
+/// hold that call far past any timeout armed before it.
+#[derive(Debug)]
+pub struct DeadlineSocket {
+    tcp: TcpStream,
+    deadline: Option<Instant>,
+}
+
+impl Read for DeadlineSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(d) = self.deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the peer did not send in time",
+                ));
+            }
+            // Armed before every read: the caller's own timeouts may have changed it.
+            self.tcp.set_read_timeout(Some(left))?;
+        }
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for DeadlineSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
 }
 
 impl std::fmt::Debug for Stream {
@@ -34,14 +71,16 @@ impl std::fmt::Debug for Stream {
     }
 }
 
-/// Drives `conn`'s handshake over `sock` until it is complete or `deadline` passes.
+/// Drives `conn`'s handshake over `sock` until it is complete or `deadline` passes (every
+/// socket read included: a peer dripping its flight a byte at a time is cut off too).
 fn handshake<D>(
     conn: &mut rustls::ConnectionCommon<D>,
-    sock: &mut TcpStream,
+    sock: &mut DeadlineSocket,
     within: Duration,
     explain: impl Fn(io::Error) -> io::Error,
 ) -> io::Result<()> {
     let deadline = Instant::now() + within;
+    sock.deadline = Some(deadline);
     let timed_out = || {
         io::Error::new(
             io::ErrorKind::TimedOut,
@@ -56,7 +95,6 @@ fn handshake<D>(
         if left.is_zero() {
             return Err(timed_out());
         }
-        sock.set_read_timeout(Some(left))?;
         match conn.complete_io(sock) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -75,17 +113,22 @@ fn handshake<D>(
     while conn.wants_write() {
         conn.write_tls(sock).map_err(&explain)?;
     }
+    sock.deadline = None;
     Ok(())
 }
 
 impl Stream {
     /// TLS to a broker at `host` over `sock`, the handshake done within `within`.
     pub fn client(
-        mut sock: TcpStream,
+        sock: TcpStream,
         tls: &ClientTls,
         host: &str,
         within: Duration,
     ) -> io::Result<Stream> {
+        let mut sock = DeadlineSocket {
+            tcp: sock,
+            deadline: None,
+        };
         let mut conn = tls.connection(host)?;
         let cert = tls.client_cert().map(PathBuf::from);
         handshake(&mut conn, &mut sock, within, |e| {
@@ -98,7 +141,11 @@ impl Stream {
     }
 
     /// TLS for a client of the listener, the handshake done within `within`.
-    pub fn server(mut sock: TcpStream, tls: &ServerTls, within: Duration) -> io::Result<Stream> {
+    pub fn server(sock: TcpStream, tls: &ServerTls, within: Duration) -> io::Result<Stream> {
+        let mut sock = DeadlineSocket {
+            tcp: sock,
+            deadline: None,
+        };
         let mut conn = tls.connection()?;
         handshake(&mut conn, &mut sock, within, |e| e)?;
         Ok(Stream::TlsServer(Box::new(StreamOwned::new(conn, sock))))
@@ -108,8 +155,18 @@ impl Stream {
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(s) => s,
-            Stream::Tls { tls, .. } => &tls.sock,
-            Stream::TlsServer(tls) => &tls.sock,
+            Stream::Tls { tls, .. } => &tls.sock.tcp,
+            Stream::TlsServer(tls) => &tls.sock.tcp,
+        }
+    }
+
+    /// A deadline every socket read under TLS honours until it is cleared (`None`); plain
+    /// streams are read a socket read at a time by their callers, which check their own.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        match self {
+            Stream::Plain(_) => {}
+            Stream::Tls { tls, .. } => tls.sock.deadline = deadline,
+            Stream::TlsServer(tls) => tls.sock.deadline = deadline,
         }
     }
 

@@ -62,7 +62,7 @@ impl Authenticator {
 
     /// Whether a request for `api` may be answered now; an error (the connection closes)
     /// names the API, as Kafka's "Unexpected Kafka request of type X during SASL handshake".
-    pub fn admit(&self, api_key: i16) -> Result<()> {
+    pub fn admit(&self, api_key: i16, peer: &str) -> Result<()> {
         let sasl_api = api_key == ApiKey::SaslHandshake.key()
             || api_key == ApiKey::SaslAuthenticate.key()
             || api_key == ApiKey::ApiVersions.key();
@@ -74,11 +74,36 @@ impl Authenticator {
             .iter()
             .find(|a| a.key() == api_key)
             .map_or_else(|| format!("API key {api_key}"), |a| a.name().to_string());
+        if failures_to_say().is_some() {
+            // Most often a client not set up for SASL (security.protocol SSL or PLAINTEXT).
+            crate::log_info!(
+                "serve: client {peer} sent {name} before authenticating with SASL; closed (is the client set up for SASL_SSL or SASL_PLAINTEXT?)"
+            );
+        }
         bail!("{name} before SASL authentication completed; closed, as Kafka does")
     }
 
+    /// SaslHandshake v0 is followed by bare SASL tokens, which this listener does not
+    /// speak: the client is told no mechanism is available that way, and closed.
+    pub fn refuse_v0_handshake(&self, peer: &str) -> Answer {
+        if failures_to_say().is_some() {
+            crate::log_info!(
+                "serve: client {peer} sent SaslHandshake v0 (bare SASL tokens), which is not spoken here; closed"
+            );
+        }
+        handshake_answer(
+            ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+            self.cfg
+                .mechanisms
+                .iter()
+                .map(|m| m.name().to_string())
+                .collect(),
+            true,
+        )
+    }
+
     /// SaslHandshake v1: the mechanism named must be one this listener offers.
-    pub fn handshake(&mut self, body: &[u8]) -> Result<Answer> {
+    pub fn handshake(&mut self, body: &[u8], peer: &str) -> Result<Answer> {
         let wanted = sasl::decode_handshake_request(body)?;
         let offered: Vec<String> = self
             .cfg
@@ -101,9 +126,12 @@ impl Authenticator {
                 Ok(handshake_answer(ErrorCode::NONE, offered, false))
             }
             None => {
-                crate::log_info!(
-                    "serve: a client asked for SASL mechanism `{wanted}`, which is not offered"
-                );
+                if failures_to_say().is_some() {
+                    crate::log_info!(
+                        "serve: client {peer} asked for SASL mechanism {}, which is not offered",
+                        shown(&wanted)
+                    );
+                }
                 Ok(handshake_answer(
                     ErrorCode::UNSUPPORTED_SASL_MECHANISM,
                     offered,
@@ -124,8 +152,10 @@ impl Authenticator {
         let failed = |mech: SaslMechanism, user: &str, why: &str| {
             if let Some(quiet) = failures_to_say() {
                 crate::log_warn!(
-                    "serve: client {peer} failed {} authentication as `{user}`: {why}{}",
+                    "serve: client {peer} failed {} authentication as {}: {}{}",
                     mech.name(),
+                    shown(user),
+                    why.escape_debug(),
                     if quiet > 0 {
                         format!(" ({quiet} more failure(s) since the last such line)")
                     } else {
@@ -165,7 +195,13 @@ impl Authenticator {
                     ));
                 };
                 if self.cfg.users.verify_plain(&user, &password) {
-                    self.done(&user, SaslMechanism::Plain, peer);
+                    if !self.done(&user, SaslMechanism::Plain, peer) {
+                        return Ok(failed(
+                            SaslMechanism::Plain,
+                            &user,
+                            "re-authenticated as another user",
+                        ));
+                    }
                     Ok(ok(Vec::new()))
                 } else {
                     Ok(failed(
@@ -191,10 +227,10 @@ impl Authenticator {
             State::ScramFinal(server, mech) => {
                 let user = server.username().to_string();
                 match server.client_final(bytes) {
-                    Ok(last) => {
-                        self.done(&user, mech, peer);
-                        Ok(ok(last.into_bytes()))
+                    Ok(_) if !self.done(&user, mech, peer) => {
+                        Ok(failed(mech, &user, "re-authenticated as another user"))
                     }
+                    Ok(last) => Ok(ok(last.into_bytes())),
                     Err(ScramError::AuthenticationFailed) => {
                         Ok(failed(mech, &user, "unknown user or wrong password"))
                     }
@@ -204,30 +240,34 @@ impl Authenticator {
         }
     }
 
-    fn done(&mut self, user: &str, mech: SaslMechanism, peer: &str) {
+    /// Records a successful authentication; `false` (the connection is to fail and close)
+    /// when it re-authenticated as another user, which Kafka refuses too.
+    fn done(&mut self, user: &str, mech: SaslMechanism, peer: &str) -> bool {
         let again = self.principal.is_some();
         if let Some(before) = &self.principal
             && before != user
         {
-            // Kafka refuses a re-authentication as someone else; so does this listener, by
-            // keeping the connection's first principal and closing on its next request.
             crate::log_warn!(
-                "serve: client {peer} re-authenticated as `{user}`, not as `{before}`; closing it"
+                "serve: client {peer} re-authenticated as {}, not as {}; closing it",
+                shown(user),
+                shown(before)
             );
             self.principal = None;
-            return;
+            return false;
         }
         crate::log_debug!(
-            "serve: client {peer} {} as `{user}` with {}",
+            "serve: client {peer} {} as {} with {}",
             if again {
                 "re-authenticated"
             } else {
                 "authenticated"
             },
+            shown(user),
             mech.name()
         );
         self.principal = Some(user.to_string());
         self.state = State::Handshake;
+        true
     }
 }
 
@@ -249,6 +289,16 @@ fn failures_to_say() -> Option<u64> {
     let quiet = std::mem::take(&mut last.1);
     last.0 = Some(now);
     Some(quiet)
+}
+
+/// A name a client sent, as a log line may show it: quoted, control characters escaped (no
+/// forged line can follow), at most 64 characters.
+fn shown(name: &str) -> String {
+    let mut s: String = name.chars().take(64).collect();
+    if name.chars().count() > 64 {
+        s.push('…');
+    }
+    format!("{s:?}")
 }
 
 fn handshake_answer(error: ErrorCode, mechanisms: Vec<String>, close: bool) -> Answer {
@@ -294,6 +344,12 @@ mod tests {
     use super::*;
     use crate::security::scram::{SCRAM_SHA_512, ScramClient};
 
+    impl Authenticator {
+        fn admit_t(&self, api_key: i16) -> Result<()> {
+            self.admit(api_key, "127.0.0.1:1")
+        }
+    }
+
     fn cfg() -> Arc<SaslServerConfig> {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("users");
@@ -314,7 +370,7 @@ mod tests {
     fn handshake(a: &mut Authenticator, mech: &str) -> sasl::HandshakeResponse {
         let mut w = Writer::new();
         sasl::encode_handshake_request(&mut w, mech);
-        sasl::decode_handshake_response(&a.handshake(&w.buf).unwrap().body).unwrap()
+        sasl::decode_handshake_response(&a.handshake(&w.buf, "127.0.0.1:1").unwrap().body).unwrap()
     }
 
     fn round(a: &mut Authenticator, bytes: &[u8]) -> (sasl::AuthenticateResponse, bool) {
@@ -330,15 +386,15 @@ mod tests {
     #[test]
     fn only_sasl_apis_before_authentication_then_everything() {
         let mut a = Authenticator::new(cfg());
-        assert!(a.admit(ApiKey::ApiVersions.key()).is_ok());
-        let e = a.admit(ApiKey::Fetch.key()).unwrap_err().to_string();
+        assert!(a.admit_t(ApiKey::ApiVersions.key()).is_ok());
+        let e = a.admit_t(ApiKey::Fetch.key()).unwrap_err().to_string();
         assert!(e.contains("Fetch before SASL authentication"), "{e}");
         assert_eq!(handshake(&mut a, "PLAIN").error, ErrorCode::NONE);
-        assert!(a.admit(ApiKey::Metadata.key()).is_err());
+        assert!(a.admit_t(ApiKey::Metadata.key()).is_err());
         let (resp, close) = round(&mut a, b"\0alice\0wonderland");
         assert_eq!((resp.error, close), (ErrorCode::NONE, false));
         assert_eq!(a.principal(), Some("alice"));
-        assert!(a.admit(ApiKey::Fetch.key()).is_ok());
+        assert!(a.admit_t(ApiKey::Fetch.key()).is_ok());
     }
 
     #[test]
@@ -387,6 +443,58 @@ mod tests {
         handshake(&mut a, "PLAIN");
         let (resp, _) = round(&mut a, b"root\0alice\0wonderland");
         assert_eq!(resp.error, ErrorCode::SASL_AUTHENTICATION_FAILED);
+    }
+
+    #[test]
+    fn re_authenticating_as_another_user_fails_and_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("users");
+        for (u, p) in [("alice", "wonderland"), ("bob", "builder")] {
+            Users::add(&f, u, &[SaslMechanism::ScramSha256], p, 4096).unwrap();
+        }
+        let cfg = Arc::new(SaslServerConfig {
+            mechanisms: SaslMechanism::ALL.to_vec(),
+            users: Users::load(&f).unwrap(),
+        });
+        let mut a = Authenticator::new(cfg);
+        handshake(&mut a, "PLAIN");
+        assert_eq!(
+            round(&mut a, b"\0alice\0wonderland").0.error,
+            ErrorCode::NONE
+        );
+        handshake(&mut a, "PLAIN");
+        let (resp, close) = round(&mut a, b"\0bob\0builder");
+        assert_eq!(
+            (resp.error, close),
+            (ErrorCode::SASL_AUTHENTICATION_FAILED, true)
+        );
+        assert_eq!(a.principal(), None);
+        assert!(a.admit_t(ApiKey::Metadata.key()).is_err());
+        // Again as the same user is fine.
+        let mut a = Authenticator::new(cfg_of(&f));
+        handshake(&mut a, "PLAIN");
+        round(&mut a, b"\0bob\0builder");
+        handshake(&mut a, "PLAIN");
+        assert_eq!(round(&mut a, b"\0bob\0builder").0.error, ErrorCode::NONE);
+        assert_eq!(a.principal(), Some("bob"));
+    }
+
+    fn cfg_of(f: &std::path::Path) -> Arc<SaslServerConfig> {
+        Arc::new(SaslServerConfig {
+            mechanisms: SaslMechanism::ALL.to_vec(),
+            users: Users::load(f).unwrap(),
+        })
+    }
+
+    #[test]
+    fn names_from_clients_are_quoted_escaped_and_cut_in_log_lines() {
+        assert_eq!(shown("alice"), "\"alice\"");
+        let forged = "X\n<0>2099-01-01 ERROR [main] FORGED";
+        let s = shown(forged);
+        assert!(!s.contains('\n'), "{s}");
+        assert!(s.contains("\\n"), "{s}");
+        let long = "a".repeat(1000);
+        assert!(shown(&long).chars().count() < 70);
     }
 
     #[test]

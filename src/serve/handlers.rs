@@ -88,10 +88,12 @@ pub fn advertised() -> impl Iterator<Item = (i16, i16, i16)> {
     served.chain(refused)
 }
 
-/// The SASL APIs a SASL listener adds (SaslHandshake v1 only: v0's bare tokens are not
-/// spoken).
+/// The SASL APIs a SASL listener adds. SaslHandshake is listed from v0, as Kafka lists it
+/// (librdkafka before 2.2 takes a range without v0 for no SaslHandshake at all), but a v0
+/// handshake — after which Kafka expects bare SASL tokens, not SaslAuthenticate — is
+/// answered with UNSUPPORTED_SASL_MECHANISM and closed: only v1 is spoken.
 pub const SASL_SERVED: [(ApiKey, i16, i16); 2] = [
-    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 

@@ -307,7 +307,17 @@ impl std::fmt::Display for Closed {
 
 impl std::error::Error for Closed {}
 
-fn read_frame(stream: &mut Stream, max: i32, buf: &mut Vec<u8>) -> Result<()> {
+fn read_frame(stream: &mut Stream, max: i32, idle: Duration, buf: &mut Vec<u8>) -> Result<()> {
+    // Over TLS one read may take many socket reads (a record dripped a byte at a time): the
+    // deadlines bound the socket reads themselves. The size must come within the idle
+    // timeout, the rest within FRAME_DEADLINE of it.
+    stream.set_deadline(Some(Instant::now() + idle));
+    let framed = read_frame_within(stream, max, buf);
+    stream.set_deadline(None);
+    framed
+}
+
+fn read_frame_within(stream: &mut Stream, max: i32, buf: &mut Vec<u8>) -> Result<()> {
     let mut size = [0u8; 4];
     stream.read_exact(&mut size).map_err(|_| Closed::Eof)?;
     let size = i32::from_be_bytes(size);
@@ -318,6 +328,7 @@ fn read_frame(stream: &mut Stream, max: i32, buf: &mut Vec<u8>) -> Result<()> {
     // idle timeout does not keep its slot), and the buffer grows only as bytes arrive (an
     // announced size costs nothing until it is sent).
     let deadline = Instant::now() + FRAME_DEADLINE;
+    stream.set_deadline(Some(deadline));
     let want = size as usize;
     buf.clear();
     let mut chunk = [0u8; 64 << 10];
@@ -372,7 +383,12 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
         stream
             .tcp()
             .set_read_timeout(Some(shared.opts.idle_timeout))?;
-        match read_frame(&mut stream, shared.opts.max_request_bytes, &mut frame) {
+        match read_frame(
+            &mut stream,
+            shared.opts.max_request_bytes,
+            shared.opts.idle_timeout,
+            &mut frame,
+        ) {
             Ok(()) => {}
             Err(e) if e.is::<Closed>() => return Ok(()),
             Err(e) => return Err(e),
@@ -417,7 +433,7 @@ fn answer(ctx: &Context, frame: &[u8], conn: &mut ConnState) -> Result<Option<Ve
     let correlation_id = r.i32("correlation_id")?;
     r.nullable_string(false, "client_id")?;
     if let Some(a) = &conn.auth {
-        a.admit(api_key)?;
+        a.admit(api_key, &conn.peer)?;
         if let Some(&(api, min, max)) = handlers::SASL_SERVED
             .iter()
             .find(|(a, _, _)| a.key() == api_key)
@@ -429,8 +445,10 @@ fn answer(ctx: &Context, frame: &[u8], conn: &mut ConnState) -> Result<Option<Ve
             }
             let body = frame.get(r.position()..).unwrap_or_default();
             let a = conn.auth.as_mut().context("SASL state")?;
-            let answered = if api == ApiKey::SaslHandshake {
-                a.handshake(body)?
+            let answered = if api == ApiKey::SaslHandshake && version == 0 {
+                a.refuse_v0_handshake(&conn.peer)
+            } else if api == ApiKey::SaslHandshake {
+                a.handshake(body, &conn.peer)?
             } else {
                 a.authenticate(body, version, &conn.peer)?
             };
