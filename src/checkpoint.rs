@@ -59,10 +59,17 @@ fn write_atomic(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<()> {
     let mut tmp_name = name.to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
+    let mut opts = OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    if let Some(mode) = mode {
+        // A secret's temporary file is its owner's from the first byte, and a symlink planted
+        // at its name is not followed.
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&tmp);
+        opts.mode(mode)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    }
+    let f = opts
         .open(&tmp)
         .with_context(|| format!("failed to create `{}`", tmp.display()))?;
     if let Some(mode) = mode {

@@ -726,15 +726,15 @@ impl Config {
             );
         }
         if let Some(u) = &sec.sasl_username
-            && (u.is_empty() || u.contains(['\0', ',', '=']))
+            && (u.is_empty() || u.contains('\0'))
         {
             bail!(
-                "{}key `security.sasl_username`: must be non-empty, without NUL, `,` or `=`",
+                "{}key `security.sasl_username`: must be non-empty, without NUL",
                 at(&["security.sasl_username"])
             );
         }
         if let Some(f) = &sec.sasl_password_file {
-            crate::security::check_secret_file(f).with_context(|| {
+            crate::security::read_secret(f).map(drop).with_context(|| {
                 format!(
                     "{}key `security.sasl_password_file`",
                     at(&["security.sasl_password_file"])

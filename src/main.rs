@@ -50,7 +50,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower repair --config FILE\n\nWith the daemon stopped (it takes the data-dir lock as `run` does), compares each\nfollowed partition with its leader as `verify --against-leader` does and re-fetches\nexactly what is missing or damaged: a hole becomes a segment of its own, named by its\nfirst offset; a segment with damaged or differing batches is rewritten from the\nleader's batches for its offset range (its old bytes kept in damaged/). Every fetched\nbatch is CRC-checked before it is written; files are written to a staging folder,\nfsynced and renamed into place; no other segment is touched. Prints one line per step.\nExit 0 when everything was repaired or nothing needed it, 1 when something could not\nbe (the leader no longer has it, the leader is unreachable, ...), 2 on a bad config.\n"
         }
         "serve" => {
-            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS (serve.protocol = \"SSL\" in FILE), listen on loopback or a trusted\nnetwork.\n"
+            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS and SASL (serve.protocol = \"SASL_SSL\" in FILE, or SSL, or\nSASL_PLAINTEXT), listen on loopback or a trusted network.\n"
         }
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
@@ -523,7 +523,9 @@ fn add_user(args: &Args) -> Result<ExitCode, String> {
     if mechanisms.is_empty() {
         mechanisms = vec![SaslMechanism::ScramSha256, SaslMechanism::ScramSha512];
     }
-    let iterations = args.num::<u32>("iterations")?.unwrap_or(8192);
+    let iterations = args
+        .num::<u32>("iterations")?
+        .unwrap_or(replica_follower::security::scram::DEFAULT_ITERATIONS);
     if !(scram::MIN_ITERATIONS..=scram::MAX_ITERATIONS).contains(&iterations) {
         return Err(format!(
             "--iterations must be between {} and {}",

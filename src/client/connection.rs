@@ -30,6 +30,9 @@ use std::time::{Duration, Instant};
 /// Short enough that a shutdown waiting on a connect attempt still ends in seconds.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a TLS handshake with a broker may take (Kafka's
+/// `socket.connection.setup.timeout.ms`).
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How much a receive buffer grows by at a time, beyond what it already has.
 const RECV_CHUNK: usize = 1 << 20;
 
@@ -185,8 +188,23 @@ impl BrokerConnection {
             None => Stream::Plain(stream),
             Some(tls) => {
                 let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-                Stream::client(stream, tls, host, request_timeout)
-                    .map_err(plain)
+                // Kafka's socket.connection.setup.timeout.ms (10 s) bounds the handshake: a
+                // PLAINTEXT listener reads the ClientHello as a huge frame and never answers.
+                let within = request_timeout.min(TLS_HANDSHAKE_TIMEOUT);
+                Stream::client(stream, tls, host, within)
+                    .map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::TimedOut {
+                            std::io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "no TLS answer within {} ms: is it a PLAINTEXT listener? (check security.protocol and the port)",
+                                    within.as_millis()
+                                ),
+                            )
+                        } else {
+                            plain(e)
+                        }
+                    })
                     .with_context(|| format!("{name}: TLS handshake failed"))?
             }
         };
@@ -401,6 +419,18 @@ impl BrokerConnection {
             let n =
                 self.read_before(deadline, &mut timeout, &mut size[got..], api, wait, got, 4)?;
             got += n;
+        }
+        if !self.stream.is_tls() && matches!(size, [0x15 | 0x16, 0x03, 0..=0x04, _]) {
+            // A TLS record header (an alert or a handshake) where a response size should be.
+            return Err(anyhow::Error::new(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the broker answered with TLS",
+            ))
+            .context(format!(
+                "{}: {} answered with TLS: it is a TLS listener (set security.protocol to SSL or SASL_SSL)",
+                self.name,
+                api.name()
+            )));
         }
         let size = i32::from_be_bytes(size);
         if size < 4 || size as usize > self.max_response_bytes {

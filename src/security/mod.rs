@@ -144,8 +144,12 @@ pub fn random_bytes(n: usize) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Refuses a secret file that is not a regular file or that its group or others may read
-/// or write (mode & 0o077), naming it and its mode.
+/// Refuses a secret file that is not a regular file or that others may read or write, or
+/// its group write (mode & 0o027), naming it and its mode. Group read (mode & 0o040) is
+/// refused too, except for a credential systemd hands the service (`LoadCredential=`, under
+/// `$CREDENTIALS_DIRECTORY` or `/run/credentials/`): systemd makes those root's, mode 0440
+/// with an ACL for the service's user where the file system has ACLs, in a directory only
+/// the service can enter.
 pub fn check_secret_file(path: &Path) -> Result<()> {
     let md =
         std::fs::metadata(path).with_context(|| format!("cannot read `{}`", path.display()))?;
@@ -153,13 +157,20 @@ pub fn check_secret_file(path: &Path) -> Result<()> {
         bail!("`{}` is not a regular file", path.display());
     }
     let mode = md.mode() & 0o777;
-    if mode & 0o077 != 0 {
+    if mode & refused_bits(path, std::env::var_os("CREDENTIALS_DIRECTORY").as_deref()) != 0 {
         bail!(
             "`{}` has mode {mode:04o}: a secret must not be readable by group or others (chmod 600 it)",
             path.display()
         );
     }
     Ok(())
+}
+
+/// The mode bits a secret at `path` must not have (see [`check_secret_file`]).
+fn refused_bits(path: &Path, credentials_dir: Option<&std::ffi::OsStr>) -> u32 {
+    let credential = credentials_dir.is_some_and(|d| !d.is_empty() && path.starts_with(d))
+        || path.starts_with("/run/credentials/");
+    if credential { 0o027 } else { 0o077 }
 }
 
 /// The secret in `path` (checked as [`check_secret_file`] does): its first line, without the
@@ -193,6 +204,24 @@ mod tests {
         let (a, b) = (random_bytes(32).unwrap(), random_bytes(32).unwrap());
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_systemd_credential_may_be_group_readable_as_systemd_makes_it() {
+        let dir = Some(std::ffi::OsStr::new("/run/credentials/rf.service"));
+        let cred = Path::new("/run/credentials/rf.service/kafka-password");
+        assert_eq!(0o440 & refused_bits(cred, dir), 0);
+        assert_ne!(0o444 & refused_bits(cred, dir), 0, "others may not read it");
+        assert_ne!(
+            0o460 & refused_bits(cred, dir),
+            0,
+            "the group may not write it"
+        );
+        let elsewhere = Path::new("/etc/replica-follower/kafka-password");
+        assert_ne!(0o440 & refused_bits(elsewhere, dir), 0);
+        let custom = Some(std::ffi::OsStr::new("/var/creds"));
+        assert_eq!(0o440 & refused_bits(Path::new("/var/creds/pw"), custom), 0);
+        assert_ne!(0o440 & refused_bits(Path::new("/var/credsX/pw"), custom), 0);
     }
 
     #[test]

@@ -28,6 +28,9 @@ use std::fmt;
 /// a server asking fewer is refused by the client (a weak credential), and so is one asking
 /// more (a hostile server could make the client burn CPU).
 pub const MIN_ITERATIONS: u32 = 4096;
+/// What `add-user` uses unless told otherwise; also what an unknown user appears to have,
+/// so that neither the work done nor the server-first message tells it from a known one.
+pub const DEFAULT_ITERATIONS: u32 = 8192;
 pub const MAX_ITERATIONS: u32 = 16384;
 
 /// Random bytes in a nonce (base64: 32 printable characters, none of them `,`).
@@ -478,7 +481,7 @@ impl ScramServer {
         let credential = lookup(&username);
         let (salt, iterations) = match &credential {
             Some(c) => (c.salt.clone(), c.iterations),
-            None => (fake_salt(hash, &username), MIN_ITERATIONS),
+            None => (fake_salt(hash, &username), DEFAULT_ITERATIONS),
         };
         let nonce = format!("{client_nonce}{server_nonce}");
         let server_first = format!("r={nonce},s={},i={iterations}", base64::encode(&salt));

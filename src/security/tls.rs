@@ -66,10 +66,33 @@ pub fn load_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>
     Ok(certs)
 }
 
+/// A private key others may read is warned of, once per file (not refused: Debian's keys
+/// are often 0640 with a group of readers, and the group is the operator's choice).
+fn warn_if_world_readable(path: &Path, key: &str) {
+    use std::os::unix::fs::MetadataExt;
+    static WARNED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let Ok(md) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = md.mode() & 0o777;
+    if mode & 0o007 == 0 {
+        return;
+    }
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if !warned.iter().any(|p| p == path) {
+        warned.push(path.to_path_buf());
+        crate::log_warn!(
+            "key `{key}`: the private key `{}` has mode {mode:04o}, readable by every user of this machine (chmod 600 it, or 640 with a group only the service is in)",
+            path.display()
+        );
+    }
+}
+
 /// The private key in the PEM file `path` (PKCS#8, PKCS#1 or SEC1).
 fn load_key(path: &Path, key: &str) -> Result<PrivateKeyDer<'static>> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("key `{key}`: cannot read `{}`", path.display()))?;
+    warn_if_world_readable(path, key);
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
         anyhow!(
             "key `{key}`: no readable private key in `{}` (PEM PKCS#8, PKCS#1 or SEC1 expected, unencrypted): {e}",

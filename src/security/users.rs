@@ -16,7 +16,9 @@
 
 use super::base64;
 use super::ct_eq;
-use super::scram::{MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_SHA_256, ScramCredential, ScramHash};
+use super::scram::{
+    DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_SHA_256, ScramCredential, ScramHash,
+};
 use crate::config::SaslMechanism;
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
@@ -196,7 +198,7 @@ impl Users {
                 std::hint::black_box(SCRAM_SHA_256.credential(
                     password,
                     b"unknown",
-                    MIN_ITERATIONS,
+                    DEFAULT_ITERATIONS,
                 ));
                 false
             }
