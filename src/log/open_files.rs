@@ -118,7 +118,6 @@ impl Lru {
     }
 }
 
-
 /// The cache; see the module doc.
 pub struct FileCache {
     /// Most files held open at once (callers that pin more than this go over it for as long
@@ -183,7 +182,9 @@ impl FileCache {
     }
 
     fn close_all(&self, taken: Vec<(u64, Slot)>) {
-        taken.into_iter().for_each(|(_, slot)| self.close_slot(slot));
+        taken
+            .into_iter()
+            .for_each(|(_, slot)| self.close_slot(slot));
     }
 
     /// Closes a file taken out of the cache (call without its lock): fsynced first when it
@@ -505,7 +506,10 @@ mod tests {
         assert!(a.get(10).is_ok(), "same file, same length");
         a.close();
         let e = a.get(7).unwrap_err();
-        assert!(format!("{e:#}").contains("holds 10 bytes on reopening"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("holds 10 bytes on reopening"),
+            "{e:#}"
+        );
         // Replaced by a file of the same length (made before the old one goes, so not
         // sharing its inode number).
         let tmp = dir.path().join("a.tmp");

@@ -94,7 +94,7 @@ pub struct PartitionLog {
 /// while the fetcher goes on appending.
 #[derive(Debug)]
 pub struct FlushTicket {
-    files: Vec<(std::sync::Arc<std::fs::File>, PathBuf)>,
+    files: Vec<super::segment::FileToSync>,
     target: i64,
     generation: u64,
     /// The segment flushed and where its fsync began.

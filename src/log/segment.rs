@@ -87,6 +87,9 @@ pub fn set_aside(dir: &Path, base: i64, suffix: &str) -> Result<PathBuf> {
     Ok(log_target)
 }
 
+/// A descriptor to fsync outside the partition lock, and the file's path for messages.
+pub type FileToSync = (Arc<File>, PathBuf);
+
 /// Parses `00000000000000000123.log` into 123.
 pub fn parse_base_offset(name: &str, suffix: &str) -> Option<i64> {
     let stem = name.strip_suffix(suffix)?.strip_suffix('.')?;
@@ -543,8 +546,8 @@ impl Segment {
         let mark = self.mark();
         // Held to the end of the append, the rollback included: the descriptor stays open.
         let file = self.file_for_write()?;
-        let written = fault::write_all_at(Step::Append, &file, bytes, mark.size)
-            .with_context(|| {
+        let written =
+            fault::write_all_at(Step::Append, &file, bytes, mark.size).with_context(|| {
                 format!(
                     "failed to append {} bytes to `{}`",
                     bytes.len(),
@@ -629,7 +632,7 @@ impl Segment {
     /// both indexes, to be fsynced by the caller outside the partition lock, and the mark to
     /// give [`Self::synced`] once they are. The log's descriptor is the cached one, held (so
     /// not closed) until the caller drops it.
-    pub fn prepare_flush(&mut self) -> Result<(Vec<(Arc<File>, PathBuf)>, SyncMark)> {
+    pub fn prepare_flush(&mut self) -> Result<(Vec<FileToSync>, SyncMark)> {
         self.offset_index.flush(false)?;
         self.time_index.flush(false)?;
         let log = self.file()?;
