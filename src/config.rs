@@ -327,6 +327,19 @@ pub struct LogSection {
     pub flush_interval_ms: i64,
     /// Appends pause below this much free space on the data dir's filesystem; 0: off.
     pub min_free_bytes: u64,
+    /// Most segment files held open at once across every partition; `None`: from the soft
+    /// open-file limit at start ([`crate::log::open_files::default_budget`]).
+    #[serde(deserialize_with = "some_positive_usize")]
+    pub max_open_files: Option<usize>,
+}
+
+impl LogSection {
+    /// `max_open_files`, or its default for the open-file limit this process has now.
+    pub fn max_open_files(&self) -> usize {
+        self.max_open_files.unwrap_or_else(|| {
+            crate::log::open_files::default_budget(crate::log::descriptors::soft_limit())
+        })
+    }
 }
 
 impl Default for LogSection {
@@ -339,6 +352,7 @@ impl Default for LogSection {
             retention_ms: -1,
             flush_interval_ms: 1000,
             min_free_bytes: 256 << 20,
+            max_open_files: None,
         }
     }
 }
@@ -519,6 +533,10 @@ fn positive_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
         return Err(de::Error::custom(format!("must be ≥ 1, got {v}")));
     }
     usize::try_from(v).map_err(|_| de::Error::custom(format!("{v} is too large")))
+}
+
+fn some_positive_usize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    positive_usize(d).map(Some)
 }
 
 /// Whether `s` is `host:port` with a port number (the host is not resolved).

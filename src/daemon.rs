@@ -531,6 +531,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     let security = ClientSecurity::from_section(&cfg.security)?;
     // Before anything in the data dir is touched (recovery, markers, checkpoints).
     check_brokers_at_start(&cfg, &security)?;
+    // Before any log is loaded: loading opens every active segment.
+    crate::log::open_files::shared().set_budget(cfg.log.max_open_files());
     let logs = Arc::new(
         LogManager::open(&cfg.data_dir, cfg.log_config())?
             .with_min_free_bytes(cfg.log.min_free_bytes),

@@ -1,5 +1,7 @@
-//! Out of file descriptors: 1,000 partitions under an open-file limit of 256. The daemon
-//! creates only the logs the limit allows (each keeps its active segment open), leaves no
+//! Out of file descriptors: 1,000 partitions under an open-file limit of 256, with
+//! `log.max_open_files` set far above it (so each log keeps its active segment open, as when
+//! the budget is misconfigured; tests/open_files_budget.rs covers the default). The daemon
+//! creates only the logs the limit allows, leaves no
 //! half-made partition directory, says so once with the limit and how to raise it, and once
 //! the limit is raised (`prlimit --pid`) creates and follows every partition by itself.
 
@@ -59,7 +61,7 @@ fn a_thousand_partitions_under_256_descriptors_wait_calmly_and_follow_once_raise
         &data,
         &leader.addr(),
         &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n\
+        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\nmax_open_files = 100000\n\
          [checkpoint]\ninterval_ms = 200\n",
     );
     let mut d = support::Daemon::start_wrapped(&cfg, &[], &["prlimit", "--nofile=256:4096", "--"]);

@@ -1070,6 +1070,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 shared.add_partitions(states);
             }
         }
+        self.logs.note_open_files();
         if waiting > 0 {
             self.report_error_once(Said::Descriptors, || {
                 format!(

@@ -1,8 +1,10 @@
 //! File descriptors: the process's soft limit, how many are open, and whether an error is
-//! the limit being reached (EMFILE, or ENFILE for the whole system). Each partition keeps
-//! its active segment open, so the number of partitions a daemon can create is bounded by
-//! the limit; new logs are created only while [`RESERVE`] descriptors stay free for
-//! checkpoints, flushes and connections.
+//! the limit being reached (EMFILE, or ENFILE for the whole system). Segment files are held
+//! open within `log.max_open_files` ([`super::open_files`]); when that budget fits under the
+//! limit, a new partition costs no lasting descriptor. When it does not (a budget set above
+//! the limit), each partition keeps its active segment open, so the number of partitions a
+//! daemon can create is bounded by the limit: new logs are created only while [`RESERVE`]
+//! descriptors stay free for checkpoints, flushes and connections.
 
 /// Descriptors kept free for checkpoint files, index flushes and broker connections.
 pub const RESERVE: u64 = 64;
@@ -26,10 +28,19 @@ pub fn open_count() -> Option<u64> {
         .map(|d| d.count() as u64)
 }
 
-/// How many more partition logs may be created now (`u64::MAX` when nothing is known).
+/// How many more partition logs may be created now (`u64::MAX` when nothing is known, or
+/// when open segment files are bounded below the limit and descriptors are free now).
 pub fn log_budget() -> u64 {
     match (soft_limit(), open_count()) {
-        (Some(limit), Some(open)) => limit.saturating_sub(open).saturating_sub(RESERVE),
+        (Some(limit), Some(open)) => {
+            let free = limit.saturating_sub(open).saturating_sub(RESERVE);
+            let files = super::open_files::shared().budget() as u64;
+            if files.saturating_add(RESERVE) <= limit && free > 0 {
+                u64::MAX
+            } else {
+                free
+            }
+        }
         _ => u64::MAX,
     }
 }
@@ -69,8 +80,17 @@ pub fn report(what: &str) {
 pub fn advice() -> String {
     let limit = soft_limit().map_or_else(|| "unknown".to_string(), |l| l.to_string());
     format!(
-        "the open-file limit ({limit}, with {RESERVE} kept free) is reached: each partition keeps its active segment open; raise it (LimitNOFILE= in the systemd unit, `ulimit -n`, or `prlimit --pid`) and the waiting partitions are created by themselves"
+        "the open-file limit ({limit}, with {RESERVE} kept free) is reached: segment files are held open up to log.max_open_files ({}); raise the limit (LimitNOFILE= in the systemd unit, `ulimit -n`, or `prlimit --pid`) or lower log.max_open_files, and the waiting partitions are created by themselves",
+        budget_text()
     )
+}
+
+/// `log.max_open_files` as in effect, for messages.
+fn budget_text() -> String {
+    match super::open_files::shared().budget() {
+        usize::MAX => "unbounded".to_string(),
+        n => n.to_string(),
+    }
 }
 
 #[cfg(test)]

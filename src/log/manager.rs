@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -128,6 +128,8 @@ pub struct LogManager {
     on_failed: Mutex<Option<FailureListener>>,
     /// Notified by the fetchers after each append; waited on by the serving side.
     appended: Arc<AppendSignal>,
+    /// Set once it was said that segment files are opened on demand.
+    said_on_demand: AtomicBool,
 }
 
 /// Called with a partition, why, and whether it was not failed before, each time a storage
@@ -218,7 +220,7 @@ impl LogManager {
                 .with_context(|| format!("failed to remove `{}`", marker.display()))?;
             fsync_dir(data_dir)?;
         }
-        Ok(LogManager {
+        let manager = LogManager {
             data_dir: data_dir.to_path_buf(),
             config,
             logs: RwLock::new(logs),
@@ -226,7 +228,27 @@ impl LogManager {
             disk: DiskSpace::new(data_dir, 0),
             on_failed: Mutex::new(None),
             appended: Arc::default(),
-        })
+            said_on_demand: AtomicBool::new(false),
+        };
+        manager.note_open_files();
+        Ok(manager)
+    }
+
+    /// Says once (INFO) when the partitions' active segments outnumber `log.max_open_files`:
+    /// from then on idle partitions' files are closed and reopened on demand. Called once the
+    /// logs are loaded, and by the fetcher manager after each round that created logs.
+    pub fn note_open_files(&self) {
+        let partitions = self
+            .logs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        let budget = super::open_files::shared().budget();
+        if partitions > budget && !self.said_on_demand.swap(true, Ordering::SeqCst) {
+            crate::log_info!(
+                "{partitions} partitions, {budget} descriptors allowed: segment files are opened on demand (log.max_open_files)"
+            );
+        }
     }
 
     pub fn data_dir(&self) -> &Path {

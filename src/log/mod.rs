@@ -21,6 +21,7 @@ pub mod index_file;
 pub mod loader;
 pub mod manager;
 pub mod offset_index;
+pub mod open_files;
 pub mod partition;
 #[cfg(test)]
 mod partition_tests;

@@ -90,12 +90,16 @@ pub struct PartitionLog {
 }
 
 /// A flush begun under the partition lock and finished outside it: the fsyncs run on
-/// duplicated descriptors while the fetcher goes on appending.
+/// descriptors the ticket holds (the segment's own, kept open meanwhile, and the indexes')
+/// while the fetcher goes on appending.
 #[derive(Debug)]
 pub struct FlushTicket {
-    files: Vec<(std::fs::File, PathBuf)>,
+    files: Vec<super::segment::FileToSync>,
     target: i64,
     generation: u64,
+    /// The segment flushed and where its fsync began.
+    segment: i64,
+    mark: super::open_files::SyncMark,
 }
 
 impl FlushTicket {
@@ -578,17 +582,24 @@ impl PartitionLog {
         if self.recovery_point >= target {
             return Ok(None);
         }
-        let files = self.active_mut().prepare_flush()?;
+        let segment = self.active().base_offset;
+        let (files, mark) = self.active_mut().prepare_flush()?;
         Ok(Some(FlushTicket {
             files,
             target,
             generation: self.generation,
+            segment,
+            mark,
         }))
     }
 
     /// Moves the recovery point to what a synced ticket covered, unless a truncation came
     /// in between (then the next flush covers it).
     pub fn finish_flush(&mut self, ticket: FlushTicket) {
+        // Whatever happened meanwhile, the writes before the mark are on disk now.
+        if let Some(seg) = self.segments.get(&ticket.segment) {
+            seg.synced(ticket.mark);
+        }
         if ticket.generation == self.generation {
             self.recovery_point = self
                 .recovery_point

@@ -11,14 +11,15 @@
 
 use super::fault::{self, Step};
 use super::offset_index::OffsetIndex;
+use super::open_files::{self, SegmentFile, SyncMark};
 use super::segment_reader::SegmentReader;
 use super::time_index::TimeIndex;
 use super::txn_index::TxnIndex;
 use crate::record::{BatchHeader, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The largest tail recovery cuts as a torn write without keeping it aside: a crash tears at
 /// most the batch being appended (Kafka's default `max.message.bytes` is 1 MiB).
@@ -86,6 +87,9 @@ pub fn set_aside(dir: &Path, base: i64, suffix: &str) -> Result<PathBuf> {
     Ok(log_target)
 }
 
+/// A descriptor to fsync outside the partition lock, and the file's path for messages.
+pub type FileToSync = (Arc<File>, PathBuf);
+
 /// Parses `00000000000000000123.log` into 123.
 pub fn parse_base_offset(name: &str, suffix: &str) -> Option<i64> {
     let stem = name.strip_suffix(suffix)?.strip_suffix('.')?;
@@ -99,9 +103,10 @@ pub fn parse_base_offset(name: &str, suffix: &str) -> Option<i64> {
 pub struct Segment {
     pub base_offset: i64,
     log_path: PathBuf,
-    /// Open while the segment is active (or being recovered); an inactive segment's file is
-    /// closed and reopened on demand, so descriptors grow with partitions, not segments.
-    log: Option<File>,
+    /// Kept open while the segment is active (or being recovered), within the process's
+    /// budget of open segment files ([`open_files`]); an inactive segment's file is closed.
+    /// Either is reopened on demand, so descriptors grow with neither partitions nor segments.
+    log: SegmentFile,
     /// Bytes of whole batches in the log. Invariant: equals the file length after every call.
     size: u64,
     pub offset_index: OffsetIndex,
@@ -182,13 +187,7 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Self> {
         let (lp, ip, tp) = Self::paths(dir, base_offset);
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&lp)
-            .with_context(|| format!("failed to create segment `{}`", lp.display()))?;
+        let log = SegmentFile::create(open_files::shared(), &lp)?;
         let offset_index = OffsetIndex::create(&ip, base_offset)?;
         if let Some(e) = fault::hit(Step::Roll) {
             return Err(e).with_context(|| format!("failed to create `{}`", tp.display()));
@@ -197,7 +196,7 @@ impl Segment {
         Ok(Segment {
             base_offset,
             log_path: lp,
-            log: Some(log),
+            log,
             size: 0,
             offset_index,
             time_index,
@@ -251,15 +250,7 @@ impl Segment {
         rescan: bool,
     ) -> Result<(Self, Option<RecoveryResult>)> {
         let (lp, ip, tp) = Self::paths(dir, base_offset);
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&lp)
-            .with_context(|| format!("failed to open segment `{}`", lp.display()))?;
-        let size = log
-            .metadata()
-            .with_context(|| format!("failed to stat `{}`", lp.display()))?
-            .len();
+        let (log, size) = SegmentFile::open(open_files::shared(), &lp)?;
         let indexes = if recover {
             None
         } else {
@@ -295,7 +286,7 @@ impl Segment {
         let mut seg = Segment {
             base_offset,
             log_path: lp,
-            log: Some(log),
+            log,
             size,
             offset_index,
             time_index,
@@ -512,7 +503,7 @@ impl Segment {
             );
         }
         if truncated > 0 {
-            self.file()?
+            self.file_for_write()?
                 .set_len(valid)
                 .with_context(|| format!("failed to truncate `{}`", self.log_path.display()))?;
             self.size = valid;
@@ -553,8 +544,10 @@ impl Segment {
             bail!("segment `{}` would pass 4 GiB", self.log_path.display());
         }
         let mark = self.mark();
-        let written = fault::write_all_at(Step::Append, self.file()?, bytes, mark.size)
-            .with_context(|| {
+        // Held to the end of the append, the rollback included: the descriptor stays open.
+        let file = self.file_for_write()?;
+        let written =
+            fault::write_all_at(Step::Append, &file, bytes, mark.size).with_context(|| {
                 format!(
                     "failed to append {} bytes to `{}`",
                     bytes.len(),
@@ -600,7 +593,7 @@ impl Segment {
     /// stays the mark's, so nothing past it is ever read.
     pub fn rollback(&mut self, mark: SegmentMark) {
         let path = self.log_path.clone();
-        let cut = self.file().and_then(|f| {
+        let cut = self.file_for_write().and_then(|f| {
             f.set_len(mark.size)
                 .with_context(|| format!("failed to cut `{}` back", path.display()))
         });
@@ -621,35 +614,42 @@ impl Segment {
 
     /// Writes pending index entries and fsyncs the log and both indexes.
     pub fn flush(&mut self) -> Result<()> {
-        // A closed file was fsynced before it was closed.
-        if let Some(f) = &self.log
-            && let Err(e) = f.sync_data()
-        {
+        // Reopened if it was closed: a file closed to make room was fsynced then, but that
+        // fsync may still be running in the thread that closed it, and only a finished fsync
+        // may move the recovery point.
+        let f = self.file()?;
+        let mark = self.log.begin_sync();
+        if let Err(e) = f.sync_data() {
             super::halt_on_fsync_error(&self.log_path, &e);
         }
+        self.log.synced(mark);
         self.txn_index.flush()?;
         self.offset_index.flush(true)?;
         self.time_index.flush(true)
     }
 
     /// Writes pending index entries (without fsync) and returns descriptors of the log and
-    /// both indexes, to be fsynced by the caller outside the partition lock.
-    pub fn prepare_flush(&mut self) -> Result<Vec<(File, PathBuf)>> {
+    /// both indexes, to be fsynced by the caller outside the partition lock, and the mark to
+    /// give [`Self::synced`] once they are. The log's descriptor is the cached one, held (so
+    /// not closed) until the caller drops it.
+    pub fn prepare_flush(&mut self) -> Result<(Vec<FileToSync>, SyncMark)> {
         self.offset_index.flush(false)?;
         self.time_index.flush(false)?;
-        let log = self
-            .file()?
-            .try_clone()
-            .with_context(|| format!("failed to duplicate `{}`", self.log_path.display()))?;
+        let log = self.file()?;
         let mut files = vec![(log, self.log_path.clone())];
         if let Some(t) = self.txn_index.take_dirty()? {
-            files.push((t, self.txn_index.path().to_path_buf()));
+            files.push((Arc::new(t), self.txn_index.path().to_path_buf()));
         }
         for p in [self.offset_index.path(), self.time_index.path()] {
             let f = File::open(p).with_context(|| format!("failed to open `{}`", p.display()))?;
-            files.push((f, p.to_path_buf()));
+            files.push((Arc::new(f), p.to_path_buf()));
         }
-        Ok(files)
+        Ok((files, self.log.begin_sync()))
+    }
+
+    /// The fsync of a [`Self::prepare_flush`] that returned `mark` has succeeded.
+    pub fn synced(&self, mark: SyncMark) {
+        self.log.synced(mark);
     }
 
     /// Where a cut at `offset` falls: the byte position and header of the first batch whose
@@ -721,7 +721,7 @@ impl Segment {
             return Ok(0);
         };
         let removed = self.size - cut;
-        self.file()?
+        self.file_for_write()?
             .set_len(cut)
             .with_context(|| format!("failed to truncate `{}`", self.log_path.display()))?;
         self.size = cut;
@@ -751,7 +751,7 @@ impl Segment {
 
     /// A streaming reader of the segment's batches from byte `from` (a batch start) to its end.
     pub fn reader(&self, from: u64) -> Result<SegmentReader> {
-        let file = match &self.log {
+        let file = match self.log.peek() {
             Some(f) => f.try_clone(),
             None => File::open(&self.log_path),
         }
@@ -764,7 +764,7 @@ impl Segment {
     pub(crate) fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; len];
-        let read = match &self.log {
+        let read = match self.log.peek() {
             Some(f) => f.read_exact_at(&mut buf, pos),
             None => File::open(&self.log_path).and_then(|f| f.read_exact_at(&mut buf, pos)),
         };
@@ -805,29 +805,21 @@ impl Segment {
     pub fn log_path(&self) -> &Path {
         &self.log_path
     }
-    /// The log file, reopened if it was closed.
-    fn file(&mut self) -> Result<&File> {
-        if self.log.is_none() {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&self.log_path)
-                .with_context(|| format!("failed to open segment `{}`", self.log_path.display()))?;
-            self.log = Some(f);
-        }
-        self.log.as_ref().context("segment file vanished")
+    /// The log file, reopened if it was closed (and then checked: the same inode, exactly
+    /// [`Self::size`] bytes long). Hold it only for the call at hand.
+    fn file(&mut self) -> Result<Arc<File>> {
+        self.log.get(self.size)
     }
 
-    /// Whether the open descriptor (if any) is still the file at the segment's path: bytes
-    /// written to a file someone unlinked would be lost without an error.
+    /// [`Self::file`] for a write (or a cut): the file counts as unsynced until a flush.
+    fn file_for_write(&mut self) -> Result<Arc<File>> {
+        self.log.get_for_write(self.size)
+    }
+
+    /// Whether the file at the segment's path is still the one this segment writes (open or
+    /// not): bytes written to a file someone unlinked would be lost without an error.
     pub fn file_is_current(&self) -> bool {
-        let Some(f) = &self.log else {
-            return true;
-        };
-        match (f.metadata(), fs::metadata(&self.log_path)) {
-            (Ok(open), Ok(on_disk)) => (open.dev(), open.ino()) == (on_disk.dev(), on_disk.ino()),
-            _ => false,
-        }
+        self.log.is_current()
     }
 
     /// Whether the segment's file is still the one this segment writes: there, the same
@@ -837,16 +829,11 @@ impl Segment {
         let path = self.log_path.clone();
         let on_disk =
             fs::metadata(&path).with_context(|| format!("segment `{}` is gone", path.display()))?;
-        if let Some(f) = &self.log {
-            let open = f
-                .metadata()
-                .with_context(|| format!("failed to stat `{}`", path.display()))?;
-            if (open.dev(), open.ino()) != (on_disk.dev(), on_disk.ino()) {
-                bail!(
-                    "segment `{}` was removed or replaced under the daemon",
-                    path.display()
-                );
-            }
+        if open_files::FileId::of(&on_disk) != self.log.identity() {
+            bail!(
+                "segment `{}` was removed or replaced under the daemon",
+                path.display()
+            );
         }
         let f = OpenOptions::new()
             .write(true)
@@ -874,7 +861,7 @@ impl Segment {
     /// evicts its indexes from memory (their entries are all on disk).
     pub fn close_file(&mut self) {
         self.may_be_torn = false;
-        self.log = None;
+        self.log.close();
         self.offset_index.evict();
         self.time_index.evict();
     }
@@ -992,6 +979,55 @@ mod tests {
             assert_eq!(it.by_ref().count() as u64 * 10, seg.next_offset() as u64);
             assert_eq!(it.end(), Some(&SetEnd::Complete));
         });
+    }
+
+    #[test]
+    fn an_evicted_segment_reopens_and_appends_where_it_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let (da, db) = (dir.path().join("a"), dir.path().join("b"));
+        fs::create_dir(&da).unwrap();
+        fs::create_dir(&db).unwrap();
+        // One descriptor for two active segments: each append closes the other's file.
+        let cache = Arc::new(open_files::FileCache::new(1));
+        let mut a = Segment::create(&da, 0, 1000, 0).unwrap();
+        a.log = SegmentFile::create(&cache, a.log_path()).unwrap();
+        let mut b = Segment::create(&db, 0, 1000, 0).unwrap();
+        b.log = SegmentFile::create(&cache, b.log_path()).unwrap();
+        let dr = dir.path().join("ref");
+        fs::create_dir(&dr).unwrap();
+        let mut ref_seg = Segment::create(&dr, 0, 1000, 0).unwrap();
+        let mut all = Vec::new();
+        for round in 0..4 {
+            all.extend(fill(&mut a, 5));
+            assert!(a.log.is_open() && !b.log.is_open(), "round {round}");
+            fill(&mut b, 3);
+            assert!(!a.log.is_open(), "round {round}");
+            fill(&mut ref_seg, 5);
+        }
+        // Closed with writes not yet fsynced: each close fsynced first.
+        assert!(cache.synced_on_close() >= 7, "{}", cache.synced_on_close());
+        a.flush().unwrap();
+        assert_eq!(fs::read(a.log_path()).unwrap(), all);
+        assert_eq!((a.next_offset(), a.size()), (200, all.len() as u64));
+        assert_eq!(
+            a.offset_index.all_entries().collect::<Vec<_>>(),
+            ref_seg.offset_index.all_entries().collect::<Vec<_>>(),
+            "indexed as one uninterrupted run"
+        );
+        // A reader of a closed file opens it itself, and a truncation reopens it.
+        b.flush().unwrap();
+        assert!(!a.log.is_open());
+        assert_eq!(a.read_at(0, all.len()).unwrap(), all);
+        a.truncate_to(100).unwrap();
+        a.flush().unwrap();
+        assert_eq!(fs::read(a.log_path()).unwrap(), all[..all.len() / 2]);
+        // A file grown behind the segment's back is refused on reopening, not appended to.
+        b.log.close();
+        append_raw(a.log_path(), b"junk").unwrap();
+        fill(&mut b, 1);
+        let (bytes, h) = batch(a.next_offset(), 10, 9000);
+        let e = a.append(&bytes, &[h]).unwrap_err();
+        assert!(format!("{e:#}").contains("on reopening"), "{e:#}");
     }
 
     #[test]
