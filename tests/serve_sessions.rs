@@ -13,64 +13,17 @@ mod support;
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::protocol::error::ErrorCode;
 use replica_follower::protocol::uuid::Uuid;
-use replica_follower::record::BatchIter;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use support::fetch_session::{self, Reply};
-use support::test_leader::TestLeader;
+use support::fetch_session::{self, Reader};
 
 const TOPIC: &str = "sessions";
 const PARTITIONS: i32 = 20;
 
-/// What a client read of each partition: its fetch offset and the bytes so far.
-#[derive(Default)]
-struct Reader {
-    offsets: BTreeMap<i32, i64>,
-    bytes: BTreeMap<i32, Vec<u8>>,
-}
-
-impl Reader {
-    /// Takes the records of `reply` (whole batches, CRCs checked); the partitions whose
-    /// fetch offset moved.
-    fn take(&mut self, reply: &Reply) -> Vec<i32> {
-        assert_eq!(reply.error, ErrorCode::NONE);
-        let mut moved = Vec::new();
-        for (topic, a) in &reply.answers {
-            assert_eq!(topic, TOPIC);
-            assert_eq!(a.error, ErrorCode::NONE, "p{}", a.partition);
-            let mut whole = 0;
-            for (h, _, b) in BatchIter::new(&a.records, usize::MAX) {
-                h.verify_crc(b).unwrap();
-                self.bytes
-                    .entry(a.partition)
-                    .or_default()
-                    .extend_from_slice(b);
-                self.offsets.insert(a.partition, h.last_offset + 1);
-                whole += b.len();
-            }
-            assert_eq!(whole, a.records.len(), "only whole batches are served");
-            if whole > 0 {
-                moved.push(a.partition);
-            }
-        }
-        moved
-    }
-
-    fn at(&self, parts: &[i32]) -> Vec<(i32, i64)> {
-        parts
-            .iter()
-            .map(|p| (*p, self.offsets.get(p).copied().unwrap_or(0)))
-            .collect()
-    }
-}
-
 #[test]
 fn incremental_fetches_answer_only_what_changed_and_session_errors_are_kafkas() {
     let t0 = Instant::now();
-    let leader = TestLeader::start(TOPIC, PARTITIONS);
-    for p in 0..PARTITIONS {
-        leader.append(p, 20, 4);
-    }
+    let leader = fetch_session::leader_of(TOPIC, PARTITIONS, 20, 4);
     let (_dir, data, addr, mut d) =
         fetch_session::serving(&leader, TOPIC, "max_fetch_sessions = 4\n");
     let all: Vec<i32> = (0..PARTITIONS).collect();
@@ -80,19 +33,7 @@ fn incremental_fetches_answer_only_what_changed_and_session_errors_are_kafkas() 
     };
     let mut conn = fetch_session::connect(&addr);
     let v = 12;
-    // Until the listener's high watermarks reach the leader's, sessionless.
-    support::wait_until(
-        Duration::from_secs(30),
-        "the served high watermarks",
-        || {
-            let at: Vec<(i32, i64)> = all.iter().map(|&p| (p, 0)).collect();
-            let r = fetch_session::send(&mut conn, v, &req(&at, &[], 0, -1, 0));
-            r.answers.len() == all.len()
-                && r.answers
-                    .iter()
-                    .all(|(_, a)| a.high_watermark == leader.log_end(a.partition))
-        },
-    );
+    fetch_session::wait_for_high_watermarks(&mut conn, &leader, TOPIC, &all);
 
     // A full fetch at epoch 0 opens a session and answers all 20.
     let mut reader = Reader::default();
@@ -259,12 +200,6 @@ fn incremental_fetches_answer_only_what_changed_and_session_errors_are_kafkas() 
     assert_eq!((r.error, r.answers.len()), (ErrorCode::NONE, 0));
 
     drop(conn);
-    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
-    let log = d.log_text();
-    let loud: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-        .collect();
-    assert!(loud.is_empty(), "{loud:?}");
+    fetch_session::stop_calmly(&mut d);
     eprintln!("wall time {:?}", t0.elapsed());
 }

@@ -7,9 +7,36 @@ use replica_follower::protocol::ApiKey;
 use replica_follower::protocol::error::ErrorCode;
 use replica_follower::protocol::fetch::{self, FetchPartition, FetchRequest};
 use replica_follower::protocol::uuid::Uuid;
+use replica_follower::record::BatchIter;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// A test leader of `topic` whose `partitions` partitions hold `records` records each, in
+/// batches of `per_batch`.
+pub fn leader_of(
+    topic: &str,
+    partitions: i32,
+    records: usize,
+    per_batch: usize,
+) -> super::test_leader::TestLeader {
+    let leader = super::test_leader::TestLeader::start(topic, partitions);
+    for p in 0..partitions {
+        leader.append(p, records, per_batch);
+    }
+    leader
+}
+
+/// Stops `d` (exit 0) and asserts it logged no WARN or ERROR line.
+pub fn stop_calmly(d: &mut super::Daemon) {
+    assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
+    let log = d.log_text();
+    let loud: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(loud.is_empty(), "{loud:?}");
+}
 
 /// A daemon following `leader`'s `topic` with `[serve]` on a free loopback port, its
 /// `serve_extra` lines added to `[serve]`: (temp dir, data dir, listener address, daemon).
@@ -151,5 +178,69 @@ pub fn send(conn: &mut BrokerConnection, version: i16, req: &FetchRequest) -> Re
                 })
             })
             .collect(),
+    }
+}
+
+/// Waits until sessionless fetches of `partitions` of `topic` see the leader's log end as
+/// the listener's high watermark.
+pub fn wait_for_high_watermarks(
+    conn: &mut BrokerConnection,
+    leader: &super::test_leader::TestLeader,
+    topic: &str,
+    partitions: &[i32],
+) {
+    let id = Uuid(leader.topic_id());
+    let at: Vec<(i32, i64)> = partitions.iter().map(|&p| (p, 0)).collect();
+    super::wait_until(
+        Duration::from_secs(30),
+        "the served high watermarks",
+        || {
+            let r = send(conn, 12, &request(topic, id, &at, &[], 0, -1, -1, 0));
+            r.answers.len() == partitions.len()
+                && r.answers
+                    .iter()
+                    .all(|(_, a)| a.high_watermark == leader.log_end(a.partition))
+        },
+    );
+}
+
+/// What a client read of each partition: its fetch offset and the bytes so far.
+#[derive(Default)]
+pub struct Reader {
+    pub offsets: BTreeMap<i32, i64>,
+    pub bytes: BTreeMap<i32, Vec<u8>>,
+}
+
+impl Reader {
+    /// Takes the records of `reply`, which must carry no error (whole batches, CRCs
+    /// checked); the partitions whose fetch offset moved.
+    pub fn take(&mut self, reply: &Reply) -> Vec<i32> {
+        assert_eq!(reply.error, ErrorCode::NONE);
+        let mut moved = Vec::new();
+        for (_, a) in &reply.answers {
+            assert_eq!(a.error, ErrorCode::NONE, "p{}", a.partition);
+            let mut whole = 0;
+            for (h, _, b) in BatchIter::new(&a.records, usize::MAX) {
+                h.verify_crc(b).unwrap();
+                self.bytes
+                    .entry(a.partition)
+                    .or_default()
+                    .extend_from_slice(b);
+                self.offsets.insert(a.partition, h.last_offset + 1);
+                whole += b.len();
+            }
+            assert_eq!(whole, a.records.len(), "only whole batches are served");
+            if whole > 0 {
+                moved.push(a.partition);
+            }
+        }
+        moved
+    }
+
+    pub fn at(&self, parts: &[i32]) -> Vec<(i32, i64)> {
+        parts
+            .iter()
+            .map(|p| (*p, self.offsets.get(p).copied().unwrap_or(0)))
+            .collect()
     }
 }
