@@ -166,6 +166,8 @@ struct Inner {
 pub struct FetchSessionCache {
     max_sessions: usize,
     max_session_partitions: usize,
+    /// [`MAX_CACHED_BYTES`], but for tests.
+    max_cached_bytes: usize,
     inner: Mutex<Inner>,
 }
 
@@ -182,8 +184,17 @@ impl FetchSessionCache {
     /// At most `max_sessions` sessions, each of at most what a request of
     /// `max_request_bytes` can name.
     pub fn new(max_sessions: usize, max_request_bytes: i32) -> FetchSessionCache {
+        Self::bounded(max_sessions, max_request_bytes, MAX_CACHED_BYTES)
+    }
+
+    fn bounded(
+        max_sessions: usize,
+        max_request_bytes: i32,
+        max_cached_bytes: usize,
+    ) -> FetchSessionCache {
         FetchSessionCache {
             max_sessions,
+            max_cached_bytes,
             max_session_partitions: (max_request_bytes.max(0) as usize
                 / MIN_PARTITION_REQUEST_BYTES)
                 .max(1),
@@ -229,6 +240,7 @@ impl FetchSessionCache {
             };
         }
         let max_partitions = self.max_session_partitions;
+        let max_bytes = self.max_cached_bytes;
         let Some(session) = inner.sessions.get_mut(&req.session_id) else {
             return Plan::Refused(ErrorCode::FETCH_SESSION_ID_NOT_FOUND);
         };
@@ -249,7 +261,7 @@ impl FetchSessionCache {
             crate::log_debug!("serve: fetch session {id} closed: it forgot every partition");
             return Plan::Sessionless;
         }
-        if partitions.len() > max_partitions || inner.bytes + grows_by > MAX_CACHED_BYTES {
+        if partitions.len() > max_partitions || inner.bytes + grows_by > max_bytes {
             inner.remove(id);
             crate::log_debug!(
                 "serve: fetch session {id} closed: {} partitions would pass the cache's bounds",
@@ -290,7 +302,7 @@ impl FetchSessionCache {
             );
             return 0;
         }
-        if inner.bytes + bytes > MAX_CACHED_BYTES {
+        if inner.bytes + bytes > self.max_cached_bytes {
             return 0;
         }
         let id = inner.new_id();
@@ -654,6 +666,92 @@ mod tests {
         assert!(late > 0);
         let ids: HashSet<i32> = cache.inner().sessions.keys().copied().collect();
         assert_eq!(ids, HashSet::from([bigger, late]));
+    }
+
+    #[test]
+    fn all_sessions_together_hold_at_most_their_byte_bound() {
+        let one = bytes_of(&parts(1));
+        let cache = FetchSessionCache::bounded(10, 1 << 20, 10 * one);
+        let t0 = Instant::now();
+        let a = cache.open(false, false, parts(6), t0);
+        assert!(a > 0);
+        assert_eq!(cache.open(false, false, parts(5), t0), 0, "past the bound");
+        let b = cache.open(false, false, parts(4), t0);
+        assert!(b > 0);
+        // Growing past it closes the session that grows.
+        assert_eq!(
+            cache.plan(&request(b, 1, &[(7, 0)], &[]), 12, t0),
+            Plan::Refused(ErrorCode::FETCH_SESSION_ID_NOT_FOUND)
+        );
+        assert_eq!(cache.inner().bytes, 6 * one);
+    }
+
+    /// Random requests, answers and openings from many clients: nothing panics, and the
+    /// byte count stays the sum of the sessions' partitions.
+    #[test]
+    fn random_clients_keep_the_cache_consistent() {
+        let cache = FetchSessionCache::bounded(5, 4096, 40 * bytes_of(&parts(1)));
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let t0 = Instant::now();
+        let mut ids = vec![0];
+        let (mut opened, mut committed) = (0, 0);
+        let mut epochs: HashMap<i32, i32> = HashMap::new();
+        for step in 0..5000u64 {
+            let now = t0 + Duration::from_secs(step / 10);
+            let named: Vec<(i32, i64)> = (0..next(8)).map(|_| (next(30) as i32, 0)).collect();
+            let forgotten: Vec<i32> = (0..next(3)).map(|_| next(30) as i32).collect();
+            let id = ids[next(ids.len() as u64) as usize];
+            // Mostly the epoch the session expects, at times any.
+            let epoch = match epochs.get(&id) {
+                Some(&e) if next(4) != 0 => e,
+                _ => next(6) as i32 - 1,
+            };
+            let req = request(id, epoch, &named, &forgotten);
+            match cache.plan(&req, 12, now) {
+                Plan::Open => {
+                    let ps = named
+                        .iter()
+                        .map(|&(p, o)| CachedPartition::new("t", part(p, o)))
+                        .collect();
+                    let new = cache.open(next(2) == 0, false, ps, now);
+                    if new > 0 {
+                        opened += 1;
+                        epochs.insert(new, 1);
+                    }
+                    ids.push(new);
+                }
+                Plan::Incremental {
+                    id,
+                    epoch,
+                    partitions,
+                } => {
+                    let sent: Vec<bool> = partitions.iter().map(|_| next(2) == 0).collect();
+                    committed +=
+                        usize::from(cache.commit(id, epoch, partitions, &sent, now).is_ok());
+                }
+                Plan::Sessionless | Plan::Refused(_) => {}
+            }
+            let inner = cache.inner();
+            assert!(inner.sessions.len() <= 5);
+            let sum: usize = inner
+                .sessions
+                .values()
+                .map(|s| bytes_of(&s.partitions))
+                .sum();
+            assert_eq!(inner.bytes, sum, "step {step}");
+            assert!(inner.bytes <= 40 * bytes_of(&parts(1)));
+            assert!(inner.sessions.values().all(|s| s.epoch >= 1));
+        }
+        assert!(
+            opened > 25 && committed > 25,
+            "{opened} opened, {committed} committed"
+        );
     }
 
     #[test]
