@@ -494,6 +494,11 @@ pub struct ServeSection {
     /// `connections.max.idle.ms`).
     #[serde(deserialize_with = "positive_i64")]
     pub idle_timeout_ms: i64,
+    /// Incremental fetch sessions (KIP-227) kept for all clients together (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`); a full fetch beyond them is answered
+    /// sessionless unless it may evict one ([`crate::serve::sessions`]).
+    #[serde(deserialize_with = "positive_usize")]
+    pub max_fetch_sessions: usize,
     /// What clients must speak: TLS (`SSL`, `SASL_SSL`) and/or SASL (`SASL_*`).
     pub protocol: SecurityProtocol,
     /// The listener's certificate chain (PEM), required with TLS.
@@ -517,6 +522,7 @@ impl Default for ServeSection {
             max_connections: 256,
             max_request_bytes: 1 << 20,
             idle_timeout_ms: 600_000,
+            max_fetch_sessions: 1000,
             protocol: SecurityProtocol::Plaintext,
             ssl_cert_file: None,
             ssl_key_file: None,
@@ -1196,6 +1202,10 @@ interval_ms = 20
             (
                 "[serve]\nidle_timeout_ms = 0\n",
                 "line 7: key `serve.idle_timeout_ms`",
+            ),
+            (
+                "[serve]\nmax_fetch_sessions = 0\n",
+                "line 7: key `serve.max_fetch_sessions`",
             ),
             ("[serve]\nnode_id = -1\n", "line 7: key `serve.node_id`"),
             ("[serve]\nport = 9\n", "line 7: key `serve.port`"),

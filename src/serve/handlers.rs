@@ -3,6 +3,7 @@
 //! itself), at the latest epoch of the partition's leader-epoch checkpoint.
 
 use super::response::Piece;
+use super::sessions::{CachedPartition, FetchSessionCache, Plan};
 use super::source::{Source, aborted_transactions, epoch_at, leader_epoch, read_batches};
 use crate::checkpoint::TopicPartition;
 use crate::log::read_view::LogView;
@@ -55,6 +56,8 @@ pub struct Context {
     pub host: String,
     pub port: i32,
     pub stopping: AtomicBool,
+    /// Incremental fetch sessions, shared by every connection.
+    pub sessions: FetchSessionCache,
 }
 
 impl Context {
@@ -458,6 +461,9 @@ fn fetch_partition(
 
 /// Answers a Fetch: whole batches below the high watermark (the last stable offset under
 /// read_committed), waiting up to max_wait_ms for min_bytes, woken by the follower's appends.
+/// v7+ fetches may open and use incremental sessions ([`super::sessions`]): an incremental
+/// answer carries only the partitions with something new, and waits like a full one when
+/// none has.
 pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece>> {
     let req = fetch::decode_request(body, version)?;
     // At v13 topics come as ids (their text, from the decoder): back to local names.
@@ -468,6 +474,33 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
             .collect()
     } else {
         BTreeMap::new()
+    };
+    let plan = ctx.sessions.plan(&req, version, Instant::now());
+    let opens = plan == Plan::Open;
+    // What to answer, in order, and how it splits into topics of the response.
+    let (mut work, runs, session) = match plan {
+        Plan::Refused(error) => return Ok(vec![Piece::Bytes(session_error(version, error))]),
+        Plan::Incremental {
+            id,
+            epoch,
+            partitions,
+        } => {
+            let runs = topic_runs(&partitions);
+            (partitions, runs, Some((id, epoch)))
+        }
+        Plan::Sessionless | Plan::Open => {
+            let work: Vec<CachedPartition> = req
+                .topics
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(|p| CachedPartition::new(t, p.clone())))
+                .collect();
+            let runs = req
+                .topics
+                .iter()
+                .map(|(t, ps)| (t.clone(), ps.len()))
+                .collect();
+            (work, runs, None)
+        }
     };
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
     let deadline = Instant::now() + wait;
@@ -480,35 +513,27 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
             files: MAX_FILES_PER_RESPONSE,
             warned: false,
         };
-        let answers: Vec<(&String, Vec<PartAnswer>)> = req
-            .topics
+        let answers: Vec<PartAnswer> = work
             .iter()
-            .map(|(topic, parts)| {
-                let name = names.get(topic).unwrap_or(topic);
-                let parts = parts
-                    .iter()
-                    .map(|p| {
-                        let mut a = fetch_partition(
-                            ctx,
-                            name,
-                            p,
-                            version,
-                            req.isolation_level,
-                            &mut budget,
-                        );
-                        if version >= 13 && !names.contains_key(topic) {
-                            a.head.error = ErrorCode(100); // UNKNOWN_TOPIC_ID
-                        }
-                        a
-                    })
-                    .collect();
-                (topic, parts)
+            .map(|c| {
+                let name = names.get(&c.topic).unwrap_or(&c.topic);
+                let mut a = fetch_partition(
+                    ctx,
+                    name,
+                    &c.fetch,
+                    version,
+                    req.isolation_level,
+                    &mut budget,
+                );
+                if version >= 13 && !names.contains_key(&c.topic) {
+                    a.head.error = ErrorCode(100); // UNKNOWN_TOPIC_ID
+                }
+                a
             })
             .collect();
-        let bytes: u64 = answers.iter().flat_map(|(_, p)| p).map(|a| a.bytes).sum();
+        let bytes: u64 = answers.iter().map(|a| a.bytes).sum();
         let settled = answers
             .iter()
-            .flat_map(|(_, p)| p)
             .any(|a| !a.head.error.is_ok() || a.head.diverging_epoch.is_some());
         let now = Instant::now();
         if bytes >= req.min_bytes.max(0) as u64
@@ -521,12 +546,44 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
         drop(answers);
         signal.wait_past(seen, deadline - now);
     };
+    let sent: Vec<bool> = work
+        .iter_mut()
+        .zip(&answers)
+        .map(|(c, a)| c.must_respond(&a.head, a.bytes > 0))
+        .collect();
+    let session_id = match session {
+        Some((id, epoch)) => match ctx.sessions.commit(id, epoch, work, &sent, Instant::now()) {
+            Ok(()) => id,
+            Err(error) => return Ok(vec![Piece::Bytes(session_error(version, error))]),
+        },
+        None if opens => {
+            ctx.sessions
+                .open(req.replica_id >= 0, version >= 13, work, Instant::now())
+        }
+        None => 0,
+    };
+    // A full answer carries every partition asked for; an incremental one only those with
+    // something new, and no topic left without partitions.
+    let incremental = session.is_some();
+    let mut topics: Vec<(String, Vec<PartAnswer>)> = Vec::with_capacity(runs.len());
+    let mut answers = answers.into_iter().zip(sent);
+    for (topic, len) in runs {
+        let parts: Vec<PartAnswer> = answers
+            .by_ref()
+            .take(len)
+            .filter(|(_, sent)| !incremental || *sent)
+            .map(|(a, _)| a)
+            .collect();
+        if !incremental || !parts.is_empty() {
+            topics.push((topic, parts));
+        }
+    }
     let mut pieces = Vec::new();
     let mut w = Writer::new();
-    fetch::encode_response_head(&mut w, version, ErrorCode::NONE, 0, answers.len());
-    for (topic, parts) in answers {
-        let id = Uuid::parse(topic).unwrap_or_default();
-        fetch::encode_topic_head(&mut w, version, topic, &id, parts.len());
+    fetch::encode_response_head(&mut w, version, ErrorCode::NONE, session_id, topics.len());
+    for (topic, parts) in topics {
+        let id = Uuid::parse(&topic).unwrap_or_default();
+        fetch::encode_topic_head(&mut w, version, &topic, &id, parts.len());
         for a in parts {
             fetch::encode_partition_head(&mut w, version, &a.head, a.bytes as usize);
             if !a.ranges.is_empty() {
@@ -540,4 +597,24 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
     fetch::encode_response_tail(&mut w, version);
     pieces.push(Piece::Bytes(w.buf));
     Ok(pieces)
+}
+
+/// A Fetch answer that is only a session error (KIP-227: no partitions, session id 0).
+fn session_error(version: i16, error: ErrorCode) -> Vec<u8> {
+    let mut w = Writer::new();
+    fetch::encode_response_head(&mut w, version, error, 0, 0);
+    fetch::encode_response_tail(&mut w, version);
+    w.buf
+}
+
+/// A session's partitions as runs of one topic, in order: (topic, how many).
+fn topic_runs(partitions: &[CachedPartition]) -> Vec<(String, usize)> {
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for p in partitions {
+        match runs.last_mut() {
+            Some((t, n)) if *t == p.topic => *n += 1,
+            _ => runs.push((p.topic.clone(), 1)),
+        }
+    }
+    runs
 }

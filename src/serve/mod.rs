@@ -6,7 +6,8 @@
 //! the daemon. Requests on a connection are answered in order, one at a time.
 //!
 //! # What it speaks
-//! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13, OffsetForLeaderEpoch
+//! ApiVersions v0–3, Metadata v1–12, ListOffsets v1–7, Fetch v4–13 (v7+ with incremental
+//! sessions, KIP-227: [`sessions`], one cache shared by every connection), OffsetForLeaderEpoch
 //! v2–4 ([`handlers`]); this node (`node_id`) leads every local partition alone. Produce,
 //! the group APIs and the admin APIs are answered with the error Kafka gives a client that
 //! may not do that, non-retriable ([`refusals`] has the table); they are advertised too, so
@@ -42,6 +43,7 @@ pub mod auth;
 pub mod handlers;
 pub mod refusals;
 pub mod response;
+pub mod sessions;
 pub mod source;
 
 use crate::config::ServeSection;
@@ -80,6 +82,8 @@ pub struct ServeOptions {
     pub max_connections: usize,
     pub max_request_bytes: i32,
     pub idle_timeout: Duration,
+    /// Incremental fetch sessions held at most ([`sessions`]).
+    pub max_fetch_sessions: usize,
     /// What clients must speak (TLS; loaded once, at start).
     pub security: ListenerSecurity,
 }
@@ -98,6 +102,7 @@ impl ServeOptions {
             max_connections: s.max_connections,
             max_request_bytes: s.max_request_bytes,
             idle_timeout: Duration::from_millis(s.idle_timeout_ms as u64),
+            max_fetch_sessions: s.max_fetch_sessions,
             security: ListenerSecurity::from_section(s)?,
         }))
     }
@@ -147,6 +152,10 @@ impl Server {
                 host,
                 port,
                 stopping: Default::default(),
+                sessions: sessions::FetchSessionCache::new(
+                    opts.max_fetch_sessions,
+                    opts.max_request_bytes,
+                ),
             },
             opts,
             open: AtomicUsize::new(0),
