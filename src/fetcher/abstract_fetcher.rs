@@ -14,6 +14,7 @@
 //! OffsetOutOfRange follows Kafka's follower rule; partitions whose leader is stale go back to
 //! the manager, which looks the leader up again.
 
+use super::fetch_session::{FetchSessionHandler, ResponseVerdict, WantedPartition};
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
@@ -398,6 +399,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     last_warned: Option<(Instant, String)>,
     /// Partitions handed back in this round, and why: said in one line, not one each.
     handed_back: Vec<(TopicPartition, String)>,
+    /// The KIP-227 session with this leader: what it holds and the next epoch.
+    session: FetchSessionHandler,
 }
 
 /// A test hook for the watchdog: with `RF_TEST_STALL_FETCHER_AFTER_MS=<ms>`, every fetcher
@@ -430,6 +433,22 @@ type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
 fn is_transport(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|c| c.downcast_ref::<std::io::Error>().is_some())
+}
+
+/// The partitions of a request's or a response's topics.
+fn partitions_in<T>(
+    topics: &[(String, Vec<T>)],
+    index: fn(&T) -> i32,
+) -> impl Iterator<Item = TopicPartition> + '_ {
+    topics.iter().flat_map(move |(t, ps)| {
+        ps.iter()
+            .map(move |p| TopicPartition::new(t.clone(), index(p)))
+    })
+}
+
+/// Whether a request names every partition it fetches (sessionless, or opening a session).
+fn is_full(req: &FetchRequest) -> bool {
+    req.session_epoch <= crate::protocol::fetch::INITIAL_EPOCH
 }
 
 /// Marks a partition not ready before now + `backoff`.
@@ -493,6 +512,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             failing_since: None,
             last_warned: None,
             handed_back: Vec::new(),
+            session: FetchSessionHandler::new(),
         }
     }
 
@@ -575,55 +595,70 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     }
 
     /// The request for every ready partition, with the fetch offsets (and last fetched
-    /// epochs) in `ahead` instead of the map's for the partitions it names.
+    /// epochs) in `ahead` instead of the map's for the partitions it names. Within a fetch
+    /// session it names only the partitions whose parameters changed (see [`fetch_session`]);
+    /// building it advances the session, so it must be sent or the session reset.
+    ///
+    /// [`fetch_session`]: super::fetch_session
     fn request_for(
-        &self,
+        &mut self,
         map: &BTreeMap<TopicPartition, PartitionFetchState>,
         ahead: &BTreeMap<TopicPartition, (i64, Option<i32>)>,
     ) -> Option<FetchRequest> {
         let now = Instant::now();
-        let mut ready: Vec<(&TopicPartition, &PartitionFetchState)> =
-            map.iter().filter(|(_, s)| s.is_ready(now)).collect();
-        // Longest without data first (a stable sort keeps the map's order among equals).
-        ready.sort_by_key(|(_, s)| s.last_data_round);
-        let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
-        let mut topic_ids = BTreeMap::new();
-        for (tp, st) in ready {
-            if let Some(id) = st.topic_id {
-                topic_ids.insert(tp.topic.clone(), id);
-            }
+        let replica = &self.replica;
+        let partition_max_bytes = self.params.partition_max_bytes;
+        let wanted = map.iter().filter(|(_, s)| s.is_ready(now)).map(|(tp, st)| {
             let (fetch_offset, epoch) = match ahead.get(tp) {
-                Some(&(o, e)) => (o, e.or_else(|| self.replica.latest_epoch(tp))),
-                None => (st.fetch_offset, self.replica.latest_epoch(tp)),
+                Some(&(o, e)) => (o, e.or_else(|| replica.latest_epoch(tp))),
+                None => (st.fetch_offset, replica.latest_epoch(tp)),
             };
-            let part = FetchPartition {
+            let data = FetchPartition {
                 partition: tp.partition,
                 current_leader_epoch: st.current_leader_epoch,
                 fetch_offset,
                 last_fetched_epoch: epoch.unwrap_or(-1),
-                log_start_offset: self.replica.log_start_offset(tp).unwrap_or(-1),
-                partition_max_bytes: self.params.partition_max_bytes,
+                log_start_offset: replica.log_start_offset(tp).unwrap_or(-1),
+                partition_max_bytes,
             };
-            match topics.iter_mut().find(|(t, _)| *t == tp.topic) {
-                Some((_, parts)) => parts.push(part),
-                None => topics.push((tp.topic.clone(), vec![part])),
-            }
-        }
-        if topics.is_empty() {
-            return None;
-        }
+            let w = WantedPartition {
+                topic_id: st.topic_id,
+                data,
+                // Longest without data first.
+                order: st.last_data_round,
+            };
+            (tp, w)
+        });
+        let built = self.session.build(wanted, now)?;
         Some(FetchRequest {
             replica_id: -1,
             max_wait_ms: self.params.max_wait_ms,
             min_bytes: self.params.min_bytes,
             max_bytes: self.params.max_bytes,
             isolation_level: self.params.isolation_level,
-            topics,
-            topic_ids,
-            session_id: 0,
-            session_epoch: crate::protocol::fetch::SESSIONLESS,
-            forgotten: Vec::new(),
+            topics: built.topics,
+            topic_ids: built.topic_ids,
+            session_id: built.session_id,
+            session_epoch: built.session_epoch,
+            forgotten: built.forgotten,
         })
+    }
+
+    /// Drops the connection; the fetch session goes with it (the next request is full).
+    fn close_leader(&mut self) {
+        self.leader.close();
+        self.session.reset();
+    }
+
+    /// Every partition a request fetches: those it names, and for an incremental request
+    /// also those the session holds.
+    fn fetched_by(&self, req: &FetchRequest) -> Vec<TopicPartition> {
+        let mut tps: std::collections::BTreeSet<TopicPartition> =
+            partitions_in(&req.topics, |p| p.partition).collect();
+        if !is_full(req) {
+            tps.extend(self.session.session_partitions().cloned());
+        }
+        tps.into_iter().collect()
     }
 
     /// Builds one request for every ready partition, or waits until one is ready (or a
@@ -665,45 +700,34 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     fn fetch_failed(&mut self, req: &FetchRequest, e: &anyhow::Error) {
         self.prefetched = None;
         let shared = self.shared.clone();
+        // Taken before the session goes with the connection.
+        let fetched = self.fetched_by(req);
         if let Some(m) = e.chain().find_map(|c| c.downcast_ref::<IdentityMismatch>()) {
             // Another cluster answers at this address: every partition goes back to the
             // manager at once, which stops fetching for the data dir (one ERROR there).
-            self.leader.close();
+            self.close_leader();
             self.in_flight = None;
             let mut map = shared.lock();
-            for (topic, parts) in &req.topics {
-                for p in parts {
-                    let tp = TopicPartition::new(topic.clone(), p.partition);
-                    if map.contains_key(&tp) {
-                        self.hand_back(&mut map, &tp, format!("identity changed: {}", m.0));
-                    }
+            for tp in &fetched {
+                if map.contains_key(tp) {
+                    self.hand_back(&mut map, tp, format!("identity changed: {}", m.0));
                 }
             }
             return;
         }
         let what = format!(
             "fetch of {} partition(s) from {}",
-            req.partition_count(),
+            fetched.len(),
             self.leader.describe()
         );
         let wait = self.note_failure(&what, e);
-        self.leader.close();
+        self.close_leader();
         self.in_flight = None;
         let mut map = shared.lock();
         let why = format!("{e:#}");
-        for (topic, parts) in &req.topics {
-            for p in parts {
-                crate::live::live().backing_off(
-                    &TopicPartition::new(topic.clone(), p.partition),
-                    "fetch_failed",
-                    &why,
-                );
-                delay(
-                    &mut map,
-                    &TopicPartition::new(topic.clone(), p.partition),
-                    wait,
-                );
-            }
+        for tp in &fetched {
+            crate::live::live().backing_off(tp, "fetch_failed", &why);
+            delay(&mut map, tp, wait);
         }
     }
 
@@ -772,14 +796,6 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// matches). Rounds that need other requests (OffsetOutOfRange, divergence, leader
     /// lookups) never pipeline.
     pub fn process_fetch_request(&mut self, req: &FetchRequest) {
-        let requested: BTreeMap<TopicPartition, i64> = req
-            .topics
-            .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter()
-                    .map(move |p| (TopicPartition::new(t.clone(), p.partition), p.fetch_offset))
-            })
-            .collect();
         let (frame, arrived) = match self.prefetched.take() {
             Some(got) => got,
             None => (self.leader.receive_fetch(), Instant::now()),
@@ -804,21 +820,57 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         };
         self.fetch_succeeded();
+        let full = is_full(req);
+        // The offset each answered partition was fetched from: a full request names them all;
+        // an incremental one only those that changed, the session holds the rest. Only the
+        // partitions answered are looked up, so an idle round costs nothing per partition.
+        let requested: BTreeMap<TopicPartition, i64> = if full {
+            req.topics
+                .iter()
+                .flat_map(|(t, ps)| {
+                    ps.iter()
+                        .map(move |p| (TopicPartition::new(t.clone(), p.partition), p.fetch_offset))
+                })
+                .collect()
+        } else {
+            partitions_in(&resp.topics, |p| p.partition)
+                .filter_map(|tp| self.session.fetch_offset(&tp).map(|o| (tp, o)))
+                .collect()
+        };
         let shared = self.shared.clone();
         if !resp.error.is_ok() {
-            crate::log_warn!(
-                "fetch from {} failed with {}",
-                self.leader.describe(),
-                resp.error
-            );
-            let mut map = shared.lock();
-            for tp in requested.keys() {
-                delay(&mut map, tp, self.params.backoff);
+            let fetched = self.fetched_by(req);
+            let session_id = req.session_id;
+            let epoch = req.session_epoch;
+            self.session
+                .handle_response(resp.error, resp.session_id, Instant::now());
+            if resp.error.action() == ErrorAction::ResetSession {
+                // The leader lost or refused the session: a full fetch opens a new one at
+                // once, and nothing is lost (no offset moved).
+                crate::log_info!(
+                    "fetch session {session_id} (epoch {epoch}) with {} ended with {}; starting a new one with a full fetch",
+                    self.leader.describe(),
+                    resp.error
+                );
+            } else {
+                crate::log_warn!(
+                    "fetch from {} failed with {}",
+                    self.leader.describe(),
+                    resp.error
+                );
+                let mut map = shared.lock();
+                for tp in &fetched {
+                    delay(&mut map, tp, self.params.backoff);
+                }
             }
             drop(resp);
             self.leader.recycle(frame);
             return;
         }
+        let verdict = self
+            .session
+            .handle_response(resp.error, resp.session_id, Instant::now());
+        debug_assert_eq!(verdict, ResponseVerdict::Usable);
         let mut map = shared.lock();
 
         // Each partition's records are validated once, here; where each partition will be once
@@ -869,7 +921,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     self.in_flight = Some(next_req);
                     self.sent_at = Some(Instant::now());
                 }
-                Err(e) => crate::log_debug!("pipelined fetch not sent: {e:#}"),
+                Err(e) => {
+                    // The session counted a request the leader never got (and a half-sent
+                    // frame would garble the connection): start over on a new one.
+                    crate::log_debug!("pipelined fetch not sent: {e:#}");
+                    self.close_leader();
+                }
             }
         }
 
@@ -1064,19 +1121,14 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             })
         });
         self.prefetched = prefetched;
-        // A full (sessionless) response answers every partition asked for. One left out was
+        // A full response answers every partition asked for (an incremental one only those
+        // with something new). One left out was
         // answered under another name — at v13 a leader whose topic was re-created may answer
         // for an id it does not know with a zero id — so its leader and identity are looked up
         // again.
-        let answered: std::collections::BTreeSet<TopicPartition> = resp
-            .topics
-            .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter()
-                    .map(move |p| TopicPartition::new(t.clone(), p.partition))
-            })
-            .collect();
-        for (tp, &fetch_offset) in &requested {
+        let answered: std::collections::BTreeSet<TopicPartition> =
+            partitions_in(&resp.topics, |p| p.partition).collect();
+        for (tp, &fetch_offset) in requested.iter().filter(|_| full) {
             if !answered.contains(tp)
                 && let Some(state) = map.get(tp)
                 && state.fetch_offset == fetch_offset
@@ -1101,7 +1153,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         // Follow-ups send their own requests: only when nothing is pipelined (an unhealthy
         // response never pipelines, so this holds whenever there are follow-ups).
         if self.in_flight.is_some() && !follow_up.is_empty() {
-            self.leader.close();
+            self.close_leader();
             self.in_flight = None;
             if let Some((Ok(f), _)) = self.prefetched.take() {
                 self.leader.recycle(f);
@@ -1192,7 +1244,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     "{tp}: cannot confirm the topic's identity with {} before truncating: {e:#}",
                     self.leader.describe()
                 );
-                self.leader.close();
+                self.close_leader();
                 delay(map, tp, self.params.backoff);
                 false
             }
@@ -1352,7 +1404,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
             Err(e) => {
                 crate::log_warn!("{tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}");
-                self.leader.close();
+                self.close_leader();
                 self.resume_at_log_end(map, tp, local_end);
                 delay(map, tp, self.params.backoff);
                 !unreachable
@@ -1385,7 +1437,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             Err(e) => {
                 let what = format!("reaching {}", self.leader.describe());
                 let wait = self.note_failure(&what, &e);
-                self.leader.close();
+                self.close_leader();
                 for (tp, _) in &truncating {
                     delay(&mut map, tp, wait);
                 }
@@ -1449,7 +1501,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
                         self.params.backoff
                     };
-                    self.leader.close();
+                    self.close_leader();
                     delay(&mut map, &tp, wait);
                     if is_transport(&e) {
                         // The leader is unreachable: the rest back off instead of each waiting.
@@ -1956,7 +2008,7 @@ mod tests {
 
     #[test]
     fn partitions_that_brought_data_most_recently_are_asked_last() {
-        let (f, shared, _rx) = fetcher(MockLeader::new(1), MemReplica::default(), 10);
+        let (mut f, shared, _rx) = fetcher(MockLeader::new(1), MemReplica::default(), 10);
         let mut a = PartitionFetchState::new(0, 0, FetchStatus::Fetching);
         a.last_data_round = 7;
         let b = PartitionFetchState::new(0, 0, FetchStatus::Fetching);

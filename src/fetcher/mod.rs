@@ -33,6 +33,7 @@
 //! in (a network wait ends at once with its socket shut; a disk write or checkpoint finishes).
 
 pub mod abstract_fetcher;
+pub mod fetch_session;
 pub mod leader_endpoint;
 pub mod manager;
 pub mod replica_fetcher;
