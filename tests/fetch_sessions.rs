@@ -335,3 +335,86 @@ fn a_leader_without_sessions_gets_sessionless_full_fetches_as_before() {
     );
     d.stop();
 }
+
+/// CPU ticks (user + system) a process used so far, from /proc.
+fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// CPU ticks per thread of a process, by thread name (threads of one name summed).
+fn thread_ticks(pid: &str) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let tid = t.file_name().to_string_lossy().to_string();
+        let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let ticks = cpu_ticks(&format!("{pid}/task/{tid}"));
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, sum)) => *sum += ticks,
+            None => out.push((name, ticks)),
+        }
+    }
+    out
+}
+
+/// The idle cost with and without sessions: 2,000 partitions caught up, then 20 s with no new
+/// data; prints the daemon's CPU (and the leader's, in this process) per second. A
+/// measurement, not a check: `cargo test --test fetch_sessions -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn idle_cpu_with_and_without_sessions() {
+    let secs: u64 = std::env::var("RF_IDLE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let ticks_per_sec = 100.0; // USER_HZ on Linux
+    // RF_IDLE_ONLY=on|off measures one mode only (to profile it).
+    let only = std::env::var("RF_IDLE_ONLY").ok();
+    for sessions in [false, true] {
+        if only.as_deref().is_some_and(|o| (o == "on") != sessions) {
+            continue;
+        }
+        let s = setup(2000, 3, sessions);
+        // Past the first flush and checkpoint of what the catch-up wrote.
+        std::thread::sleep(Duration::from_secs(8));
+        let pid = s.daemon.pid().to_string();
+        println!("daemon pid {pid}");
+        let (d0, l0) = (cpu_ticks(&pid), cpu_ticks("self"));
+        let t0 = thread_ticks(&pid);
+        let f0 = s.leader.seen_fetches().len();
+        std::thread::sleep(Duration::from_secs(secs));
+        let (d1, l1) = (cpu_ticks(&pid), cpu_ticks("self"));
+        let mut by_thread: Vec<(String, u64)> = thread_ticks(&pid)
+            .into_iter()
+            .map(|(name, t)| {
+                let before = t0.iter().find(|(n, _)| *n == name).map_or(0, |(_, b)| *b);
+                (name, t.saturating_sub(before))
+            })
+            .filter(|(_, t)| *t > 0)
+            .collect();
+        by_thread.sort_by_key(|(_, t)| std::cmp::Reverse(*t));
+        let fetches = s.leader.seen_fetches_since(f0);
+        let named: usize = fetches.iter().map(|f| f.partitions.len()).sum();
+        println!(
+            "sessions {}: daemon {:.2} % of a core, leader {:.2} %, {} fetches in {secs} s naming {} partitions",
+            if sessions { "on " } else { "off" },
+            (d1 - d0) as f64 / ticks_per_sec / secs as f64 * 100.0,
+            (l1 - l0) as f64 / ticks_per_sec / secs as f64 * 100.0,
+            fetches.len(),
+            named
+        );
+        println!("  busiest daemon threads (ticks of 10 ms): {by_thread:?}");
+        assert!(caught_up(&s.data, &s.leader, &s.all));
+    }
+}

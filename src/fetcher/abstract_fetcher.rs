@@ -338,6 +338,11 @@ pub trait ReplicaOps: Send {
     fn log_start_offset(&self, tp: &TopicPartition) -> Option<i64>;
     fn log_end_offset(&self, tp: &TopicPartition) -> Option<i64>;
     fn latest_epoch(&self, tp: &TopicPartition) -> Option<i32>;
+    /// The log start offset and the latest epoch together, which every request asks of every
+    /// partition it fetches: one look-up where the log is found through a map.
+    fn fetch_position(&self, tp: &TopicPartition) -> (Option<i64>, Option<i32>) {
+        (self.log_start_offset(tp), self.latest_epoch(tp))
+    }
     /// The largest local epoch ≤ `epoch` and its end offset.
     fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)>;
     /// Removes every offset ≥ `offset`; `reason` says why, for the record of what was removed.
@@ -609,16 +614,17 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let replica = &self.replica;
         let partition_max_bytes = self.params.partition_max_bytes;
         let wanted = map.iter().filter(|(_, s)| s.is_ready(now)).map(|(tp, st)| {
+            let (log_start, latest_epoch) = replica.fetch_position(tp);
             let (fetch_offset, epoch) = match ahead.get(tp) {
-                Some(&(o, e)) => (o, e.or_else(|| replica.latest_epoch(tp))),
-                None => (st.fetch_offset, replica.latest_epoch(tp)),
+                Some(&(o, e)) => (o, e.or(latest_epoch)),
+                None => (st.fetch_offset, latest_epoch),
             };
             let data = FetchPartition {
                 partition: tp.partition,
                 current_leader_epoch: st.current_leader_epoch,
                 fetch_offset,
                 last_fetched_epoch: epoch.unwrap_or(-1),
-                log_start_offset: replica.log_start_offset(tp).unwrap_or(-1),
+                log_start_offset: log_start.unwrap_or(-1),
                 partition_max_bytes,
             };
             let w = WantedPartition {
