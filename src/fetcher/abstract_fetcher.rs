@@ -5,7 +5,9 @@
 //! 1. resolves partitions in the `Truncating` state (leaders without Fetch v12 divergence
 //!    detection are asked OffsetForLeaderEpoch);
 //! 2. `build_fetch_request` — one Fetch for every partition that is ready, or waits on the
-//!    condition variable until one is (added by the manager, or its backoff ends);
+//!    condition variable until one is (added by the manager, or its backoff ends). Within a
+//!    KIP-227 fetch session ([`super::fetch_session`]) it names only the partitions whose
+//!    fetch parameters changed, and its response lists only partitions with news;
 //! 3. `fetch` — through the [`LeaderEndPoint`];
 //! 4. `process_partition_data` — through the [`ReplicaOps`], per partition, then the
 //!    partition's state advances to the offset after the last appended batch. Errors are per
@@ -585,6 +587,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 return;
             };
             if !self.shared.is_running() {
+                // Built, never sent: the session must not count it.
+                self.session.reset();
                 return;
             }
             if let Err(e) = self.leader.send_fetch(&req) {
@@ -1557,6 +1561,10 @@ mod tests {
         wrong_cluster: bool,
         /// The thread each response was received on.
         receivers: Arc<Mutex<Vec<std::thread::ThreadId>>>,
+        /// Non-zero: the session id a full fetch opens; the session then remembers the
+        /// partition last named, and an answer with nothing new lists no partition.
+        session_id: i32,
+        session_part: Option<(String, FetchPartition)>,
     }
 
     impl MockLeader {
@@ -1593,6 +1601,8 @@ mod tests {
                 reported_hw: None,
                 wrong_cluster: false,
                 receivers: Arc::default(),
+                session_id: 0,
+                session_part: None,
             }
         }
     }
@@ -1628,8 +1638,22 @@ mod tests {
             }
             let error = self.errors.pop_front().unwrap_or(ErrorCode::NONE);
             self.buf.clear();
-            let (topic, parts) = &req.topics[0];
-            let p = &parts[0];
+            let named = req
+                .topics
+                .first()
+                .and_then(|(t, ps)| Some((t.clone(), ps.first()?.clone())));
+            if named.is_some() {
+                self.session_part = named.clone();
+            }
+            let Some((topic, p)) = (if self.session_id != 0 {
+                self.session_part.clone()
+            } else {
+                named
+            }) else {
+                anyhow::bail!("a fetch of nothing");
+            };
+            let topic = &topic;
+            let p = &p;
             let oor = self.reported_hw.is_none()
                 && (p.fetch_offset < self.start || p.fetch_offset > self.hw);
             if error.is_ok() && !oor {
@@ -1654,23 +1678,31 @@ mod tests {
             } else {
                 error
             };
+            let nothing_new = self.session_id != 0
+                && req.session_epoch > 0
+                && error.is_ok()
+                && self.buf.is_empty();
             let resp = FetchResponse {
                 error: ErrorCode::NONE,
-                topics: vec![(
-                    topic.clone(),
-                    vec![FetchPartitionResponse {
-                        partition: p.partition,
-                        error,
-                        high_watermark: self.reported_hw.unwrap_or(self.hw),
-                        last_stable_offset: self.reported_hw.unwrap_or(self.hw),
-                        log_start_offset: self.start,
-                        aborted_transactions: None,
-                        diverging_epoch: None,
-                        current_leader: None,
-                        records: &self.buf,
-                    }],
-                )],
-                session_id: 0,
+                topics: if nothing_new {
+                    Vec::new()
+                } else {
+                    vec![(
+                        topic.clone(),
+                        vec![FetchPartitionResponse {
+                            partition: p.partition,
+                            error,
+                            high_watermark: self.reported_hw.unwrap_or(self.hw),
+                            last_stable_offset: self.reported_hw.unwrap_or(self.hw),
+                            log_start_offset: self.start,
+                            aborted_transactions: None,
+                            diverging_epoch: None,
+                            current_leader: None,
+                            records: &self.buf,
+                        }],
+                    )]
+                },
+                session_id: self.session_id,
             };
             // Through the real codec, as a broker would send it.
             let mut w = crate::protocol::codec::Writer::new();
@@ -1924,6 +1956,57 @@ mod tests {
         // Caught up: the last round brought nothing, so nothing more was pipelined.
         f.do_work();
         assert!(f.in_flight.is_none());
+    }
+
+    #[test]
+    fn pipelined_session_requests_advance_the_epoch_and_name_the_ahead_offsets() {
+        let mut leader = MockLeader::new(10);
+        leader.session_id = 9;
+        let expected = leader_bytes(&leader);
+        let requests = leader.requests.clone();
+        let (mut f, shared, rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        for _ in 0..8 {
+            f.do_work();
+        }
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 50);
+        assert_eq!(f.replica().bytes, expected, "every batch, once, in order");
+        let sent: Vec<(i32, i32, Option<i64>)> = requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, r)| {
+                let named = r.topics.first().map(|(_, ps)| ps[0].fetch_offset);
+                (r.session_id, r.session_epoch, named)
+            })
+            .collect();
+        // Full at epoch 0; then each request, pipelined before the previous response was
+        // written, names the offset that response leads to; caught up, the requests name
+        // nothing and the absent partition is not handed back.
+        assert_eq!(
+            &sent[..6],
+            &[
+                (0, 0, Some(0)),
+                (9, 1, Some(10)),
+                (9, 2, Some(20)),
+                (9, 3, Some(30)),
+                (9, 4, Some(40)),
+                (9, 5, Some(50)),
+            ]
+        );
+        // The pipelined request took the last batch's epoch (0); this mock replica reports
+        // no epoch, so the next request names the partition once more, with -1.
+        assert_eq!(sent[6], (9, 6, Some(50)));
+        assert!(sent.len() > 7);
+        assert!(
+            sent[7..]
+                .iter()
+                .enumerate()
+                .all(|(i, s)| *s == (9, 7 + i as i32, None)),
+            "{sent:?}"
+        );
+        assert!(rx.try_recv().is_err(), "nothing handed back");
+        assert!(shared.lock().contains_key(&tp()));
     }
 
     #[test]

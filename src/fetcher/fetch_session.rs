@@ -12,8 +12,8 @@
 //!   only partitions with something to say; an absent one had nothing new.
 //! - **sessionless** (id 0, epoch -1 = [`SESSIONLESS`]): a leader that answers a full fetch
 //!   with session id 0 (Tansu, librdkafka's mock cluster, a Kafka broker with no free slot)
-//!   gets full fetches as before sessions existed; a session is asked for again after
-//!   [`SESSIONLESS_RETRY`], on a new connection's first request.
+//!   gets full fetches as before sessions existed; once every [`SESSIONLESS_RETRY`] a full
+//!   fetch at epoch 0 asks again (a broker whose session cache was full may have room now).
 //!
 //! Which partitions are in the session: exactly those the fetcher would fetch, as in Kafka's
 //! `ReplicaFetcherThread.buildFetch`, which adds only partitions that are ready. A partition
