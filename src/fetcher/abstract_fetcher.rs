@@ -408,6 +408,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     handed_back: Vec<(TopicPartition, String)>,
     /// The KIP-227 session with this leader: what it holds and the next epoch.
     session: FetchSessionHandler,
+    /// When a session reset was last said at INFO.
+    session_reset_said: Option<Instant>,
 }
 
 /// A test hook for the watchdog: with `RF_TEST_STALL_FETCHER_AFTER_MS=<ms>`, every fetcher
@@ -520,6 +522,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             last_warned: None,
             handed_back: Vec::new(),
             session: FetchSessionHandler::new(),
+            session_reset_said: None,
         }
     }
 
@@ -857,11 +860,22 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             if resp.error.action() == ErrorAction::ResetSession {
                 // The leader lost or refused the session: a full fetch opens a new one at
                 // once, and nothing is lost (no offset moved).
-                crate::log_info!(
+                // Said once a minute at most: a leader that keeps refusing is not a storm.
+                let now = Instant::now();
+                let line = format!(
                     "fetch session {session_id} (epoch {epoch}) with {} ended with {}; starting a new one with a full fetch",
                     self.leader.describe(),
                     resp.error
                 );
+                if self
+                    .session_reset_said
+                    .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+                {
+                    crate::log_info!("{line}");
+                    self.session_reset_said = Some(now);
+                } else {
+                    crate::log_debug!("{line}");
+                }
             } else {
                 crate::log_warn!(
                     "fetch from {} failed with {}",
