@@ -1205,3 +1205,121 @@ fn appends_after_an_unclean_election_carry_the_new_epoch() {
         .unwrap();
     assert_eq!((e.leader_epoch, e.end_offset), (1, 6));
 }
+
+/// A raw Fetch with session fields; returns (top-level error, session id, partitions
+/// answered with their high watermark and record bytes).
+fn session_fetch(
+    conn: &mut BrokerConnection,
+    session: (i32, i32),
+    asks: &[(i32, i64)],
+    forgotten: &[i32],
+) -> (ErrorCode, i32, Vec<(i32, i64, usize)>) {
+    let req = FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 0,
+        min_bytes: 1,
+        max_bytes: 64 << 20,
+        isolation_level: 0,
+        topics: if asks.is_empty() {
+            Vec::new()
+        } else {
+            vec![(
+                TOPIC.to_string(),
+                asks.iter()
+                    .map(|&(partition, fetch_offset)| FetchPartition {
+                        partition,
+                        current_leader_epoch: -1,
+                        fetch_offset,
+                        last_fetched_epoch: -1,
+                        log_start_offset: -1,
+                        partition_max_bytes: 1 << 20,
+                    })
+                    .collect(),
+            )]
+        },
+        topic_ids: Default::default(),
+        session_id: session.0,
+        session_epoch: session.1,
+        forgotten: if forgotten.is_empty() {
+            Vec::new()
+        } else {
+            vec![(TOPIC.to_string(), forgotten.to_vec())]
+        },
+    };
+    let body = conn
+        .send(ApiKey::Fetch, 12, Duration::from_secs(5), |w| {
+            fetch::encode_request(w, 12, &req)
+        })
+        .expect("fetch");
+    let resp = fetch::decode_response(body, 12).expect("decode");
+    let parts = resp
+        .topics
+        .iter()
+        .flat_map(|(_, ps)| {
+            ps.iter()
+                .map(|p| (p.partition, p.high_watermark, p.records.len()))
+        })
+        .collect();
+    (resp.error, resp.session_id, parts)
+}
+
+#[test]
+fn fetch_sessions_answer_incrementally_and_refuse_unknown_ids_and_wrong_epochs() {
+    let leader = TestLeader::start(TOPIC, 3);
+    for p in 0..3 {
+        leader.append(p, 4, 2);
+    }
+    let mut conn = connect(&leader);
+    // Off by default: sessionless answers whatever is asked.
+    let (e, id, parts) = session_fetch(&mut conn, (0, 0), &[(0, 0), (1, 0), (2, 0)], &[]);
+    assert_eq!((e, id, parts.len()), (ErrorCode::NONE, 0, 3));
+
+    leader.enable_fetch_sessions(true);
+    let (e, id, parts) = session_fetch(&mut conn, (0, 0), &[(0, 4), (1, 4), (2, 0)], &[]);
+    assert_eq!(e, ErrorCode::NONE);
+    assert_ne!(id, 0, "a full fetch at epoch 0 opens a session");
+    assert_eq!(parts.len(), 3, "a full answer lists every partition");
+    // Nothing new except partition 2's records (its cached offset is 0).
+    let (_, _, parts) = session_fetch(&mut conn, (id, 1), &[], &[]);
+    assert_eq!(parts, vec![(2, 4, leader.log_bytes(2).len())]);
+    // Still nothing new for 0 and 1; 2 moves on by being named.
+    let (_, _, parts) = session_fetch(&mut conn, (id, 2), &[(2, 4)], &[]);
+    assert!(parts.is_empty(), "{parts:?}");
+    // A changed high watermark is news, even without records.
+    leader.set_high_watermark(1, Some(2));
+    let (_, _, parts) = session_fetch(&mut conn, (id, 3), &[], &[]);
+    assert_eq!(
+        parts.iter().map(|p| (p.0, p.1)).collect::<Vec<_>>(),
+        vec![(1, 2)]
+    );
+    // An append to a forgotten partition is not answered.
+    let (_, _, _) = session_fetch(&mut conn, (id, 4), &[], &[0]);
+    leader.append(0, 2, 1);
+    let (_, _, parts) = session_fetch(&mut conn, (id, 5), &[], &[]);
+    assert!(parts.is_empty(), "{parts:?}");
+    let seen = leader.seen_fetches();
+    assert_eq!(seen.last().unwrap().session_epoch, 5);
+    assert_eq!(seen[seen.len() - 2].forgotten, vec![0]);
+
+    // A wrong epoch: 71, the session kept; a rejected one likewise.
+    let (e, id71, parts) = session_fetch(&mut conn, (id, 9), &[], &[]);
+    assert_eq!(
+        (e, id71, parts.len()),
+        (ErrorCode::INVALID_FETCH_SESSION_EPOCH, 0, 0)
+    );
+    leader.reject_next_session_epochs(1);
+    let (e, _, _) = session_fetch(&mut conn, (id, 6), &[], &[]);
+    assert_eq!(e, ErrorCode::INVALID_FETCH_SESSION_EPOCH);
+    let (e, _, _) = session_fetch(&mut conn, (id, 6), &[], &[]);
+    assert_eq!(e, ErrorCode::NONE);
+    // Forgotten by the leader: 70.
+    leader.forget_fetch_sessions();
+    let (e, _, _) = session_fetch(&mut conn, (id, 7), &[], &[]);
+    assert_eq!(e, ErrorCode::FETCH_SESSION_ID_NOT_FOUND);
+    // Another connection does not share this one's session.
+    let (_, id2, _) = session_fetch(&mut conn, (0, 0), &[(0, 0)], &[]);
+    let mut other = connect(&leader);
+    let (e, _, _) = session_fetch(&mut other, (id2, 1), &[], &[]);
+    assert_eq!(e, ErrorCode::FETCH_SESSION_ID_NOT_FOUND);
+    assert_eq!(leader.fetch_sessions_open(), 1);
+}

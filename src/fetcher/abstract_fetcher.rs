@@ -5,7 +5,9 @@
 //! 1. resolves partitions in the `Truncating` state (leaders without Fetch v12 divergence
 //!    detection are asked OffsetForLeaderEpoch);
 //! 2. `build_fetch_request` — one Fetch for every partition that is ready, or waits on the
-//!    condition variable until one is (added by the manager, or its backoff ends);
+//!    condition variable until one is (added by the manager, or its backoff ends). Within a
+//!    KIP-227 fetch session ([`super::fetch_session`]) it names only the partitions whose
+//!    fetch parameters changed, and its response lists only partitions with news;
 //! 3. `fetch` — through the [`LeaderEndPoint`];
 //! 4. `process_partition_data` — through the [`ReplicaOps`], per partition, then the
 //!    partition's state advances to the offset after the last appended batch. Errors are per
@@ -14,6 +16,7 @@
 //! OffsetOutOfRange follows Kafka's follower rule; partitions whose leader is stale go back to
 //! the manager, which looks the leader up again.
 
+use super::fetch_session::{FetchSessionHandler, ResponseVerdict, WantedPartition};
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
@@ -337,6 +340,11 @@ pub trait ReplicaOps: Send {
     fn log_start_offset(&self, tp: &TopicPartition) -> Option<i64>;
     fn log_end_offset(&self, tp: &TopicPartition) -> Option<i64>;
     fn latest_epoch(&self, tp: &TopicPartition) -> Option<i32>;
+    /// The log start offset and the latest epoch together, which every request asks of every
+    /// partition it fetches: one look-up where the log is found through a map.
+    fn fetch_position(&self, tp: &TopicPartition) -> (Option<i64>, Option<i32>) {
+        (self.log_start_offset(tp), self.latest_epoch(tp))
+    }
     /// The largest local epoch ≤ `epoch` and its end offset.
     fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)>;
     /// Removes every offset ≥ `offset`; `reason` says why, for the record of what was removed.
@@ -398,6 +406,10 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     last_warned: Option<(Instant, String)>,
     /// Partitions handed back in this round, and why: said in one line, not one each.
     handed_back: Vec<(TopicPartition, String)>,
+    /// The KIP-227 session with this leader: what it holds and the next epoch.
+    session: FetchSessionHandler,
+    /// When a session reset was last said at INFO.
+    session_reset_said: Option<Instant>,
 }
 
 /// A test hook for the watchdog: with `RF_TEST_STALL_FETCHER_AFTER_MS=<ms>`, every fetcher
@@ -430,6 +442,22 @@ type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
 fn is_transport(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|c| c.downcast_ref::<std::io::Error>().is_some())
+}
+
+/// The partitions of a request's or a response's topics.
+fn partitions_in<T>(
+    topics: &[(String, Vec<T>)],
+    index: fn(&T) -> i32,
+) -> impl Iterator<Item = TopicPartition> + '_ {
+    topics.iter().flat_map(move |(t, ps)| {
+        ps.iter()
+            .map(move |p| TopicPartition::new(t.clone(), index(p)))
+    })
+}
+
+/// Whether a request names every partition it fetches (sessionless, or opening a session).
+fn is_full(req: &FetchRequest) -> bool {
+    req.session_epoch <= crate::protocol::fetch::INITIAL_EPOCH
 }
 
 /// Marks a partition not ready before now + `backoff`.
@@ -493,6 +521,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             failing_since: None,
             last_warned: None,
             handed_back: Vec::new(),
+            session: FetchSessionHandler::new(),
+            session_reset_said: None,
         }
     }
 
@@ -560,6 +590,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 return;
             };
             if !self.shared.is_running() {
+                // Built, never sent: the session must not count it.
+                self.session.reset();
                 return;
             }
             if let Err(e) = self.leader.send_fetch(&req) {
@@ -575,55 +607,71 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     }
 
     /// The request for every ready partition, with the fetch offsets (and last fetched
-    /// epochs) in `ahead` instead of the map's for the partitions it names.
+    /// epochs) in `ahead` instead of the map's for the partitions it names. Within a fetch
+    /// session it names only the partitions whose parameters changed (see [`fetch_session`]);
+    /// building it advances the session, so it must be sent or the session reset.
+    ///
+    /// [`fetch_session`]: super::fetch_session
     fn request_for(
-        &self,
+        &mut self,
         map: &BTreeMap<TopicPartition, PartitionFetchState>,
         ahead: &BTreeMap<TopicPartition, (i64, Option<i32>)>,
     ) -> Option<FetchRequest> {
         let now = Instant::now();
-        let mut ready: Vec<(&TopicPartition, &PartitionFetchState)> =
-            map.iter().filter(|(_, s)| s.is_ready(now)).collect();
-        // Longest without data first (a stable sort keeps the map's order among equals).
-        ready.sort_by_key(|(_, s)| s.last_data_round);
-        let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
-        let mut topic_ids = BTreeMap::new();
-        for (tp, st) in ready {
-            if let Some(id) = st.topic_id {
-                topic_ids.insert(tp.topic.clone(), id);
-            }
+        let replica = &self.replica;
+        let partition_max_bytes = self.params.partition_max_bytes;
+        let wanted = map.iter().filter(|(_, s)| s.is_ready(now)).map(|(tp, st)| {
+            let (log_start, latest_epoch) = replica.fetch_position(tp);
             let (fetch_offset, epoch) = match ahead.get(tp) {
-                Some(&(o, e)) => (o, e.or_else(|| self.replica.latest_epoch(tp))),
-                None => (st.fetch_offset, self.replica.latest_epoch(tp)),
+                Some(&(o, e)) => (o, e.or(latest_epoch)),
+                None => (st.fetch_offset, latest_epoch),
             };
-            let part = FetchPartition {
+            let data = FetchPartition {
                 partition: tp.partition,
                 current_leader_epoch: st.current_leader_epoch,
                 fetch_offset,
                 last_fetched_epoch: epoch.unwrap_or(-1),
-                log_start_offset: self.replica.log_start_offset(tp).unwrap_or(-1),
-                partition_max_bytes: self.params.partition_max_bytes,
+                log_start_offset: log_start.unwrap_or(-1),
+                partition_max_bytes,
             };
-            match topics.iter_mut().find(|(t, _)| *t == tp.topic) {
-                Some((_, parts)) => parts.push(part),
-                None => topics.push((tp.topic.clone(), vec![part])),
-            }
-        }
-        if topics.is_empty() {
-            return None;
-        }
+            let w = WantedPartition {
+                topic_id: st.topic_id,
+                data,
+                // Longest without data first.
+                order: st.last_data_round,
+            };
+            (tp, w)
+        });
+        let built = self.session.build(wanted, now)?;
         Some(FetchRequest {
             replica_id: -1,
             max_wait_ms: self.params.max_wait_ms,
             min_bytes: self.params.min_bytes,
             max_bytes: self.params.max_bytes,
             isolation_level: self.params.isolation_level,
-            topics,
-            topic_ids,
-            session_id: 0,
-            session_epoch: crate::protocol::fetch::SESSIONLESS,
-            forgotten: Vec::new(),
+            topics: built.topics,
+            topic_ids: built.topic_ids,
+            session_id: built.session_id,
+            session_epoch: built.session_epoch,
+            forgotten: built.forgotten,
         })
+    }
+
+    /// Drops the connection; the fetch session goes with it (the next request is full).
+    fn close_leader(&mut self) {
+        self.leader.close();
+        self.session.reset();
+    }
+
+    /// Every partition a request fetches: those it names, and for an incremental request
+    /// also those the session holds.
+    fn fetched_by(&self, req: &FetchRequest) -> Vec<TopicPartition> {
+        let mut tps: std::collections::BTreeSet<TopicPartition> =
+            partitions_in(&req.topics, |p| p.partition).collect();
+        if !is_full(req) {
+            tps.extend(self.session.session_partitions().cloned());
+        }
+        tps.into_iter().collect()
     }
 
     /// Builds one request for every ready partition, or waits until one is ready (or a
@@ -665,45 +713,34 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     fn fetch_failed(&mut self, req: &FetchRequest, e: &anyhow::Error) {
         self.prefetched = None;
         let shared = self.shared.clone();
+        // Taken before the session goes with the connection.
+        let fetched = self.fetched_by(req);
         if let Some(m) = e.chain().find_map(|c| c.downcast_ref::<IdentityMismatch>()) {
             // Another cluster answers at this address: every partition goes back to the
             // manager at once, which stops fetching for the data dir (one ERROR there).
-            self.leader.close();
+            self.close_leader();
             self.in_flight = None;
             let mut map = shared.lock();
-            for (topic, parts) in &req.topics {
-                for p in parts {
-                    let tp = TopicPartition::new(topic.clone(), p.partition);
-                    if map.contains_key(&tp) {
-                        self.hand_back(&mut map, &tp, format!("identity changed: {}", m.0));
-                    }
+            for tp in &fetched {
+                if map.contains_key(tp) {
+                    self.hand_back(&mut map, tp, format!("identity changed: {}", m.0));
                 }
             }
             return;
         }
         let what = format!(
             "fetch of {} partition(s) from {}",
-            req.partition_count(),
+            fetched.len(),
             self.leader.describe()
         );
         let wait = self.note_failure(&what, e);
-        self.leader.close();
+        self.close_leader();
         self.in_flight = None;
         let mut map = shared.lock();
         let why = format!("{e:#}");
-        for (topic, parts) in &req.topics {
-            for p in parts {
-                crate::live::live().backing_off(
-                    &TopicPartition::new(topic.clone(), p.partition),
-                    "fetch_failed",
-                    &why,
-                );
-                delay(
-                    &mut map,
-                    &TopicPartition::new(topic.clone(), p.partition),
-                    wait,
-                );
-            }
+        for tp in &fetched {
+            crate::live::live().backing_off(tp, "fetch_failed", &why);
+            delay(&mut map, tp, wait);
         }
     }
 
@@ -772,14 +809,6 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// matches). Rounds that need other requests (OffsetOutOfRange, divergence, leader
     /// lookups) never pipeline.
     pub fn process_fetch_request(&mut self, req: &FetchRequest) {
-        let requested: BTreeMap<TopicPartition, i64> = req
-            .topics
-            .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter()
-                    .map(move |p| (TopicPartition::new(t.clone(), p.partition), p.fetch_offset))
-            })
-            .collect();
         let (frame, arrived) = match self.prefetched.take() {
             Some(got) => got,
             None => (self.leader.receive_fetch(), Instant::now()),
@@ -804,21 +833,68 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         };
         self.fetch_succeeded();
+        let full = is_full(req);
+        // The offset each answered partition was fetched from: a full request names them all;
+        // an incremental one only those that changed, the session holds the rest. Only the
+        // partitions answered are looked up, so an idle round costs nothing per partition.
+        let requested: BTreeMap<TopicPartition, i64> = if full {
+            req.topics
+                .iter()
+                .flat_map(|(t, ps)| {
+                    ps.iter()
+                        .map(move |p| (TopicPartition::new(t.clone(), p.partition), p.fetch_offset))
+                })
+                .collect()
+        } else {
+            partitions_in(&resp.topics, |p| p.partition)
+                .filter_map(|tp| self.session.fetch_offset(&tp).map(|o| (tp, o)))
+                .collect()
+        };
         let shared = self.shared.clone();
         if !resp.error.is_ok() {
-            crate::log_warn!(
-                "fetch from {} failed with {}",
-                self.leader.describe(),
-                resp.error
-            );
-            let mut map = shared.lock();
-            for tp in requested.keys() {
-                delay(&mut map, tp, self.params.backoff);
+            let fetched = self.fetched_by(req);
+            let session_id = req.session_id;
+            let epoch = req.session_epoch;
+            self.session
+                .handle_response(resp.error, resp.session_id, Instant::now());
+            if resp.error.action() == ErrorAction::ResetSession {
+                // The leader lost or refused the session: a full fetch opens a new one at
+                // once, and nothing is lost (no offset moved).
+                // Said once a minute at most: a leader that keeps refusing is not a storm.
+                let now = Instant::now();
+                let line = format!(
+                    "fetch session {session_id} (epoch {epoch}) with {} ended with {}; starting a new one with a full fetch",
+                    self.leader.describe(),
+                    resp.error
+                );
+                if self
+                    .session_reset_said
+                    .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+                {
+                    crate::log_info!("{line}");
+                    self.session_reset_said = Some(now);
+                } else {
+                    crate::log_debug!("{line}");
+                }
+            } else {
+                crate::log_warn!(
+                    "fetch from {} failed with {}",
+                    self.leader.describe(),
+                    resp.error
+                );
+                let mut map = shared.lock();
+                for tp in &fetched {
+                    delay(&mut map, tp, self.params.backoff);
+                }
             }
             drop(resp);
             self.leader.recycle(frame);
             return;
         }
+        let verdict = self
+            .session
+            .handle_response(resp.error, resp.session_id, Instant::now());
+        debug_assert_eq!(verdict, ResponseVerdict::Usable);
         let mut map = shared.lock();
 
         // Each partition's records are validated once, here; where each partition will be once
@@ -869,7 +945,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     self.in_flight = Some(next_req);
                     self.sent_at = Some(Instant::now());
                 }
-                Err(e) => crate::log_debug!("pipelined fetch not sent: {e:#}"),
+                Err(e) => {
+                    // The session counted a request the leader never got (and a half-sent
+                    // frame would garble the connection): start over on a new one.
+                    crate::log_debug!("pipelined fetch not sent: {e:#}");
+                    self.close_leader();
+                }
             }
         }
 
@@ -1064,19 +1145,14 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             })
         });
         self.prefetched = prefetched;
-        // A full (sessionless) response answers every partition asked for. One left out was
+        // A full response answers every partition asked for (an incremental one only those
+        // with something new). One left out was
         // answered under another name — at v13 a leader whose topic was re-created may answer
         // for an id it does not know with a zero id — so its leader and identity are looked up
         // again.
-        let answered: std::collections::BTreeSet<TopicPartition> = resp
-            .topics
-            .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter()
-                    .map(move |p| TopicPartition::new(t.clone(), p.partition))
-            })
-            .collect();
-        for (tp, &fetch_offset) in &requested {
+        let answered: std::collections::BTreeSet<TopicPartition> =
+            partitions_in(&resp.topics, |p| p.partition).collect();
+        for (tp, &fetch_offset) in requested.iter().filter(|_| full) {
             if !answered.contains(tp)
                 && let Some(state) = map.get(tp)
                 && state.fetch_offset == fetch_offset
@@ -1101,7 +1177,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         // Follow-ups send their own requests: only when nothing is pipelined (an unhealthy
         // response never pipelines, so this holds whenever there are follow-ups).
         if self.in_flight.is_some() && !follow_up.is_empty() {
-            self.leader.close();
+            self.close_leader();
             self.in_flight = None;
             if let Some((Ok(f), _)) = self.prefetched.take() {
                 self.leader.recycle(f);
@@ -1192,7 +1268,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     "{tp}: cannot confirm the topic's identity with {} before truncating: {e:#}",
                     self.leader.describe()
                 );
-                self.leader.close();
+                self.close_leader();
                 delay(map, tp, self.params.backoff);
                 false
             }
@@ -1352,7 +1428,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
             Err(e) => {
                 crate::log_warn!("{tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}");
-                self.leader.close();
+                self.close_leader();
                 self.resume_at_log_end(map, tp, local_end);
                 delay(map, tp, self.params.backoff);
                 !unreachable
@@ -1385,7 +1461,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             Err(e) => {
                 let what = format!("reaching {}", self.leader.describe());
                 let wait = self.note_failure(&what, &e);
-                self.leader.close();
+                self.close_leader();
                 for (tp, _) in &truncating {
                     delay(&mut map, tp, wait);
                 }
@@ -1449,7 +1525,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                         crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
                         self.params.backoff
                     };
-                    self.leader.close();
+                    self.close_leader();
                     delay(&mut map, &tp, wait);
                     if is_transport(&e) {
                         // The leader is unreachable: the rest back off instead of each waiting.
@@ -1499,6 +1575,10 @@ mod tests {
         wrong_cluster: bool,
         /// The thread each response was received on.
         receivers: Arc<Mutex<Vec<std::thread::ThreadId>>>,
+        /// Non-zero: the session id a full fetch opens; the session then remembers the
+        /// partition last named, and an answer with nothing new lists no partition.
+        session_id: i32,
+        session_part: Option<(String, FetchPartition)>,
     }
 
     impl MockLeader {
@@ -1535,6 +1615,8 @@ mod tests {
                 reported_hw: None,
                 wrong_cluster: false,
                 receivers: Arc::default(),
+                session_id: 0,
+                session_part: None,
             }
         }
     }
@@ -1570,8 +1652,22 @@ mod tests {
             }
             let error = self.errors.pop_front().unwrap_or(ErrorCode::NONE);
             self.buf.clear();
-            let (topic, parts) = &req.topics[0];
-            let p = &parts[0];
+            let named = req
+                .topics
+                .first()
+                .and_then(|(t, ps)| Some((t.clone(), ps.first()?.clone())));
+            if named.is_some() {
+                self.session_part = named.clone();
+            }
+            let Some((topic, p)) = (if self.session_id != 0 {
+                self.session_part.clone()
+            } else {
+                named
+            }) else {
+                anyhow::bail!("a fetch of nothing");
+            };
+            let topic = &topic;
+            let p = &p;
             let oor = self.reported_hw.is_none()
                 && (p.fetch_offset < self.start || p.fetch_offset > self.hw);
             if error.is_ok() && !oor {
@@ -1596,23 +1692,31 @@ mod tests {
             } else {
                 error
             };
+            let nothing_new = self.session_id != 0
+                && req.session_epoch > 0
+                && error.is_ok()
+                && self.buf.is_empty();
             let resp = FetchResponse {
                 error: ErrorCode::NONE,
-                topics: vec![(
-                    topic.clone(),
-                    vec![FetchPartitionResponse {
-                        partition: p.partition,
-                        error,
-                        high_watermark: self.reported_hw.unwrap_or(self.hw),
-                        last_stable_offset: self.reported_hw.unwrap_or(self.hw),
-                        log_start_offset: self.start,
-                        aborted_transactions: None,
-                        diverging_epoch: None,
-                        current_leader: None,
-                        records: &self.buf,
-                    }],
-                )],
-                session_id: 0,
+                topics: if nothing_new {
+                    Vec::new()
+                } else {
+                    vec![(
+                        topic.clone(),
+                        vec![FetchPartitionResponse {
+                            partition: p.partition,
+                            error,
+                            high_watermark: self.reported_hw.unwrap_or(self.hw),
+                            last_stable_offset: self.reported_hw.unwrap_or(self.hw),
+                            log_start_offset: self.start,
+                            aborted_transactions: None,
+                            diverging_epoch: None,
+                            current_leader: None,
+                            records: &self.buf,
+                        }],
+                    )]
+                },
+                session_id: self.session_id,
             };
             // Through the real codec, as a broker would send it.
             let mut w = crate::protocol::codec::Writer::new();
@@ -1869,6 +1973,57 @@ mod tests {
     }
 
     #[test]
+    fn pipelined_session_requests_advance_the_epoch_and_name_the_ahead_offsets() {
+        let mut leader = MockLeader::new(10);
+        leader.session_id = 9;
+        let expected = leader_bytes(&leader);
+        let requests = leader.requests.clone();
+        let (mut f, shared, rx) = fetcher(leader, MemReplica::default(), 10);
+        shared.add_partitions([(tp(), PartitionFetchState::new(0, 0, FetchStatus::Fetching))]);
+        for _ in 0..8 {
+            f.do_work();
+        }
+        assert_eq!(shared.lock()[&tp()].fetch_offset, 50);
+        assert_eq!(f.replica().bytes, expected, "every batch, once, in order");
+        let sent: Vec<(i32, i32, Option<i64>)> = requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, r)| {
+                let named = r.topics.first().map(|(_, ps)| ps[0].fetch_offset);
+                (r.session_id, r.session_epoch, named)
+            })
+            .collect();
+        // Full at epoch 0; then each request, pipelined before the previous response was
+        // written, names the offset that response leads to; caught up, the requests name
+        // nothing and the absent partition is not handed back.
+        assert_eq!(
+            &sent[..6],
+            &[
+                (0, 0, Some(0)),
+                (9, 1, Some(10)),
+                (9, 2, Some(20)),
+                (9, 3, Some(30)),
+                (9, 4, Some(40)),
+                (9, 5, Some(50)),
+            ]
+        );
+        // The pipelined request took the last batch's epoch (0); this mock replica reports
+        // no epoch, so the next request names the partition once more, with -1.
+        assert_eq!(sent[6], (9, 6, Some(50)));
+        assert!(sent.len() > 7);
+        assert!(
+            sent[7..]
+                .iter()
+                .enumerate()
+                .all(|(i, s)| *s == (9, 7 + i as i32, None)),
+            "{sent:?}"
+        );
+        assert!(rx.try_recv().is_err(), "nothing handed back");
+        assert!(shared.lock().contains_key(&tp()));
+    }
+
+    #[test]
     fn a_large_response_is_appended_while_the_next_one_is_received_on_another_thread() {
         // Batches of 5 × 120 KB: two a response, 1.2 MB, past the overlap threshold.
         let leader = MockLeader::with_values(8, 120_000);
@@ -1956,7 +2111,7 @@ mod tests {
 
     #[test]
     fn partitions_that_brought_data_most_recently_are_asked_last() {
-        let (f, shared, _rx) = fetcher(MockLeader::new(1), MemReplica::default(), 10);
+        let (mut f, shared, _rx) = fetcher(MockLeader::new(1), MemReplica::default(), 10);
         let mut a = PartitionFetchState::new(0, 0, FetchStatus::Fetching);
         a.last_data_round = 7;
         let b = PartitionFetchState::new(0, 0, FetchStatus::Fetching);

@@ -5,6 +5,8 @@
 //!   condition variable, and a `do_work()` round of build fetch request → fetch → process
 //!   partition data. The network side is the [`abstract_fetcher::LeaderEndPoint`] trait, the
 //!   local side the [`abstract_fetcher::ReplicaOps`] trait, so the loop is tested without sockets.
+//! - [`fetch_session`]: the client side of KIP-227 fetch sessions (Kafka's
+//!   `FetchSessionHandler`): what the leader's session holds, and the next request's contents.
 //! - [`leader_endpoint`]: the real `LeaderEndPoint` over a broker connection.
 //! - [`replica_fetcher`]: the real `ReplicaOps`: verify batches, append to the local log.
 //! - [`manager`]: groups partitions by leader into `fetchers_per_broker` threads per broker and
@@ -33,6 +35,7 @@
 //! in (a network wait ends at once with its socket shut; a disk write or checkpoint finishes).
 
 pub mod abstract_fetcher;
+pub mod fetch_session;
 pub mod leader_endpoint;
 pub mod manager;
 pub mod replica_fetcher;

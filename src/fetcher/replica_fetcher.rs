@@ -262,6 +262,16 @@ impl ReplicaOps for ReplicaLogOps {
         self.logs.get(tp).and_then(|l| lock_log(&l).latest_epoch())
     }
 
+    fn fetch_position(&self, tp: &TopicPartition) -> (Option<i64>, Option<i32>) {
+        match self.logs.get(tp) {
+            Some(l) => {
+                let log = lock_log(&l);
+                (Some(log.log_start_offset()), log.latest_epoch())
+            }
+            None => (None, None),
+        }
+    }
+
     fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)> {
         self.logs
             .get(tp)

@@ -55,17 +55,23 @@ pub struct FetchRequest {
 
 /// The session epoch of a sessionless fetch (KIP-227's FINAL_EPOCH).
 pub const SESSIONLESS: i32 = -1;
+/// The session epoch of a full fetch that opens a session (KIP-227's INITIAL_EPOCH).
+pub const INITIAL_EPOCH: i32 = 0;
 
 impl FetchRequest {
     pub fn partition_count(&self) -> usize {
         self.topics.iter().map(|(_, p)| p.len()).sum()
     }
 
-    /// Whether every topic has an id, so the request can go at v13+.
+    /// Whether every topic has an id, so the request can go at v13+: the topics named, those
+    /// forgotten, and — for an incremental request, which may name none — the session's,
+    /// which the caller puts in `topic_ids` (an empty map means "by name").
     pub fn has_topic_ids(&self) -> bool {
-        self.topics
-            .iter()
-            .all(|(t, _)| self.topic_ids.get(t).is_some_and(|u| !u.is_zero()))
+        let id_of = |t: &String| self.topic_ids.get(t).is_some_and(|u| !u.is_zero());
+        !self.topic_ids.is_empty()
+            && self.topic_ids.values().all(|u| !u.is_zero())
+            && self.topics.iter().all(|(t, _)| id_of(t))
+            && self.forgotten.iter().all(|(t, _)| id_of(t))
     }
 
     /// topic id → topic name, to read a v13+ response.

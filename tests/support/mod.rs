@@ -348,6 +348,11 @@ impl Daemon {
         }
     }
 
+    /// SIGHUP: the daemon reloads its configuration.
+    pub fn reload(&self) {
+        self.signal("-HUP");
+    }
+
     /// SIGTERM; waits (up to 20 s) and returns the exit status.
     pub fn stop(&mut self) -> ExitStatus {
         self.signal("-TERM");

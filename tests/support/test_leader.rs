@@ -27,6 +27,24 @@
 //!   At v12, a request with `last_fetched_epoch >= 0` is checked like Kafka does: when the leader's
 //!   end offset for that epoch is below the fetch offset (or the epoch is not in its history)
 //!   the answer carries `DivergingEpoch` and no records.
+//! - **Fetch sessions** (KIP-227, v7+), off unless [`TestLeader::enable_fetch_sessions`]; while
+//!   off, every answer is sessionless (session id 0), whatever the request asks, as Tansu's and
+//!   the mock cluster's are. While on, each connection holds at most one session, as Kafka's
+//!   `FetchSession`: epoch 0 (id 0, or the id of the session it replaces) is a full fetch that
+//!   opens a new session (ids 1, 2, … across the leader) and is answered for every partition
+//!   named; epoch -1 is sessionless (and closes the session it names); epochs 1, 2, … with
+//!   the session's id are incremental: forgotten partitions leave, named ones join or update
+//!   their fetch parameters, and the answer lists only the session's partitions that have
+//!   records, an error or a divergence, or whose high watermark, last stable offset or log
+//!   start changed since last answered (none: it waits for an append like an empty answer).
+//!   The session's fetch offsets move only when the client names them, as in Kafka.
+//!   An unknown id → top-level FETCH_SESSION_ID_NOT_FOUND (70); an epoch other than the next
+//!   → INVALID_FETCH_SESSION_EPOCH (71), the session kept. Both answers carry no partitions
+//!   and session id 0. [`forget_fetch_sessions`](TestLeader::forget_fetch_sessions) drops every
+//!   session; [`reject_next_session_epochs`](TestLeader::reject_next_session_epochs) answers the
+//!   next n incremental requests with 71. A closed connection drops its session.
+//!   [`seen_fetches`](TestLeader::seen_fetches) records every Fetch answered (sessions on or
+//!   off): partitions named, forgotten, session id and epoch, and what was answered.
 //! - **OffsetForLeaderEpoch** v2–4, answered from the leader's epoch history like Kafka's
 //!   `LeaderEpochFileCache::endOffsetFor`: the current epoch → log end; an older epoch → the
 //!   largest known epoch at or below it, ending where the next one starts; an epoch above the
@@ -192,6 +210,61 @@ struct State {
     /// are answered with that frame size and then one byte every 100 ms.
     drip: Option<(i32, i32, usize)>,
     fetch_requests: usize,
+    /// KIP-227 sessions (see the module documentation); off by default.
+    sessions_enabled: bool,
+    /// Connection id → its session. Invariant: at most one per connection.
+    sessions: HashMap<u64, LeaderSession>,
+    next_session_id: i32,
+    /// Incremental requests still to answer with INVALID_FETCH_SESSION_EPOCH.
+    reject_epochs: usize,
+    /// Every Fetch answered, oldest first, up to `MAX_SEEN_FETCHES`.
+    seen: Vec<SeenFetch>,
+}
+
+/// Fetch requests recorded at most (a test runs for seconds; this bounds a forgotten one).
+const MAX_SEEN_FETCHES: usize = 100_000;
+
+/// One connection's fetch session: each partition's fetch parameters as last named, and what
+/// it was last answered (what an incremental answer compares with).
+struct LeaderSession {
+    id: i32,
+    next_epoch: i32,
+    partitions: BTreeMap<(String, i32), CachedPartition>,
+}
+
+struct CachedPartition {
+    req: FetchPartition,
+    /// (high watermark, last stable offset, log start) last answered; `None` before any.
+    answered: Option<(i64, i64, i64)>,
+}
+
+/// A Fetch request the leader answered, for assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenFetch {
+    /// Which connection it came on (ids in order of acceptance).
+    pub connection: u64,
+    pub version: i16,
+    pub session_id: i32,
+    pub session_epoch: i32,
+    /// (partition, fetch offset) of every partition named, in request order.
+    pub partitions: Vec<(i32, i64)>,
+    pub forgotten: Vec<i32>,
+    /// The answer's top-level error and session id, and the partitions it listed.
+    pub error: i16,
+    pub response_session_id: i32,
+    pub answered: Vec<i32>,
+}
+
+impl SeenFetch {
+    /// The partitions named, without offsets.
+    pub fn named(&self) -> Vec<i32> {
+        self.partitions.iter().map(|&(p, _)| p).collect()
+    }
+
+    /// Whether it was a full fetch (sessionless or opening a session).
+    pub fn is_full(&self) -> bool {
+        self.session_epoch <= 0
+    }
 }
 
 /// One stored batch.
@@ -811,6 +884,11 @@ impl TestLeader {
             drip: None,
             garbage_served: 0,
             fetch_requests: 0,
+            sessions_enabled: false,
+            sessions: HashMap::new(),
+            next_session_id: 1,
+            reject_epochs: 0,
+            seen: Vec::new(),
         };
         let shared = Arc::new(Shared {
             port,
@@ -1023,6 +1101,47 @@ impl TestLeader {
         self.shared.state().fetch_requests
     }
 
+    /// Turns KIP-227 fetch sessions on or off (off by default; see the module documentation).
+    /// Turning them off drops every session.
+    pub fn enable_fetch_sessions(&self, on: bool) {
+        let mut state = self.shared.state();
+        state.sessions_enabled = on;
+        if !on {
+            state.sessions.clear();
+        }
+    }
+
+    /// Drops every session: the next incremental fetch on each connection gets
+    /// FETCH_SESSION_ID_NOT_FOUND.
+    pub fn forget_fetch_sessions(&self) {
+        self.shared.state().sessions.clear();
+    }
+
+    /// The next `n` incremental fetches (on any connection) get INVALID_FETCH_SESSION_EPOCH.
+    pub fn reject_next_session_epochs(&self, n: usize) {
+        self.shared.state().reject_epochs = n;
+    }
+
+    /// The sessions open now, one per connection at most.
+    pub fn fetch_sessions_open(&self) -> usize {
+        self.shared.state().sessions.len()
+    }
+
+    /// Every Fetch request answered so far, oldest first.
+    pub fn seen_fetches(&self) -> Vec<SeenFetch> {
+        self.shared.state().seen.clone()
+    }
+
+    /// The Fetch requests answered after the first `from` (a count from [`Self::seen_fetches`]).
+    pub fn seen_fetches_since(&self, from: usize) -> Vec<SeenFetch> {
+        self.shared
+            .state()
+            .seen
+            .get(from..)
+            .map(<[SeenFetch]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// The fetch offsets asked for `partition`, in order, one per answered Fetch request.
     pub fn served_offsets(&self, partition: i32) -> Vec<i64> {
         self.with_log(partition, |log| log.served_offsets.clone())
@@ -1104,7 +1223,7 @@ fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, id: u64) {
                 break;
             }
         }
-        let Some(response) = handle_request(&shared, &request) else {
+        let Some(response) = handle_request(&shared, &request, id) else {
             break;
         };
         if stream.write_all(&response).is_err() {
@@ -1112,6 +1231,7 @@ fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, id: u64) {
         }
     }
     let _ = stream.shutdown(Shutdown::Both);
+    shared.state().sessions.remove(&id);
     shared.connections().remove(&id);
 }
 
@@ -1155,7 +1275,7 @@ fn api_from_key(key: i16) -> Option<ApiKey> {
 }
 
 /// Answers one request frame with a whole response frame, or `None` to close the connection.
-fn handle_request(shared: &Shared, frame: &[u8]) -> Option<Vec<u8>> {
+fn handle_request(shared: &Shared, frame: &[u8], connection: u64) -> Option<Vec<u8>> {
     let mut r = Reader::new(frame);
     let api_key = r.i16("api_key").ok()?;
     let version = r.i16("api_version").ok()?;
@@ -1177,7 +1297,7 @@ fn handle_request(shared: &Shared, frame: &[u8]) -> Option<Vec<u8>> {
     }
     let body = frame.get(r.position()..)?;
     let answer = match api {
-        ApiKey::Fetch => handle_fetch(shared, body, version),
+        ApiKey::Fetch => handle_fetch(shared, body, version, connection),
         ApiKey::Metadata => handle_metadata(shared, body, version),
         ApiKey::ListOffsets => handle_list_offsets(shared, body, version),
         ApiKey::OffsetForLeaderEpoch => handle_offset_for_leader_epoch(shared, body, version),
@@ -1231,7 +1351,148 @@ fn api_versions_body(state: &State, version: i16) -> Vec<u8> {
     w.buf
 }
 
-fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+/// How a Fetch request is answered, after its session fields were read.
+enum SessionMode {
+    /// Every partition named, session id 0.
+    Sessionless,
+    /// Every partition named; the connection's (new) session gets their answers.
+    Full(i32),
+    /// The session's partitions that have something to say.
+    Incremental(i32),
+    /// A top-level error, no partitions.
+    Refused(ErrorCode),
+}
+
+impl State {
+    /// Reads a request's session fields against the connection's session (see the module
+    /// documentation) and updates the session.
+    fn session_mode(&mut self, connection: u64, req: &FetchRequest, version: i16) -> SessionMode {
+        if !self.sessions_enabled || version < 7 {
+            return SessionMode::Sessionless;
+        }
+        match req.session_epoch {
+            e if e < 0 => {
+                if req.session_id != 0
+                    && self
+                        .sessions
+                        .get(&connection)
+                        .is_some_and(|s| s.id == req.session_id)
+                {
+                    self.sessions.remove(&connection);
+                }
+                SessionMode::Sessionless
+            }
+            0 => {
+                let id = self.next_session_id;
+                self.next_session_id = if id == i32::MAX { 1 } else { id + 1 };
+                let partitions = req
+                    .topics
+                    .iter()
+                    .flat_map(|(t, ps)| {
+                        ps.iter().map(move |p| {
+                            let cached = CachedPartition {
+                                req: p.clone(),
+                                answered: None,
+                            };
+                            ((t.clone(), p.partition), cached)
+                        })
+                    })
+                    .collect();
+                let session = LeaderSession {
+                    id,
+                    next_epoch: 1,
+                    partitions,
+                };
+                self.sessions.insert(connection, session);
+                SessionMode::Full(id)
+            }
+            epoch => {
+                let Some(session) = self
+                    .sessions
+                    .get_mut(&connection)
+                    .filter(|s| s.id == req.session_id)
+                else {
+                    return SessionMode::Refused(ErrorCode::FETCH_SESSION_ID_NOT_FOUND);
+                };
+                if self.reject_epochs > 0 || epoch != session.next_epoch {
+                    self.reject_epochs = self.reject_epochs.saturating_sub(1);
+                    return SessionMode::Refused(ErrorCode::INVALID_FETCH_SESSION_EPOCH);
+                }
+                session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+                for (t, ps) in &req.forgotten {
+                    for p in ps {
+                        session.partitions.remove(&(t.clone(), *p));
+                    }
+                }
+                for (t, ps) in &req.topics {
+                    for p in ps {
+                        let key = (t.clone(), p.partition);
+                        match session.partitions.get_mut(&key) {
+                            Some(c) => c.req = p.clone(),
+                            None => {
+                                let cached = CachedPartition {
+                                    req: p.clone(),
+                                    answered: None,
+                                };
+                                session.partitions.insert(key, cached);
+                            }
+                        }
+                    }
+                }
+                SessionMode::Incremental(session.id)
+            }
+        }
+    }
+
+    /// The answer to an incremental fetch: the session's partitions with something to say.
+    fn answer_incremental(
+        &mut self,
+        connection: u64,
+        version: i16,
+        isolation_level: i8,
+    ) -> Vec<(String, Vec<FetchAnswer>)> {
+        let Some(session) = self.sessions.remove(&connection) else {
+            return Vec::new();
+        };
+        let mut topics: Vec<(String, Vec<FetchAnswer>)> = Vec::new();
+        for ((topic, _), cached) in &session.partitions {
+            let a = self.answer_fetch_partition(topic, &cached.req, version, isolation_level);
+            let news =
+                cached.answered != Some((a.high_watermark, a.last_stable_offset, a.log_start));
+            if !(a.is_complete() || news) {
+                continue;
+            }
+            match topics.last_mut() {
+                Some((t, answers)) if t == topic => answers.push(a),
+                _ => topics.push((topic.clone(), vec![a])),
+            }
+        }
+        self.sessions.insert(connection, session);
+        topics
+    }
+
+    /// Remembers what the connection's session was answered (what the next incremental
+    /// answer compares with).
+    fn note_answered(&mut self, connection: u64, answers: &[(String, Vec<FetchAnswer>)]) {
+        let Some(session) = self.sessions.get_mut(&connection) else {
+            return;
+        };
+        for (topic, parts) in answers {
+            for a in parts {
+                if let Some(c) = session.partitions.get_mut(&(topic.clone(), a.partition)) {
+                    c.answered = Some((a.high_watermark, a.last_stable_offset, a.log_start));
+                }
+            }
+        }
+    }
+}
+
+fn handle_fetch(
+    shared: &Shared,
+    body: &[u8],
+    version: i16,
+    connection: u64,
+) -> DecodeResult<Vec<u8>> {
     let req = fetch::decode_request(body, version)?;
     let mut state = shared.state();
     state.fetch_requests += 1;
@@ -1245,20 +1506,57 @@ fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<
             }
         }
     }
+    let mut seen = SeenFetch {
+        connection,
+        version,
+        session_id: req.session_id,
+        session_epoch: req.session_epoch,
+        partitions: req
+            .topics
+            .iter()
+            .flat_map(|(_, ps)| ps.iter().map(|p| (p.partition, p.fetch_offset)))
+            .collect(),
+        forgotten: req
+            .forgotten
+            .iter()
+            .flat_map(|(_, ps)| ps.clone())
+            .collect(),
+        error: 0,
+        response_session_id: 0,
+        answered: Vec::new(),
+    };
     if state.garbage_fetches > 0 {
         state.garbage_fetches -= 1;
         let kind = state.garbage_served % 2;
         state.garbage_served += 1;
+        seen.error = -1;
+        record_seen(&mut state, seen);
         return Ok(garbage_fetch_body(version, &state.topic, kind));
     }
+    let mode = state.session_mode(connection, &req, version);
+    let (error, session_id) = match mode {
+        SessionMode::Sessionless => (ErrorCode::NONE, 0),
+        SessionMode::Full(id) | SessionMode::Incremental(id) => (ErrorCode::NONE, id),
+        SessionMode::Refused(code) => (code, 0),
+    };
     let wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_EMPTY_FETCH_WAIT_MS) as u64);
     let deadline = Instant::now() + wait;
     let answers = loop {
-        let answers = state.answer_fetch(&req, version);
-        let complete = answers
-            .iter()
-            .flat_map(|(_, a)| a)
-            .any(FetchAnswer::is_complete);
+        let answers = match mode {
+            SessionMode::Refused(_) => break Vec::new(),
+            SessionMode::Incremental(_) => {
+                state.answer_incremental(connection, version, req.isolation_level)
+            }
+            SessionMode::Sessionless | SessionMode::Full(_) => state.answer_fetch(&req, version),
+        };
+        // An incremental answer lists only partitions with news: any one makes it complete.
+        let complete = match mode {
+            SessionMode::Incremental(_) => answers.iter().any(|(_, a)| !a.is_empty()),
+            _ => answers
+                .iter()
+                .flat_map(|(_, a)| a)
+                .any(FetchAnswer::is_complete),
+        };
         let now = Instant::now();
         if complete || now >= deadline || shared.stopping.load(Ordering::SeqCst) {
             break answers;
@@ -1269,9 +1567,17 @@ fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<
             .unwrap_or_else(PoisonError::into_inner)
             .0;
     };
+    state.note_answered(connection, &answers);
+    seen.error = error.0;
+    seen.response_session_id = session_id;
+    seen.answered = answers
+        .iter()
+        .flat_map(|(_, ps)| ps.iter().map(|a| a.partition))
+        .collect();
+    record_seen(&mut state, seen);
     drop(state);
     let resp = FetchResponse {
-        error: ErrorCode::NONE,
+        error,
         topics: answers
             .iter()
             .map(|(topic, parts)| {
@@ -1292,11 +1598,17 @@ fn handle_fetch(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<Vec<
                 (topic.clone(), parts)
             })
             .collect(),
-        session_id: 0,
+        session_id,
     };
     let mut w = Writer::new();
     fetch::encode_response(&mut w, version, &resp);
     Ok(w.buf)
+}
+
+fn record_seen(state: &mut State, seen: SeenFetch) {
+    if state.seen.len() < MAX_SEEN_FETCHES {
+        state.seen.push(seen);
+    }
 }
 
 /// A Fetch body that is malformed in one of two ways (see the module documentation).
