@@ -44,7 +44,6 @@ impl ErrorCode {
     pub const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode(70);
     pub const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode(71);
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
-    pub const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode(106);
     pub const UNKNOWN_LEADER_EPOCH: ErrorCode = ErrorCode(75);
     pub const OFFSET_NOT_AVAILABLE: ErrorCode = ErrorCode(78);
     pub const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode(106);
