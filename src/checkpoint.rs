@@ -30,11 +30,33 @@ pub const LEADER_EPOCH: &str = "leader-epoch-checkpoint";
 pub const LOST_UPSTREAM: &str = "lost-upstream-checkpoint";
 const VERSION: u32 = 0;
 
+thread_local! {
+    /// Directory fsyncs and file-system syncs made by this thread (for tests).
+    static SYNCS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// (directory fsyncs, file-system syncs) this thread made so far: what tests count.
+pub fn syncs_on_this_thread() -> (u64, u64) {
+    SYNCS.with(std::cell::Cell::get)
+}
+
 /// fsyncs a directory so that a rename or a file creation in it is durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
+    SYNCS.with(|c| c.set((c.get().0 + 1, c.get().1)));
     File::open(dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("failed to fsync directory `{}`", dir.display()))
+}
+
+/// `syncfs` of the file system holding `dir`: everything written to it so far (files,
+/// directory entries, renames) is durable after this returns. One call stands for the
+/// fsyncs of many new files and directories (a round of new partitions).
+pub fn sync_filesystem(dir: &Path) -> Result<()> {
+    SYNCS.with(|c| c.set((c.get().0, c.get().1 + 1)));
+    File::open(dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|d| rustix::fs::syncfs(&d).map_err(anyhow::Error::from))
+        .with_context(|| format!("failed to sync the file system of `{}`", dir.display()))
 }
 
 /// Replaces `path` with `contents` atomically and durably: temp file, fsync, rename, fsync dir.

@@ -997,19 +997,49 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
         // the rest wait (said once) and are created once descriptors free up.
         let mut budget = descriptors::log_budget();
         let mut waiting = 0usize;
+        // The round's new logs are made together (one sync for them all, see
+        // `LogManager::create_logs`) before any of them is handed to a fetcher or named by
+        // a checkpoint; the fetchers then start them in shared requests.
+        let mut over_budget = BTreeSet::new();
+        let mut not_created = HashMap::new();
+        let mut batch = Vec::new();
+        for (tp, _, _) in to_add.values().flatten() {
+            if self.logs.get(tp).is_some() {
+                continue;
+            }
+            if let Some(Ok(offset)) = offsets.get(tp) {
+                if budget == 0 {
+                    over_budget.insert(tp.clone());
+                    continue;
+                }
+                budget -= 1;
+                let topic_id = self.metadata.topic_ids.get(&tp.topic).copied();
+                batch.push((tp.clone(), *offset, topic_id));
+            }
+        }
+        if !batch.is_empty() && !self.stop.is_stopping() {
+            for (tp, made) in self.logs.create_logs(&batch) {
+                if let Err(e) = made {
+                    not_created.insert(tp, e.context("cannot create its local log"));
+                }
+            }
+        }
         for ((broker, fid), parts) in to_add {
             let mut states = Vec::new();
             for (tp, _, epoch) in parts {
                 if self.stop.is_stopping() {
                     break;
                 }
-                let new_log = self.logs.get(&tp).is_none();
-                if new_log && budget == 0 {
+                if over_budget.contains(&tp) {
                     waiting += 1;
                     complete = false;
                     continue;
                 }
-                match self.initial_state(&offsets, &tp, epoch) {
+                let state = match not_created.remove(&tp) {
+                    Some(e) => Err(e),
+                    None => self.initial_state(&offsets, &tp, epoch),
+                };
+                match state {
                     Ok(st) => {
                         Said::forget_cannot_start(&mut self.reported, &tp);
                         self.handed_back.remove(&tp);
@@ -1021,13 +1051,9 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                                 leader_epoch: epoch,
                             },
                         );
-                        if new_log {
-                            budget = budget.saturating_sub(1);
-                        }
                         states.push((tp, st));
                     }
                     Err(e) if descriptors::is_exhausted(&e) => {
-                        budget = 0;
                         waiting += 1;
                         complete = false;
                     }

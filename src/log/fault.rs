@@ -504,6 +504,96 @@ mod tests {
         assert_eq!(log_bytes(d.path()), b, "the real log is untouched");
     }
 
+    fn round(
+        n: i32,
+        start: i64,
+    ) -> Vec<(TopicPartition, i64, Option<crate::protocol::uuid::Uuid>)> {
+        (0..n)
+            .map(|p| {
+                let mut id = [7u8; 16];
+                id[0] = p as u8;
+                (
+                    TopicPartition::new("round", p),
+                    start + i64::from(p),
+                    Some(crate::protocol::uuid::Uuid(id)),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_round_of_new_logs_costs_one_file_system_sync_and_one_data_dir_fsync() {
+        let d = tempfile::tempdir().unwrap();
+        let logs = crate::log::manager::LogManager::open(d.path(), config(1 << 20)).unwrap();
+        // One log alone, the old way: fsyncs of its own.
+        let before = crate::checkpoint::syncs_on_this_thread();
+        logs.get_or_create(&tp(), 0, None).unwrap();
+        let after = crate::checkpoint::syncs_on_this_thread();
+        assert!(after.0 - before.0 >= 2, "{before:?} {after:?}");
+        let new = round(300, 1000);
+        let before = crate::checkpoint::syncs_on_this_thread();
+        let made = logs.create_logs(&new);
+        let after = crate::checkpoint::syncs_on_this_thread();
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (1, 1),
+            "300 logs: one data-dir fsync, one file-system sync"
+        );
+        assert!(made.iter().all(|(_, r)| r.is_ok()));
+        assert_eq!(logs.all().len(), 301);
+        // Asking again gives the same logs, and costs nothing.
+        let before = crate::checkpoint::syncs_on_this_thread();
+        assert!(logs.create_logs(&new[..3]).iter().all(|(_, r)| r.is_ok()));
+        assert_eq!(crate::checkpoint::syncs_on_this_thread(), before);
+        logs.checkpoint().unwrap();
+        drop(logs);
+        let names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".creating")), "{names:?}");
+        let logs = crate::log::manager::LogManager::open(d.path(), config(1 << 20)).unwrap();
+        assert_eq!(logs.all().len(), 301);
+        for (tp, start, id) in &new {
+            let log = logs.get(tp).unwrap();
+            let log = crate::log::manager::lock_log(&log);
+            assert_eq!(
+                (log.log_start_offset(), log.log_end_offset()),
+                (*start, *start)
+            );
+            assert_eq!(log.topic_id(), *id, "{tp}");
+        }
+    }
+
+    #[test]
+    fn a_failed_creation_in_a_round_leaves_nothing_of_it_and_the_others_are_made() {
+        let d = tempfile::tempdir().unwrap();
+        let logs = crate::log::manager::LogManager::open(d.path(), config(1 << 20)).unwrap();
+        let new = round(6, 0);
+        // The third log's segment (after its partition.metadata), then the fifth's
+        // partition.metadata, fail.
+        arm(Step::Roll, 3);
+        arm(Step::Checkpoint, 5);
+        let made = logs.create_logs(&new);
+        let failed: Vec<i32> = made
+            .iter()
+            .filter(|(_, r)| r.is_err())
+            .map(|(tp, _)| tp.partition)
+            .collect();
+        assert_eq!(failed, [2, 4]);
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("round") || n.starts_with(".round"))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["round-0", "round-1", "round-3", "round-5"]);
+        assert_eq!(logs.all().len(), 4);
+        // The next round makes them.
+        assert!(logs.create_logs(&new).iter().all(|(_, r)| r.is_ok()));
+        assert_eq!(logs.all().len(), 6);
+    }
+
     #[test]
     fn a_failed_checkpoint_write_leaves_the_old_file_and_no_temporary() {
         let d = tempfile::tempdir().unwrap();

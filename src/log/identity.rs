@@ -117,6 +117,24 @@ pub fn read_topic_id(dir: &Path) -> Result<Option<Uuid>> {
     }
 }
 
+/// `partition.metadata` written in place and not fsynced: for a directory made under a
+/// private name and made durable as a whole before it is renamed into place.
+pub fn write_topic_id_unsynced(dir: &Path, id: Uuid) -> Result<()> {
+    let path = dir.join(PARTITION_METADATA);
+    std::fs::File::create_new(&path)
+        .map_err(anyhow::Error::from)
+        .and_then(|f| {
+            super::fault::write_all_at(
+                super::fault::Step::Checkpoint,
+                &f,
+                format!("version: 0\ntopic_id: {id}\n").as_bytes(),
+                0,
+            )
+            .map_err(anyhow::Error::from)
+        })
+        .with_context(|| format!("failed to write `{}`", path.display()))
+}
+
 pub fn write_topic_id(dir: &Path, id: Uuid) -> Result<()> {
     rewrite_atomic(
         &dir.join(PARTITION_METADATA),

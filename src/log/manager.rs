@@ -169,6 +169,7 @@ impl LogManager {
         let ls = read_hints(&data_dir.join(checkpoint::LOG_START_OFFSET));
         let hw = read_hints(&data_dir.join(checkpoint::REPLICATION_OFFSET));
         let mut logs = BTreeMap::new();
+        let mut removed = Vec::new();
         for e in fs::read_dir(data_dir)
             .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
             .filter_map(|e| e.ok())
@@ -178,11 +179,19 @@ impl LogManager {
                 // A partition directory a crash interrupted before anything was fetched.
                 fs::remove_dir_all(e.path())
                     .with_context(|| format!("failed to remove `{}`", e.path().display()))?;
-                crate::log_info!(
-                    "removed `{}`, left half-made by a crash",
-                    e.path().display()
-                );
+                removed.push(e.path());
             }
+        }
+        removed.sort();
+        match removed.as_slice() {
+            [] => {}
+            [one] => crate::log_info!("removed `{}`, left half-made by a crash", one.display()),
+            // A crash in a round of many new logs: one line for them all.
+            [first, ..] => crate::log_info!(
+                "removed {} partition directories left half-made by a crash (`{}`, …)",
+                removed.len(),
+                first.display()
+            ),
         }
         let mut entries: Vec<_> = fs::read_dir(data_dir)
             .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
@@ -373,6 +382,132 @@ impl LogManager {
         let shared = Arc::new(Mutex::new(log));
         logs.insert(tp.clone(), shared.clone());
         Ok(shared)
+    }
+
+    /// Creates empty logs for many partitions at once — (partition, start offset, topic id)
+    /// each — at the cost of one file-system sync and one data-dir fsync for them all, not
+    /// several fsyncs each: every directory is made under its `.creating` name, then the
+    /// file system is synced (their files are durable), then each is renamed into place and
+    /// the data dir fsynced (the renames are durable), and only then are the logs put in the
+    /// map, where the checkpoint task sees them. A crash on the way leaves `.creating`
+    /// directories (removed at the next start) or whole ones no checkpoint names yet.
+    /// A partition that already has a log gets it back; one whose directory exists without
+    /// a log takes [`PartitionLog::create`]'s path. Results in the order asked.
+    pub fn create_logs(
+        &self,
+        new: &[(TopicPartition, i64, Option<Uuid>)],
+    ) -> Vec<(TopicPartition, Result<SharedLog>)> {
+        let mut out: Vec<(TopicPartition, Option<Result<SharedLog>>)> = Vec::new();
+        // Built and not yet durable: (index in `out`, build dir).
+        let mut built: Vec<(usize, PathBuf)> = Vec::new();
+        for (tp, start, topic_id) in new {
+            let i = out.len();
+            if let Some(l) = self.get(tp) {
+                out.push((tp.clone(), Some(Ok(l))));
+            } else if self.data_dir.join(tp.dir_name()).exists() {
+                out.push((tp.clone(), Some(self.get_or_create(tp, *start, *topic_id))));
+            } else {
+                match PartitionLog::build_unsynced(
+                    &self.data_dir,
+                    tp,
+                    &self.config,
+                    *start,
+                    *topic_id,
+                ) {
+                    Ok(build) => {
+                        built.push((i, build));
+                        out.push((tp.clone(), None));
+                    }
+                    Err(e) => out.push((tp.clone(), Some(Err(e)))),
+                }
+            }
+        }
+        let remove_all = |dirs: &mut dyn Iterator<Item = &Path>| {
+            for d in dirs {
+                if let Err(re) = fs::remove_dir_all(d) {
+                    crate::log_error!("failed to remove the half-made `{}`: {re}", d.display());
+                }
+            }
+        };
+        if !built.is_empty() {
+            let mut renamed: Vec<usize> = Vec::new();
+            let synced = checkpoint::sync_filesystem(&self.data_dir);
+            match synced {
+                Err(e) => {
+                    remove_all(&mut built.iter().map(|(_, b)| b.as_path()));
+                    for (i, _) in &built {
+                        out[*i].1 = Some(Err(anyhow::anyhow!("{e:#}")));
+                    }
+                }
+                Ok(()) => {
+                    for (i, build) in &built {
+                        let dir = self.data_dir.join(out[*i].0.dir_name());
+                        match fs::rename(build, &dir) {
+                            Ok(()) => renamed.push(*i),
+                            Err(e) => {
+                                remove_all(&mut std::iter::once(build.as_path()));
+                                out[*i].1 = Some(Err(anyhow::Error::from(e).context(format!(
+                                    "failed to rename `{}` to `{}`",
+                                    build.display(),
+                                    dir.display()
+                                ))));
+                            }
+                        }
+                    }
+                }
+            }
+            if !renamed.is_empty() {
+                let dirs: Vec<PathBuf> = renamed
+                    .iter()
+                    .map(|i| self.data_dir.join(out[*i].0.dir_name()))
+                    .collect();
+                match fsync_dir(&self.data_dir) {
+                    Err(e) => {
+                        // Not known to be durable: none of them is a log.
+                        remove_all(&mut dirs.iter().map(PathBuf::as_path));
+                        for i in &renamed {
+                            out[*i].1 = Some(Err(anyhow::anyhow!("{e:#}")));
+                        }
+                    }
+                    Ok(()) => {
+                        let mut logs = self
+                            .logs
+                            .write()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        for (i, dir) in renamed.iter().zip(&dirs) {
+                            let (tp, start, topic_id) = &new[*i];
+                            let opened = PartitionLog::open_created(
+                                &self.data_dir,
+                                tp,
+                                self.config.clone(),
+                                *start,
+                                *topic_id,
+                            );
+                            out[*i].1 = Some(match opened {
+                                Ok(log) => {
+                                    crate::log_debug!(
+                                        "{tp}: created an empty local log starting at offset {start}"
+                                    );
+                                    let shared = Arc::new(Mutex::new(log));
+                                    logs.insert(tp.clone(), shared.clone());
+                                    Ok(shared)
+                                }
+                                Err(e) => {
+                                    remove_all(&mut std::iter::once(dir.as_path()));
+                                    Err(e)
+                                }
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|(tp, r)| {
+                let r = r.unwrap_or_else(|| Err(anyhow::anyhow!("{tp}: its log was not made")));
+                (tp, r)
+            })
+            .collect()
     }
 
     /// Flushes one log: pending index entries and descriptors are taken under its lock, the

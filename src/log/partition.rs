@@ -151,25 +151,11 @@ impl PartitionLog {
         let build = if existed {
             dir.clone()
         } else {
-            data_dir.join(format!(".{}{CREATING_SUFFIX}", tp.dir_name()))
+            Self::creating_path(data_dir, tp)
         };
         let mut renamed = false;
         let made = (|| {
-            if !existed && build.exists() {
-                fs::remove_dir_all(&build)
-                    .with_context(|| format!("failed to remove `{}`", build.display()))?;
-            }
-            fs::create_dir_all(&build)
-                .with_context(|| format!("failed to create `{}`", build.display()))?;
-            if let Some(id) = topic_id {
-                identity::write_topic_id(&build, id)?;
-            }
-            drop(Segment::create(
-                &build,
-                start_offset,
-                config.index_interval_bytes,
-                now_ms(),
-            )?);
+            Self::make_files(&build, !existed, &config, start_offset, topic_id, true)?;
             fsync_dir(&build)?;
             if !existed {
                 fs::rename(&build, &dir).with_context(|| {
@@ -182,19 +168,11 @@ impl PartitionLog {
                 renamed = true;
             }
             fsync_dir(data_dir)?;
-            let (seg, _) = Segment::open(
-                &dir,
-                start_offset,
-                config.index_interval_bytes,
-                now_ms(),
-                false,
-                true,
-            )?;
-            Ok::<_, anyhow::Error>(seg)
+            Self::open_created(data_dir, tp, config, start_offset, topic_id)
         })();
         // Out of descriptors or space, what was made goes again.
-        let seg = match made {
-            Ok(seg) => seg,
+        match made {
+            Ok(log) => Ok(log),
             Err(e) => {
                 if !existed {
                     let made = if renamed { &dir } else { &build };
@@ -205,13 +183,110 @@ impl PartitionLog {
                         );
                     }
                 }
-                return Err(e);
+                Err(e)
             }
-        };
+        }
+    }
+
+    /// Where a new partition directory is made before it is renamed into place.
+    pub fn creating_path(data_dir: &Path, tp: &TopicPartition) -> PathBuf {
+        data_dir.join(format!(".{}{CREATING_SUFFIX}", tp.dir_name()))
+    }
+
+    /// The first step of creating many logs at once (see `LogManager::create_logs`): the
+    /// directory [`Self::creating_path`] with the files of an empty log starting at
+    /// `start_offset` (and its `partition.metadata`), none of it fsynced. The caller makes
+    /// it durable, renames it into place, fsyncs the data dir and only then calls
+    /// [`Self::open_created`]. On error nothing of it is left.
+    pub fn build_unsynced(
+        data_dir: &Path,
+        tp: &TopicPartition,
+        config: &LogConfig,
+        start_offset: i64,
+        topic_id: Option<Uuid>,
+    ) -> Result<PathBuf> {
+        let build = Self::creating_path(data_dir, tp);
+        // No temporary file for partition.metadata: the directory appears whole or not at all.
+        if let Err(e) = Self::make_files(&build, true, config, start_offset, topic_id, false) {
+            if let Err(re) = fs::remove_dir_all(&build)
+                && re.kind() != std::io::ErrorKind::NotFound
+            {
+                crate::log_error!("failed to remove the half-made `{}`: {re}", build.display());
+            }
+            return Err(e);
+        }
+        Ok(build)
+    }
+
+    /// The files of an empty log in `build` (emptied first when `fresh`); `partition.metadata`
+    /// written atomically and durably when `synced`, else in place.
+    fn make_files(
+        build: &Path,
+        fresh: bool,
+        config: &LogConfig,
+        start_offset: i64,
+        topic_id: Option<Uuid>,
+        synced: bool,
+    ) -> Result<()> {
+        if fresh && build.exists() {
+            fs::remove_dir_all(build)
+                .with_context(|| format!("failed to remove `{}`", build.display()))?;
+        }
+        fs::create_dir_all(build)
+            .with_context(|| format!("failed to create `{}`", build.display()))?;
+        match topic_id {
+            Some(id) if synced => identity::write_topic_id(build, id)?,
+            Some(id) => identity::write_topic_id_unsynced(build, id)?,
+            None => {}
+        }
+        drop(Segment::create(
+            build,
+            start_offset,
+            config.index_interval_bytes,
+            now_ms(),
+        )?);
+        Ok(())
+    }
+
+    /// The log of a directory [`Self::build_unsynced`] made, now durable and in place.
+    pub fn open_created(
+        data_dir: &Path,
+        tp: &TopicPartition,
+        config: LogConfig,
+        start_offset: i64,
+        topic_id: Option<Uuid>,
+    ) -> Result<Self> {
+        let dir = data_dir.join(tp.dir_name());
+        let (seg, _) = Segment::open(
+            &dir,
+            start_offset,
+            config.index_interval_bytes,
+            now_ms(),
+            false,
+            true,
+        )?;
+        Ok(Self::with_empty_segment(
+            dir,
+            tp,
+            config,
+            start_offset,
+            topic_id,
+            seg,
+        ))
+    }
+
+    fn with_empty_segment(
+        dir: PathBuf,
+        tp: &TopicPartition,
+        config: LogConfig,
+        start_offset: i64,
+        topic_id: Option<Uuid>,
+        seg: Segment,
+    ) -> Self {
         let mut segments = BTreeMap::new();
         segments.insert(start_offset, seg);
         let dir_id = dir_identity(&dir);
-        Ok(PartitionLog {
+        PartitionLog {
             tp: tp.clone(),
             dir,
             config,
@@ -228,7 +303,7 @@ impl PartitionLog {
             retired: false,
             failed: None,
             dir_id,
-        })
+        }
     }
 
     pub(super) fn active(&self) -> &Segment {
