@@ -13,7 +13,7 @@ use replica_follower::checkpoint::TopicPartition;
 use replica_follower::client::BrokerConnection;
 use replica_follower::config::{SecurityProtocol, SecuritySection};
 use replica_follower::security::ClientSecurity;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::tls::{Pki, Terminator};
@@ -280,6 +280,24 @@ fn a_certificate_refused_while_running_is_an_error_retried_with_backoff() {
     );
 }
 
+/// A daemon following `topic` from `bootstrap` into `dir/data` with `extra` configuration
+/// after the topic: its data dir and the daemon.
+fn follower(dir: &Path, bootstrap: &str, topic: &str, extra: &str) -> (PathBuf, Daemon) {
+    std::fs::create_dir_all(dir).unwrap();
+    let data = dir.join("data");
+    let cfg = support::topic_config(dir, &data, bootstrap, topic, extra);
+    (data, Daemon::start(&cfg))
+}
+
+/// `[serve]` over TLS on `listen` with the test PKI's server certificate.
+fn tls_serve_section(pki: &Pki, listen: &str) -> String {
+    format!(
+        "[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
+        pki.path("server.pem").display(),
+        pki.path("server.key").display()
+    )
+}
+
 #[test]
 fn the_serve_listener_speaks_tls_to_a_chained_follower_and_confluent_kafka() {
     let tmp = tempfile::tempdir().unwrap();
@@ -289,21 +307,12 @@ fn the_serve_listener_speaks_tls_to_a_chained_follower_and_confluent_kafka() {
     let end = leader.produce("chain", 0, 400, "snappy", 3).1 + 1;
     // Follower A: plaintext from Tansu, serving over TLS.
     let listen = format!("127.0.0.1:{}", free_port());
-    let a_dir = tmp.path().join("a");
-    std::fs::create_dir_all(&a_dir).unwrap();
-    let a_data = a_dir.join("data");
-    let a_cfg = support::topic_config(
-        &a_dir,
-        &a_data,
+    let (a_data, mut a) = follower(
+        &tmp.path().join("a"),
         &leader.bootstrap,
         "chain",
-        &format!(
-            "{QUICK}[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
-            pki.path("server.pem").display(),
-            pki.path("server.key").display()
-        ),
+        &format!("{QUICK}{}", tls_serve_section(&pki, &listen)),
     );
-    let mut a = Daemon::start(&a_cfg);
     wait_until(Duration::from_secs(30), "A to catch up", || {
         log_end(&a_data, "chain", 0) == end
     });
@@ -316,17 +325,12 @@ fn the_serve_listener_speaks_tls_to_a_chained_follower_and_confluent_kafka() {
     );
     assert!(e.contains("it is a TLS listener"), "{e}");
     // Follower B: over TLS from A's listener.
-    let b_dir = tmp.path().join("b");
-    std::fs::create_dir_all(&b_dir).unwrap();
-    let b_data = b_dir.join("data");
-    let b_cfg = support::topic_config(
-        &b_dir,
-        &b_data,
+    let (b_data, mut b) = follower(
+        &tmp.path().join("b"),
         &listen,
         "chain",
         &format!("{}{QUICK}", pki.security("")),
     );
-    let mut b = Daemon::start(&b_cfg);
     wait_until(Duration::from_secs(30), "B to catch up over TLS", || {
         log_end(&b_data, "chain", 0) == end
     });
@@ -375,17 +379,7 @@ fn serve_with_client_certificates_required_refuses_a_client_without_one() {
         ),
     )
     .unwrap();
-    let mut serve = ServeGuard(
-        std::process::Command::new(support::bin())
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .env("RF_LOG", "info")
-            .spawn()
-            .expect("start serve"),
-    );
-    wait_until(Duration::from_secs(10), "serve to listen", || {
-        std::net::TcpStream::connect(&listen).is_ok()
-    });
+    let mut serve = ServeGuard::start(&cfg, &listen);
     let connect = |with_cert: bool| {
         BrokerConnection::connect_secured(
             &listen,
@@ -416,6 +410,22 @@ fn serve_with_client_certificates_required_refuses_a_client_without_one() {
 struct ServeGuard(std::process::Child);
 
 impl ServeGuard {
+    /// `serve --config cfg`, once it accepts connections on `listen`.
+    fn start(cfg: &Path, listen: &str) -> ServeGuard {
+        let serve = ServeGuard(
+            std::process::Command::new(support::bin())
+                .args(["serve", "--config"])
+                .arg(cfg)
+                .env("RF_LOG", "info")
+                .spawn()
+                .expect("start serve"),
+        );
+        wait_until(Duration::from_secs(10), "serve to listen", || {
+            std::net::TcpStream::connect(listen).is_ok()
+        });
+        serve
+    }
+
     fn stop(&mut self) {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
@@ -444,30 +454,20 @@ fn the_tls_listener_sends_ranges_larger_than_its_chunk_byte_for_byte() {
         "partitions": 1, "count": 600, "value_size": 10_000, "batch_records": 50}));
     let end = r["ends"][0].as_i64().expect("end");
     let listen = format!("127.0.0.1:{}", free_port());
-    let a_dir = tmp.path().join("a");
-    std::fs::create_dir_all(&a_dir).unwrap();
-    let a_data = a_dir.join("data");
-    let a_cfg = support::topic_config(
-        &a_dir,
-        &a_data,
+    let (a_data, mut a) = follower(
+        &tmp.path().join("a"),
         &leader.bootstrap,
         "big",
         &format!(
-            "[log]\nsegment_bytes = 8388608\n[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
-            pki.path("server.pem").display(),
-            pki.path("server.key").display()
+            "[log]\nsegment_bytes = 8388608\n{}",
+            tls_serve_section(&pki, &listen)
         ),
     );
-    let mut a = Daemon::start(&a_cfg);
     wait_until(Duration::from_secs(30), "A to catch up", || {
         log_end(&a_data, "big", 0) == end
     });
-    let b_dir = tmp.path().join("b");
-    std::fs::create_dir_all(&b_dir).unwrap();
-    let b_data = b_dir.join("data");
-    let b_cfg = support::topic_config(
-        &b_dir,
-        &b_data,
+    let (b_data, mut b) = follower(
+        &tmp.path().join("b"),
         &listen,
         "big",
         &format!(
@@ -475,7 +475,6 @@ fn the_tls_listener_sends_ranges_larger_than_its_chunk_byte_for_byte() {
             pki.security("")
         ),
     );
-    let mut b = Daemon::start(&b_cfg);
     wait_until(Duration::from_secs(30), "B to catch up over TLS", || {
         log_end(&b_data, "big", 0) == end
     });
@@ -514,17 +513,7 @@ fn a_tls_client_dripping_bytes_is_closed_at_the_listeners_deadlines() {
         ),
     )
     .unwrap();
-    let mut serve = ServeGuard(
-        std::process::Command::new(support::bin())
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .env("RF_LOG", "info")
-            .spawn()
-            .expect("start serve"),
-    );
-    wait_until(Duration::from_secs(10), "serve to listen", || {
-        std::net::TcpStream::connect(&listen).is_ok()
-    });
+    let mut serve = ServeGuard::start(&cfg, &listen);
     // Sends `bytes` one every 100 ms until the listener closes; how long that took.
     let drip = |sock: &mut std::net::TcpStream, bytes: &[u8]| -> Duration {
         let t0 = Instant::now();
