@@ -25,16 +25,12 @@ mod support;
 mod common;
 
 use common::{
-    FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, opt, proc_figures, raw_args,
-    raw_summary, spawn_follower, timed, write_follower_config,
+    FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, open_fds, opt, proc_figures,
+    raw_args, raw_summary, spawn_follower, timed, write_follower_config,
 };
 use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
 
 fn main() {
     let Some(args) = common::bench_args("benches/run.sh") else {

@@ -1,6 +1,8 @@
 //! Helpers shared by the benchmarks that time tools against a broker (`follow.rs`,
 //! `serve.rs`): medians, CPU and RSS of a process from `/proc` or `/usr/bin/time`, the raw
-//! fetch loop (`raw` mode of a bench binary), and the daemon followed until caught up.
+//! fetch loop (`raw` mode of a bench binary), the daemon followed until caught up, and the
+//! many-partition figures (`follow.rs`'s scale part, `partitions.rs`): open descriptors, a
+//! partition's local log end read from its segment, a daemon started under `ulimit -n`.
 //! Each bench declares `mod support` (tests/support) before `mod common`.
 #![allow(dead_code)]
 
@@ -314,4 +316,71 @@ pub fn terminate(child: &mut Child, what: &str) {
         .wait()
         .unwrap_or_else(|e| panic!("wait for {what}: {e}"));
     assert!(st.success(), "{what} exit {st}");
+}
+
+/// Open file descriptors of a live process (0 once it is gone).
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// The local log end of one partition directory, read from its newest non-empty segment
+/// (the last complete batch's last offset + 1); -1 when it holds no batch yet. Cheap enough
+/// to poll thousands of partitions: one small read each.
+pub fn local_log_end(pdir: &Path) -> i64 {
+    let Ok(rd) = std::fs::read_dir(pdir) else {
+        return -1;
+    };
+    let mut logs: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    for seg in logs.iter().rev() {
+        let Ok(bytes) = std::fs::read(seg) else {
+            continue;
+        };
+        if let Some(last) = BatchIter::new(&bytes, usize::MAX)
+            .map(|(h, _, _)| h.last_offset)
+            .last()
+        {
+            return last + 1;
+        }
+    }
+    -1
+}
+
+/// `replica-follower ARGS` under `sh -c 'ulimit -n NOFILE && exec …'` (so the child's pid is
+/// the daemon's), `RF_LOG=info`, stdout and stderr appended to `log`.
+pub fn spawn_limited(args: &[&str], nofile: u32, log: &Path) -> Child {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("daemon log");
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
+        .arg(support::bin())
+        .args(args)
+        .env("RF_LOG", "info")
+        .stdout(out.try_clone().expect("log"))
+        .stderr(out)
+        .spawn()
+        .expect("start daemon")
+}
+
+/// A daemon log's lines at WARN or ERROR (the level is the second field), and those that
+/// name a descriptor shortage (EMFILE, "Too many open files") at any level.
+pub fn log_problems(text: &str) -> (Vec<String>, Vec<String>) {
+    let warn_err = text
+        .lines()
+        .filter(|l| matches!(l.split_whitespace().nth(1), Some("WARN" | "ERROR")))
+        .map(String::from)
+        .collect();
+    let emfile = text
+        .lines()
+        .filter(|l| l.contains("EMFILE") || l.contains("Too many open files"))
+        .map(String::from)
+        .collect();
+    (warn_err, emfile)
 }
