@@ -33,8 +33,9 @@ impl Source {
     /// Reads every partition of a stopped data dir, changing nothing.
     pub fn stopped(data_dir: &Path) -> Result<Source> {
         let mut views = BTreeMap::new();
+        let checkpoints = crate::log::read_view::StoppedCheckpoints::read(data_dir);
         for tp in crate::inspect::partition_dirs(data_dir)? {
-            if let Some(v) = LogView::open_stopped(data_dir, &tp)
+            if let Some(v) = LogView::open_stopped_with(data_dir, &tp, &checkpoints)
                 .with_context(|| format!("{tp}: cannot read its log"))?
             {
                 views.insert(tp, v);
