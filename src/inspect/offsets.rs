@@ -239,14 +239,7 @@ pub fn find_max_timestamp(
     if h.magic < 2 {
         return Ok(Some((h.base_offset.max(log_start), max)));
     }
-    let block = records_block(&h, b, MAX_DECOMPRESSED).map_err(|e| {
-        anyhow!(
-            "cannot decompress the records of batch {}..{} at byte {at} of `{}`: {e}",
-            h.base_offset,
-            h.last_offset,
-            log.display()
-        )
-    })?;
+    let block = decompressed(&log, at, &h, b)?;
     let mut visible_last = None;
     for r in RecordIter::new(&h, base_timestamp(b), &block) {
         let r = r.with_context(|| {
@@ -268,6 +261,24 @@ pub fn find_max_timestamp(
     // A batch whose header claims a timestamp none of its records has: its last record, as
     // Kafka answered before it looked inside batches.
     Ok(visible_last.map(|o| (o, max)))
+}
+
+/// The records block of batch `h` (its bytes `b`, at byte `at` of `log`), decompressed;
+/// the error names the batch and where it is.
+fn decompressed<'a>(
+    log: &Path,
+    at: u64,
+    h: &crate::record::BatchHeader,
+    b: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>> {
+    records_block(h, b, MAX_DECOMPRESSED).map_err(|e| {
+        anyhow!(
+            "cannot decompress the records of batch {}..{} at byte {at} of `{}`: {e}",
+            h.base_offset,
+            h.last_offset,
+            log.display()
+        )
+    })
 }
 
 fn open_reader(log: &Path, size: Option<u64>) -> Result<SegmentReader> {
@@ -363,14 +374,7 @@ fn scan_segment(
             }
             continue;
         }
-        let block = records_block(&h, b, MAX_DECOMPRESSED).map_err(|e| {
-            anyhow!(
-                "cannot decompress the records of batch {}..{} at byte {at} of `{}`: {e}",
-                h.base_offset,
-                h.last_offset,
-                log.display()
-            )
-        })?;
+        let block = decompressed(log, at, &h, b)?;
         for r in RecordIter::new(&h, base_timestamp(b), &block) {
             let r = r.with_context(|| {
                 format!(

@@ -83,6 +83,32 @@ impl FetchRequest {
     }
 }
 
+/// A request's topic: its name (≤ v12) or its id (v13+).
+fn write_topic(w: &mut Writer, version: i16, req: &FetchRequest, topic: &str) {
+    if version >= 13 {
+        w.uuid(&req.topic_ids.get(topic).copied().unwrap_or_default().0);
+    } else {
+        w.string(Some(topic), version >= 12);
+    }
+}
+
+/// A request's topic as [`write_topic`] writes it; at v13+ it is named by its id's text,
+/// recorded in `topic_ids`.
+fn read_topic(
+    r: &mut Reader<'_>,
+    version: i16,
+    topic_ids: &mut BTreeMap<String, Uuid>,
+    what: &'static str,
+) -> DecodeResult<String> {
+    if version >= 13 {
+        let id = Uuid(r.uuid(what)?);
+        topic_ids.entry(id.to_string()).or_insert(id);
+        Ok(id.to_string())
+    } else {
+        r.string(version >= 12, what)
+    }
+}
+
 pub fn encode_request(w: &mut Writer, version: i16, req: &FetchRequest) {
     let flexible = version >= 12;
     w.i32(req.replica_id)
@@ -95,11 +121,7 @@ pub fn encode_request(w: &mut Writer, version: i16, req: &FetchRequest) {
     }
     w.array_len(req.topics.len(), flexible);
     for (topic, parts) in &req.topics {
-        if version >= 13 {
-            w.uuid(&req.topic_ids.get(topic).copied().unwrap_or_default().0);
-        } else {
-            w.string(Some(topic), flexible);
-        }
+        write_topic(w, version, req, topic);
         w.array_len(parts.len(), flexible);
         for p in parts {
             w.i32(p.partition);
@@ -121,11 +143,7 @@ pub fn encode_request(w: &mut Writer, version: i16, req: &FetchRequest) {
     if version >= 7 {
         w.array_len(req.forgotten.len(), flexible);
         for (topic, parts) in &req.forgotten {
-            if version >= 13 {
-                w.uuid(&req.topic_ids.get(topic).copied().unwrap_or_default().0);
-            } else {
-                w.string(Some(topic), flexible);
-            }
+            write_topic(w, version, req, topic);
             w.array_len(parts.len(), flexible);
             for p in parts {
                 w.i32(*p);
@@ -157,14 +175,7 @@ pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
     let mut topics = Vec::with_capacity(nt);
     let mut topic_ids = BTreeMap::new();
     for _ in 0..nt {
-        // At v13+ the topic is its id; it is named by the id's text here.
-        let topic = if version >= 13 {
-            let id = Uuid(r.uuid("Fetch topic_id")?);
-            topic_ids.insert(id.to_string(), id);
-            id.to_string()
-        } else {
-            r.string(flexible, "Fetch topic")?
-        };
+        let topic = read_topic(&mut r, version, &mut topic_ids, "Fetch topic")?;
         let np = r.array_count(flexible, 16, "Fetch partitions")?;
         let mut parts = Vec::with_capacity(np);
         for _ in 0..np {
@@ -207,13 +218,7 @@ pub fn decode_request(body: &[u8], version: i16) -> DecodeResult<FetchRequest> {
     if version >= 7 {
         let nf = r.array_count(flexible, 3, "Fetch forgotten_topics_data")?;
         for _ in 0..nf {
-            let topic = if version >= 13 {
-                let id = Uuid(r.uuid("Fetch forgotten topic_id")?);
-                topic_ids.entry(id.to_string()).or_insert(id);
-                id.to_string()
-            } else {
-                r.string(flexible, "Fetch forgotten topic")?
-            };
+            let topic = read_topic(&mut r, version, &mut topic_ids, "Fetch forgotten topic")?;
             let np = r.array_count(flexible, 4, "Fetch forgotten partitions")?;
             let mut parts = Vec::with_capacity(np);
             for _ in 0..np {
