@@ -17,6 +17,7 @@
 //! the manager, which looks the leader up again.
 
 use super::fetch_session::{FetchSessionHandler, ResponseVerdict, WantedPartition};
+use super::partition_map::PartitionMap;
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
@@ -85,7 +86,7 @@ pub struct FetcherShared {
     /// Written by the manager (add/remove) and the fetcher thread (state after each round);
     /// the fetcher waits on `cond` while no partition is ready; `cond` is signalled when
     /// partitions are added and at shutdown.
-    map: Mutex<BTreeMap<TopicPartition, PartitionFetchState>>,
+    map: Mutex<PartitionMap>,
     cond: Condvar,
     running: AtomicBool,
     /// A clone of the fetcher's socket, shut down by `initiate_shutdown` so that a fetch in
@@ -96,7 +97,7 @@ pub struct FetcherShared {
 impl Default for FetcherShared {
     fn default() -> Self {
         FetcherShared {
-            map: Mutex::new(BTreeMap::new()),
+            map: Mutex::new(PartitionMap::new()),
             cond: Condvar::new(),
             running: AtomicBool::new(true),
             socket: Mutex::new(None),
@@ -105,7 +106,7 @@ impl Default for FetcherShared {
 }
 
 impl FetcherShared {
-    pub fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, PartitionFetchState>> {
+    pub fn lock(&self) -> MutexGuard<'_, PartitionMap> {
         self.map
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -345,6 +346,11 @@ pub trait ReplicaOps: Send {
     fn fetch_position(&self, tp: &TopicPartition) -> (Option<i64>, Option<i32>) {
         (self.log_start_offset(tp), self.latest_epoch(tp))
     }
+    /// A count that moves whenever some partition's log start or epochs may have moved other
+    /// than through this trait (retention): a request then looks at every partition again.
+    fn position_moves(&self) -> u64 {
+        0
+    }
     /// The largest local epoch ≤ `epoch` and its end offset.
     fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)>;
     /// Removes every offset ≥ `offset`; `reason` says why, for the record of what was removed.
@@ -408,6 +414,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     handed_back: Vec<(TopicPartition, String)>,
     /// The KIP-227 session with this leader: what it holds and the next epoch.
     session: FetchSessionHandler,
+    /// [`crate::log::partition::position_moves`] when the last request was built.
+    position_moves: u64,
     /// When a session reset was last said at INFO.
     session_reset_said: Option<Instant>,
 }
@@ -434,8 +442,6 @@ fn test_stall(shared: &FetcherShared) {
 
 /// The longest a fetcher waits for a partition to become ready before its round ends.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
-
-type PartitionMap = BTreeMap<TopicPartition, PartitionFetchState>;
 
 /// Whether an error came from the connection (an I/O error in its chain) rather than from
 /// what the leader said.
@@ -522,6 +528,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             last_warned: None,
             handed_back: Vec::new(),
             session: FetchSessionHandler::new(),
+            position_moves: 0,
             session_reset_said: None,
         }
     }
@@ -614,35 +621,38 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// [`fetch_session`]: super::fetch_session
     fn request_for(
         &mut self,
-        map: &BTreeMap<TopicPartition, PartitionFetchState>,
+        map: &mut PartitionMap,
         ahead: &BTreeMap<TopicPartition, (i64, Option<i32>)>,
     ) -> Option<FetchRequest> {
         let now = Instant::now();
-        let replica = &self.replica;
-        let partition_max_bytes = self.params.partition_max_bytes;
-        let wanted = map.iter().filter(|(_, s)| s.is_ready(now)).map(|(tp, st)| {
-            let (log_start, latest_epoch) = replica.fetch_position(tp);
-            let (fetch_offset, epoch) = match ahead.get(tp) {
-                Some(&(o, e)) => (o, e.or(latest_epoch)),
-                None => (st.fetch_offset, latest_epoch),
-            };
-            let data = FetchPartition {
-                partition: tp.partition,
-                current_leader_epoch: st.current_leader_epoch,
-                fetch_offset,
-                last_fetched_epoch: epoch.unwrap_or(-1),
-                log_start_offset: log_start.unwrap_or(-1),
-                partition_max_bytes,
-            };
-            let w = WantedPartition {
-                topic_id: st.topic_id,
-                data,
-                // Longest without data first.
-                order: st.last_data_round,
-            };
-            (tp, w)
-        });
-        let built = self.session.build(wanted, now)?;
+        let moves = self.replica.position_moves();
+        let moved = std::mem::replace(&mut self.position_moves, moves) != moves;
+        let built = if self.session.next_is_incremental(now) && !moved {
+            // Only what changed since the last request: the session holds the rest.
+            let mut changed = map.take_request_changes(now);
+            changed.extend(ahead.keys().cloned());
+            let changes: Vec<(TopicPartition, Option<WantedPartition>)> = changed
+                .into_iter()
+                .map(|tp| {
+                    let w = map
+                        .get(&tp)
+                        .filter(|s| s.is_ready(now))
+                        .map(|st| self.wanted(&tp, st, ahead));
+                    (tp, w)
+                })
+                .collect();
+            self.session.build_delta(changes.into_iter())?
+        } else {
+            // Every partition is looked at: nothing changed is left over for the next round.
+            map.clear_request_changes();
+            let map: &PartitionMap = map;
+            let wanted: Vec<(&TopicPartition, WantedPartition)> = map
+                .iter()
+                .filter(|(_, s)| s.is_ready(now))
+                .map(|(tp, st)| (tp, self.wanted(tp, st, ahead)))
+                .collect();
+            self.session.build(wanted.into_iter(), now)?
+        };
         Some(FetchRequest {
             replica_id: -1,
             max_wait_ms: self.params.max_wait_ms,
@@ -655,6 +665,35 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             session_epoch: built.session_epoch,
             forgotten: built.forgotten,
         })
+    }
+
+    /// What a request asks of `tp`: the map's fetch offset, or the one in `ahead` (a
+    /// pipelined request), with the local log's start and last epoch.
+    fn wanted(
+        &self,
+        tp: &TopicPartition,
+        st: &PartitionFetchState,
+        ahead: &BTreeMap<TopicPartition, (i64, Option<i32>)>,
+    ) -> WantedPartition {
+        let (log_start, latest_epoch) = self.replica.fetch_position(tp);
+        let (fetch_offset, epoch) = match ahead.get(tp) {
+            Some(&(o, e)) => (o, e.or(latest_epoch)),
+            None => (st.fetch_offset, latest_epoch),
+        };
+        let data = FetchPartition {
+            partition: tp.partition,
+            current_leader_epoch: st.current_leader_epoch,
+            fetch_offset,
+            last_fetched_epoch: epoch.unwrap_or(-1),
+            log_start_offset: log_start.unwrap_or(-1),
+            partition_max_bytes: self.params.partition_max_bytes,
+        };
+        WantedPartition {
+            topic_id: st.topic_id,
+            data,
+            // Longest without data first.
+            order: st.last_data_round,
+        }
     }
 
     /// Drops the connection; the fetch session goes with it (the next request is full).
@@ -678,7 +717,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// partition is added, or shutdown) and returns `None`.
     pub fn build_fetch_request(&mut self) -> Option<FetchRequest> {
         let shared = self.shared.clone();
-        let map = shared.lock();
+        let mut map = shared.lock();
         if self.replica.paused() {
             if shared.is_running() {
                 let _r = shared
@@ -687,7 +726,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
             return None;
         }
-        if let Some(req) = self.request_for(&map, &BTreeMap::new()) {
+        if let Some(req) = self.request_for(&mut map, &BTreeMap::new()) {
             return Some(req);
         }
         if !shared.is_running() {
@@ -696,12 +735,10 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         // Nothing ready: sleep until the earliest backoff ends, or until woken — a second at
         // most, so that the round ends and the watchdog sees this thread alive.
         let now = Instant::now();
-        let wake_at = map.values().filter_map(|s| s.delayed_until).min();
+        let wake_at = map.next_wake();
         let wait = match wake_at {
             Some(t) => t.saturating_duration_since(now),
-            None if map.values().any(|s| s.status == FetchStatus::Truncating) => {
-                self.params.backoff
-            }
+            None if map.any_truncating() => self.params.backoff,
             None => IDLE_WAIT,
         };
         let _r = shared.cond.wait_timeout(map, wait.min(IDLE_WAIT));
@@ -902,7 +939,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let mut validated: BTreeMap<TopicPartition, Result<R::Validated, AppendError>> =
             BTreeMap::new();
         let mut ahead: BTreeMap<TopicPartition, (i64, Option<i32>)> = BTreeMap::new();
-        let mut healthy = !map.values().any(|s| s.status == FetchStatus::Truncating);
+        let mut healthy = !map.any_truncating();
         for (topic, parts) in &resp.topics {
             for data in parts {
                 if !data.error.is_ok() || data.diverging_epoch.is_some() {
@@ -938,7 +975,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             && !ahead.is_empty()
             && shared.is_running()
             && !self.replica.paused()
-            && let Some(next_req) = self.request_for(&map, &ahead)
+            && let Some(next_req) = self.request_for(&mut map, &ahead)
         {
             match self.leader.send_fetch(&next_req) {
                 Ok(()) => {
@@ -1442,14 +1479,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     fn maybe_truncate(&mut self) {
         let shared = self.shared.clone();
         let mut map = shared.lock();
-        let now = Instant::now();
-        let truncating: Vec<(TopicPartition, i32)> = map
-            .iter()
-            .filter(|(_, s)| {
-                s.status == FetchStatus::Truncating && s.delayed_until.is_none_or(|t| t <= now)
-            })
-            .map(|(tp, s)| (tp.clone(), s.current_leader_epoch))
-            .collect();
+        let truncating = map.truncating_due(Instant::now());
         if truncating.is_empty() {
             return;
         }
@@ -1772,6 +1802,10 @@ mod tests {
         identity: Identity,
         /// Partitions marked failed, and why.
         failed: Vec<(TopicPartition, String)>,
+        /// How many times a request looked up a partition's log start.
+        looked_up: std::sync::atomic::AtomicUsize,
+        /// What `position_moves` answers.
+        moves: u64,
     }
 
     impl ReplicaOps for MemReplica {
@@ -1818,7 +1852,11 @@ mod tests {
             Ok(self.end)
         }
         fn log_start_offset(&self, _: &TopicPartition) -> Option<i64> {
+            self.looked_up.fetch_add(1, Ordering::Relaxed);
             Some(self.start)
+        }
+        fn position_moves(&self) -> u64 {
+            self.moves
         }
         fn mark_failed(&mut self, tp: &TopicPartition, reason: &str) {
             self.failed.push((tp.clone(), reason.to_string()));
@@ -2109,6 +2147,98 @@ mod tests {
         assert_eq!(f.replica().bytes, expect, "no gap, no duplicate");
     }
 
+    /// Named partitions and forgotten ones of a request, as "topic-partition" strings.
+    fn named_and_forgotten(req: &FetchRequest) -> (Vec<i32>, Vec<i32>) {
+        let named = partitions_in(&req.topics, |p| p.partition)
+            .map(|tp| tp.partition)
+            .collect();
+        let forgotten = req
+            .forgotten
+            .iter()
+            .flat_map(|(_, ps)| ps.clone())
+            .collect();
+        (named, forgotten)
+    }
+
+    #[test]
+    fn within_a_session_a_request_looks_only_at_partitions_that_changed() {
+        let (mut f, shared, _rx) = fetcher(MockLeader::new(1), MemReplica::default(), 10);
+        let n = 500;
+        shared.add_partitions((0..n).map(|p| {
+            (
+                TopicPartition::new("t", p),
+                PartitionFetchState::new(0, 0, FetchStatus::Fetching),
+            )
+        }));
+        let looked = |f: &AbstractFetcher<MockLeader, MemReplica>| {
+            f.replica().looked_up.swap(0, Ordering::Relaxed)
+        };
+        let none = BTreeMap::new();
+        let full = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert!(is_full(&full));
+        assert_eq!(named_and_forgotten(&full).0.len(), n as usize);
+        assert_eq!(looked(&f), n as usize);
+        f.session
+            .handle_response(ErrorCode::NONE, 77, Instant::now());
+
+        // Nothing changed: an incremental request naming nothing, and no partition looked at.
+        for _ in 0..3 {
+            let idle = f.request_for(&mut shared.lock(), &none).unwrap();
+            assert!(!is_full(&idle));
+            assert_eq!(named_and_forgotten(&idle), (vec![], vec![]));
+            assert_eq!(looked(&f), 0, "an idle round looks at no partition");
+        }
+
+        // One offset moves, one partition leaves: only those two are looked at or sent.
+        shared
+            .lock()
+            .get_mut(&TopicPartition::new("t", 5))
+            .unwrap()
+            .fetch_offset = 3;
+        shared.remove_partition(&TopicPartition::new("t", 9));
+        let req = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert_eq!(named_and_forgotten(&req), (vec![5], vec![9]));
+        assert_eq!(looked(&f), 1, "the removed one needs no look-up");
+
+        // A pipelined request names the offsets the response ahead of it will leave.
+        let ahead = BTreeMap::from([(TopicPartition::new("t", 6), (40, None))]);
+        let req = f.request_for(&mut shared.lock(), &ahead).unwrap();
+        assert_eq!(named_and_forgotten(&req), (vec![6], vec![]));
+        assert_eq!(req.topics[0].1[0].fetch_offset, 40);
+        // Once appended the map agrees with the session: nothing to name.
+        shared
+            .lock()
+            .get_mut(&TopicPartition::new("t", 6))
+            .unwrap()
+            .fetch_offset = 40;
+        let req = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert_eq!(named_and_forgotten(&req), (vec![], vec![]));
+
+        // A backoff forgets the partition; once it ends, the partition is named again.
+        delay(
+            &mut shared.lock(),
+            &TopicPartition::new("t", 7),
+            Duration::from_millis(30),
+        );
+        let req = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert_eq!(named_and_forgotten(&req), (vec![], vec![7]));
+        let req = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert_eq!(named_and_forgotten(&req), (vec![], vec![]));
+        std::thread::sleep(Duration::from_millis(40));
+        let req = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert_eq!(named_and_forgotten(&req), (vec![7], vec![]));
+        looked(&f);
+
+        // A log start moved behind the fetcher's back (retention): every partition is
+        // looked at once, and those whose parameters did not change are still not sent.
+        f.replica.moves += 1;
+        let req = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert_eq!(named_and_forgotten(&req), (vec![], vec![]));
+        assert_eq!(looked(&f), n as usize - 1);
+        let _ = f.request_for(&mut shared.lock(), &none).unwrap();
+        assert_eq!(looked(&f), 0);
+    }
+
     #[test]
     fn partitions_that_brought_data_most_recently_are_asked_last() {
         let (mut f, shared, _rx) = fetcher(MockLeader::new(1), MemReplica::default(), 10);
@@ -2122,7 +2252,7 @@ mod tests {
             (TopicPartition::new("t", 1), b),
             (TopicPartition::new("u", 0), c),
         ]);
-        let req = f.request_for(&shared.lock(), &BTreeMap::new()).unwrap();
+        let req = f.request_for(&mut shared.lock(), &BTreeMap::new()).unwrap();
         let order: Vec<(String, Vec<i32>)> = req
             .topics
             .iter()

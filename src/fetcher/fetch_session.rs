@@ -89,7 +89,7 @@ struct Cached {
     data: FetchPartition,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct FetchSessionHandler {
     /// The session's id; 0 before one is opened. Kept through a reset that asks the leader
     /// to close it (epoch 0 with this id).
@@ -104,6 +104,10 @@ pub struct FetchSessionHandler {
     partitions: BTreeMap<TopicPartition, Cached>,
     /// Whether the session was opened with a topic id for every partition (v13+ requests).
     uses_topic_ids: bool,
+    /// How many of `partitions` have no topic id.
+    without_id: usize,
+    /// The topic ids of `partitions`' topics, while they are known to be current.
+    topic_ids: Option<BTreeMap<String, Uuid>>,
     /// Whether the last request built was full.
     last_full: bool,
 }
@@ -133,7 +137,13 @@ impl FetchSessionHandler {
     /// The next request is full and asks the leader to replace the session.
     fn close_existing(&mut self) {
         self.next_epoch = INITIAL_EPOCH;
+        self.clear_partitions();
+    }
+
+    fn clear_partitions(&mut self) {
         self.partitions.clear();
+        self.without_id = 0;
+        self.topic_ids = None;
     }
 
     /// The fetch offset the leader serves `tp` from under the last request built, when it is
@@ -168,12 +178,10 @@ impl FetchSessionHandler {
         // A merge walk of two sorted sequences: the wanted partitions and the session's.
         let mut named: Vec<(TopicPartition, WantedPartition)> = Vec::new();
         let mut forgotten: Vec<(TopicPartition, Option<Uuid>)> = Vec::new();
-        let mut all_ids = true;
         let mut session = self.partitions.iter().peekable();
         let mut wanted_count = 0usize;
         for (tp, w) in wanted {
             wanted_count += 1;
-            all_ids &= w.topic_id.is_some();
             while let Some((s, c)) = session.next_if(|(s, _)| *s < tp) {
                 forgotten.push((s.clone(), c.topic_id));
             }
@@ -188,11 +196,57 @@ impl FetchSessionHandler {
         if wanted_count == 0 && forgotten.is_empty() {
             return None;
         }
+        self.incremental(named, forgotten)
+    }
+
+    /// Whether the next request is incremental: [`Self::build_delta`] may build it.
+    pub fn next_is_incremental(&self, now: Instant) -> bool {
+        self.next_epoch != INITIAL_EPOCH && !self.is_sessionless(now)
+    }
+
+    /// [`Self::build`] from only the partitions whose wish may have changed, when the next
+    /// request is incremental ([`Self::next_is_incremental`]): `Some` — wanted with these
+    /// parameters, `None` — not wanted now. Every partition of the session not listed is
+    /// wanted as the session holds it, so an idle round costs nothing per partition.
+    pub fn build_delta(
+        &mut self,
+        changes: impl Iterator<Item = (TopicPartition, Option<WantedPartition>)>,
+    ) -> Option<SessionRequest> {
+        debug_assert!(
+            self.next_epoch != INITIAL_EPOCH,
+            "a delta needs an open session"
+        );
+        let mut named: Vec<(TopicPartition, WantedPartition)> = Vec::new();
+        let mut forgotten: Vec<(TopicPartition, Option<Uuid>)> = Vec::new();
+        // Sorted by partition, as a merge walk yields them; a partition listed twice counts
+        // once, as it stands last.
+        let changes: BTreeMap<TopicPartition, Option<WantedPartition>> = changes.collect();
+        for (tp, w) in changes {
+            match (w, self.partitions.get(&tp)) {
+                (Some(w), Some(c)) if c.topic_id == w.topic_id && c.data == w.data => {}
+                (Some(w), _) => named.push((tp, w)),
+                (None, Some(c)) => forgotten.push((tp.clone(), c.topic_id)),
+                (None, None) => {}
+            }
+        }
+        if self.partitions.is_empty() && named.is_empty() {
+            return None;
+        }
+        self.incremental(named, forgotten)
+    }
+
+    /// The incremental request naming `named` and forgetting `forgotten` (both sorted by
+    /// partition); the session's view becomes what it assumes.
+    fn incremental(
+        &mut self,
+        named: Vec<(TopicPartition, WantedPartition)>,
+        forgotten: Vec<(TopicPartition, Option<Uuid>)>,
+    ) -> Option<SessionRequest> {
         for (tp, _) in &forgotten {
-            self.partitions.remove(tp);
+            self.uncache(tp);
         }
         for (tp, w) in &named {
-            self.partitions.insert(
+            self.cache(
                 tp.clone(),
                 Cached {
                     topic_id: w.topic_id,
@@ -200,7 +254,8 @@ impl FetchSessionHandler {
                 },
             );
         }
-        if wanted_count > 0 && all_ids != self.uses_topic_ids {
+        let all_ids = self.without_id == 0;
+        if !self.partitions.is_empty() && all_ids != self.uses_topic_ids {
             // The request would switch between naming topics by id and by name, which a
             // session cannot do (the leader answers FETCH_SESSION_TOPIC_ID_ERROR): the session
             // is replaced by a full fetch of the same partitions.
@@ -225,7 +280,13 @@ impl FetchSessionHandler {
         let epoch = self.next_epoch;
         self.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
         self.last_full = false;
-        let mut topic_ids = BTreeMap::new();
+        // Every topic of the session (the response may name any of them by id), and those
+        // of the forgotten partitions.
+        let mut topic_ids = if self.uses_topic_ids {
+            self.session_topic_ids().clone()
+        } else {
+            BTreeMap::new()
+        };
         let mut forgotten_topics: Vec<(String, Vec<i32>)> = Vec::new();
         for (tp, id) in forgotten {
             if let (true, Some(id)) = (self.uses_topic_ids, id) {
@@ -234,18 +295,6 @@ impl FetchSessionHandler {
             match forgotten_topics.last_mut() {
                 Some((t, ps)) if *t == tp.topic => ps.push(tp.partition),
                 _ => forgotten_topics.push((tp.topic, vec![tp.partition])),
-            }
-        }
-        if self.uses_topic_ids {
-            // Per topic, not per partition: the session's partitions are sorted by topic.
-            let mut last: Option<&str> = None;
-            for (tp, c) in &self.partitions {
-                if last != Some(tp.topic.as_str()) {
-                    last = Some(tp.topic.as_str());
-                    if let Some(id) = c.topic_id {
-                        topic_ids.insert(tp.topic.clone(), id);
-                    }
-                }
             }
         }
         Some(SessionRequest {
@@ -258,6 +307,52 @@ impl FetchSessionHandler {
         })
     }
 
+    /// Adds or replaces a partition of the session.
+    fn cache(&mut self, tp: TopicPartition, c: Cached) {
+        let has_id = c.topic_id.is_some();
+        match self.partitions.insert(tp, c) {
+            Some(old) => {
+                if old.topic_id.is_some() != has_id {
+                    self.topic_ids = None;
+                }
+                self.without_id =
+                    self.without_id + usize::from(!has_id) - usize::from(old.topic_id.is_none());
+            }
+            None => {
+                self.topic_ids = None;
+                self.without_id += usize::from(!has_id);
+            }
+        }
+    }
+
+    /// Removes a partition from the session.
+    fn uncache(&mut self, tp: &TopicPartition) {
+        if let Some(old) = self.partitions.remove(tp) {
+            self.topic_ids = None;
+            self.without_id -= usize::from(old.topic_id.is_none());
+        }
+    }
+
+    /// The topic ids of the session's topics, worked out again only after its partitions
+    /// changed.
+    fn session_topic_ids(&mut self) -> &BTreeMap<String, Uuid> {
+        let partitions = &self.partitions;
+        self.topic_ids.get_or_insert_with(|| {
+            let mut ids = BTreeMap::new();
+            // Per topic, not per partition: the session's partitions are sorted by topic.
+            let mut last: Option<&str> = None;
+            for (tp, c) in partitions {
+                if last != Some(tp.topic.as_str()) {
+                    last = Some(tp.topic.as_str());
+                    if let Some(id) = c.topic_id {
+                        ids.insert(tp.topic.clone(), id);
+                    }
+                }
+            }
+            ids
+        })
+    }
+
     /// A full request naming `all` (sorted by partition): sessionless, or epoch 0 asking for a
     /// session (with the old id, when one is to be replaced).
     fn build_full(
@@ -265,7 +360,7 @@ impl FetchSessionHandler {
         all: Vec<(TopicPartition, WantedPartition)>,
         sessionless: bool,
     ) -> Option<SessionRequest> {
-        self.partitions.clear();
+        self.clear_partitions();
         if all.is_empty() {
             return None;
         }
@@ -290,6 +385,7 @@ impl FetchSessionHandler {
                     )
                 })
                 .collect();
+            self.without_id = all.iter().filter(|(_, w)| w.topic_id.is_none()).count();
         }
         self.last_full = true;
         let (session_id, session_epoch) = if sessionless {
@@ -596,5 +692,72 @@ mod tests {
         let r = build(&mut h, &mixed);
         assert!(r.full);
         assert_eq!((r.session_id, r.session_epoch, named(&r).len()), (77, 0, 3));
+    }
+
+    /// A small deterministic generator (xorshift), so the walk below is reproducible.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    #[test]
+    fn a_delta_of_the_changed_partitions_builds_what_a_walk_of_all_of_them_builds() {
+        for ids in [false, true] {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 + u64::from(ids));
+            let mut state: BTreeMap<TopicPartition, WantedPartition> =
+                wanted(&(0..40).map(|p| (p, 0)).collect::<Vec<_>>(), ids)
+                    .into_iter()
+                    .collect();
+            let mut walk = FetchSessionHandler::new();
+            build(&mut walk, &state.clone().into_iter().collect::<Vec<_>>());
+            ok(&mut walk, 77);
+            let mut delta = walk.clone();
+            for round in 0..400 {
+                // Change a few partitions: move, leave, come back, lose or gain a topic id.
+                let mut changed = Vec::new();
+                for _ in 0..rng.below(4) {
+                    let p = rng.below(50) as i32;
+                    match rng.below(4) {
+                        0 => {
+                            state.remove(&tp(p));
+                        }
+                        1 if ids && rng.below(10) == 0 => {
+                            if let Some(w) = state.get_mut(&tp(p)) {
+                                w.topic_id = None;
+                            }
+                        }
+                        _ => {
+                            let mut w = wanted(&[(p, rng.below(1000) as i64)], ids)[0].1.clone();
+                            w.order = rng.below(5);
+                            state.insert(tp(p), w);
+                        }
+                    }
+                    changed.push(tp(p));
+                }
+                let all: Vec<(TopicPartition, WantedPartition)> =
+                    state.clone().into_iter().collect();
+                let by_walk = try_build(&mut walk, &all);
+                let changes = changed.into_iter().map(|t| {
+                    let w = state.get(&t).cloned();
+                    (t, w)
+                });
+                let by_delta = if delta.next_is_incremental(Instant::now()) {
+                    delta.build_delta(changes)
+                } else {
+                    try_build(&mut delta, &all)
+                };
+                assert_eq!(by_walk, by_delta, "round {round}, topic ids {ids}");
+                assert_eq!(walk.partitions, delta.partitions, "round {round}");
+                if by_walk.is_some_and(|r| r.full) {
+                    ok(&mut walk, 77);
+                    ok(&mut delta, 77);
+                }
+            }
+        }
     }
 }

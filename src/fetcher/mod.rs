@@ -5,6 +5,8 @@
 //!   condition variable, and a `do_work()` round of build fetch request → fetch → process
 //!   partition data. The network side is the [`abstract_fetcher::LeaderEndPoint`] trait, the
 //!   local side the [`abstract_fetcher::ReplicaOps`] trait, so the loop is tested without sockets.
+//! - [`partition_map`]: the partition map, which records what changed so that an idle round
+//!   looks at no partition.
 //! - [`fetch_session`]: the client side of KIP-227 fetch sessions (Kafka's
 //!   `FetchSessionHandler`): what the leader's session holds, and the next request's contents.
 //! - [`leader_endpoint`]: the real `LeaderEndPoint` over a broker connection.
@@ -38,5 +40,6 @@ pub mod abstract_fetcher;
 pub mod fetch_session;
 pub mod leader_endpoint;
 pub mod manager;
+pub mod partition_map;
 pub mod replica_fetcher;
 pub mod shutdownable;

@@ -272,6 +272,10 @@ impl ReplicaOps for ReplicaLogOps {
         }
     }
 
+    fn position_moves(&self) -> u64 {
+        crate::log::partition::position_moves()
+    }
+
     fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)> {
         self.logs
             .get(tp)

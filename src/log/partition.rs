@@ -728,6 +728,7 @@ impl PartitionLog {
         // point (or a high watermark) past its end, which would claim unsynced bytes.
         let leo = self.log_end_offset();
         self.log_start_offset = self.log_start_offset.min(leo);
+        note_position_moved();
         // By the new log end, not the target: a cut inside a gap ends the log below it.
         self.epochs.truncate_from_end(leo);
         self.recovery_point = self.recovery_point.min(leo);
@@ -890,6 +891,7 @@ impl PartitionLog {
         }
         if empty {
             self.log_start_offset = offset;
+            note_position_moved();
             self.high_watermark = offset;
             self.recovery_point = offset;
             self.epochs.clear();
@@ -933,6 +935,7 @@ impl PartitionLog {
         }
         self.log_start_offset = new_start;
         self.epochs.truncate_from_start(new_start);
+        note_position_moved();
         self.delete_segments_below(new_start)
     }
 
@@ -1020,6 +1023,21 @@ impl PartitionLog {
         }
         Ok(out)
     }
+}
+
+/// Counts moves of any log's start, or of its epochs other than by an append: what a
+/// fetcher sends for a partition (its log start and last epoch) may have changed without the
+/// fetcher changing it (retention runs on the checkpoint task), so a fetcher that sees this
+/// move looks at every partition once instead of only those it changed.
+static POSITION_MOVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn note_position_moved() {
+    POSITION_MOVES.fetch_add(1, std::sync::atomic::Ordering::Release);
+}
+
+/// See [`POSITION_MOVES`].
+pub fn position_moves() -> u64 {
+    POSITION_MOVES.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// Base offsets of the `.log` files in a partition directory, sorted.
