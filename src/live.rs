@@ -9,6 +9,7 @@
 
 use crate::checkpoint::TopicPartition;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -121,10 +122,32 @@ pub struct Live {
     /// Followed topics the leader does not know.
     missing_topics: Mutex<BTreeSet<String>>,
     beats: Mutex<BTreeMap<String, Instant>>,
+    /// Moves on every change of a partition's figures or of the missing topics (after the
+    /// change, under its lock): what the monitor compares to do nothing in a quiet second.
+    generation: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sets `slot` to `value`, saying whether that changed it.
+fn set<T: PartialEq>(slot: &mut T, value: T) -> bool {
+    let changed = *slot != value;
+    if changed {
+        *slot = value;
+    }
+    changed
+}
+
+/// Sets `slot` to `value` without allocating when it already holds it, saying whether that
+/// changed it.
+fn set_text(slot: &mut Option<String>, value: Option<&str>) -> bool {
+    let changed = slot.as_deref() != value;
+    if changed {
+        *slot = value.map(str::to_string);
+    }
+    changed
 }
 
 /// Beats for the calling thread when dropped (see [`Live::beat_current`]).
@@ -160,13 +183,32 @@ pub struct LogFigures {
 
 impl Live {
     /// On the fetch path for every partition of every response: no allocation once the
-    /// partition is known.
-    fn update(&self, tp: &TopicPartition, f: impl FnOnce(&mut PartitionLive)) {
+    /// partition is known. `f` says whether it changed anything; a new partition is a change.
+    fn update(&self, tp: &TopicPartition, f: impl FnOnce(&mut PartitionLive) -> bool) {
         let mut parts = lock(&self.parts);
-        match parts.get_mut(tp) {
+        let changed = match parts.get_mut(tp) {
             Some(p) => f(p),
-            None => f(parts.entry(tp.clone()).or_default()),
+            None => {
+                f(parts.entry(tp.clone()).or_default());
+                true
+            }
+        };
+        if changed {
+            self.changed();
         }
+    }
+
+    /// Something `render` or `status_line` shows changed (called after the change, with its
+    /// lock held, so that a reader that saw the new generation sees the change).
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The change counter: equal at two reads, nothing that `partitions`, `render` or
+    /// `status_line` shows changed in between (the missing topics included). Read it before
+    /// what it guards.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// A fetch answered for `tp` and its records (if any) were appended.
@@ -181,26 +223,29 @@ impl Live {
     ) {
         let now = crate::log::partition::now_ms();
         self.update(tp, |p| {
-            p.leader_high_watermark = Some(leader_hw);
-            p.last_stable_offset = (lso >= 0).then_some(lso);
-            p.log_end_offset = Some(log_end);
-            p.high_watermark = Some(high_watermark);
-            p.last_fetch_ms = Some(now);
+            let mut changed = set(&mut p.leader_high_watermark, Some(leader_hw));
+            changed |= set(&mut p.last_stable_offset, (lso >= 0).then_some(lso));
+            changed |= set(&mut p.log_end_offset, Some(log_end));
+            changed |= set(&mut p.high_watermark, Some(high_watermark));
+            changed |= set(&mut p.last_fetch_ms, Some(now));
             if let Some(t) = newest_timestamp.filter(|t| *t >= 0) {
-                p.newest_timestamp_ms = Some(p.newest_timestamp_ms.map_or(t, |o| o.max(t)));
+                let newest = p.newest_timestamp_ms.map_or(t, |o| o.max(t));
+                changed |= set(&mut p.newest_timestamp_ms, Some(newest));
             }
-            p.state = if log_end >= leader_hw {
+            let state = if log_end >= leader_hw {
                 State::CaughtUp
             } else {
                 State::Fetching
             };
-            p.error = None;
+            changed |= set(&mut p.state, state);
+            changed |= p.error.take().is_some();
+            changed
         });
     }
 
     /// The leader reported `hw` for `tp` (whatever became of the records it sent).
     pub fn leader_high_watermark(&self, tp: &TopicPartition, hw: i64) {
-        self.update(tp, |p| p.leader_high_watermark = Some(hw));
+        self.update(tp, |p| set(&mut p.leader_high_watermark, Some(hw)));
     }
 
     /// `tp` waits after an error of `kind` (a metrics label: `invalid_data`,
@@ -208,14 +253,20 @@ impl Live {
     pub fn backing_off(&self, tp: &TopicPartition, kind: &str, error: &str) {
         self.update(tp, |p| {
             p.state = State::BackingOff;
-            p.error = Some(error.to_string());
-            *p.fetch_errors.entry(kind.to_string()).or_default() += 1;
+            set_text(&mut p.error, Some(error));
+            match p.fetch_errors.get_mut(kind) {
+                Some(n) => *n += 1,
+                None => {
+                    p.fetch_errors.insert(kind.to_string(), 1);
+                }
+            }
+            true
         });
     }
 
     /// The local log of `tp` starts at `offset`.
     pub fn log_start(&self, tp: &TopicPartition, offset: i64) {
-        self.update(tp, |p| p.log_start_offset = Some(offset));
+        self.update(tp, |p| set(&mut p.log_start_offset, Some(offset)));
     }
 
     /// `batches` batches of `bytes` bytes were appended to `tp`.
@@ -223,6 +274,7 @@ impl Live {
         self.update(tp, |p| {
             p.bytes_appended += bytes;
             p.batches_appended += batches;
+            bytes > 0 || batches > 0
         });
     }
 
@@ -243,26 +295,29 @@ impl Live {
 
     pub fn set_state(&self, tp: &TopicPartition, state: State, error: Option<&str>) {
         self.update(tp, |p| {
-            p.state = state;
-            p.error = error.map(str::to_string);
+            set(&mut p.state, state) | set_text(&mut p.error, error)
         });
     }
 
     /// `tp` was given to the fetcher for `leader` at `epoch`, its log ending at `log_end`.
     pub fn assigned(&self, tp: &TopicPartition, leader: i32, epoch: i32, log_end: i64) {
         self.update(tp, |p| {
-            p.leader = Some(leader);
-            p.leader_epoch = Some(epoch);
-            p.log_end_offset = Some(log_end);
+            let mut changed = set(&mut p.leader, Some(leader));
+            changed |= set(&mut p.leader_epoch, Some(epoch));
+            changed |= set(&mut p.log_end_offset, Some(log_end));
             if !matches!(p.state, State::Fetching | State::CaughtUp) {
-                p.state = State::Starting;
-                p.error = None;
+                changed |= set(&mut p.state, State::Starting);
+                changed |= p.error.take().is_some();
             }
+            changed
         });
     }
 
     pub fn set_missing_topics(&self, topics: BTreeSet<String>) {
-        *lock(&self.missing_topics) = topics;
+        let mut missing = lock(&self.missing_topics);
+        if set(&mut *missing, topics) {
+            self.changed();
+        }
     }
 
     pub fn partitions(&self) -> BTreeMap<TopicPartition, PartitionLive> {
@@ -293,18 +348,22 @@ impl Live {
 
     /// A partition no longer followed that has no local log: it leaves the live figures.
     pub fn remove(&self, tp: &TopicPartition) {
-        lock(&self.parts).remove(tp);
+        let mut parts = lock(&self.parts);
+        if parts.remove(tp).is_some() {
+            self.changed();
+        }
     }
 
     /// A partition with a local log that is not fetched (see [`State::Stopped`]): its
     /// figures are the log's, frozen.
     pub fn stopped(&self, tp: &TopicPartition, why: &str, log: &LogFigures) {
         self.update(tp, |p| {
-            p.state = State::Stopped;
-            p.error = Some(why.to_string());
-            p.log_start_offset = Some(log.log_start_offset);
-            p.log_end_offset = Some(log.log_end_offset);
-            p.high_watermark = Some(log.high_watermark);
+            let mut changed = set(&mut p.state, State::Stopped);
+            changed |= set_text(&mut p.error, Some(why));
+            changed |= set(&mut p.log_start_offset, Some(log.log_start_offset));
+            changed |= set(&mut p.log_end_offset, Some(log.log_end_offset));
+            changed |= set(&mut p.high_watermark, Some(log.high_watermark));
+            changed
         });
     }
 
@@ -312,9 +371,10 @@ impl Live {
     /// that the first STATUS= line and `status` count it before its first fetch.
     pub fn loaded(&self, tp: &TopicPartition, log: &LogFigures) {
         self.update(tp, |p| {
-            p.log_start_offset = Some(log.log_start_offset);
-            p.log_end_offset = Some(log.log_end_offset);
-            p.high_watermark = Some(log.high_watermark);
+            let mut changed = set(&mut p.log_start_offset, Some(log.log_start_offset));
+            changed |= set(&mut p.log_end_offset, Some(log.log_end_offset));
+            changed |= set(&mut p.high_watermark, Some(log.high_watermark));
+            changed
         });
     }
 
@@ -463,6 +523,75 @@ mod tests {
         assert_eq!(file.partitions[0].live.leader_epoch, Some(3));
         assert_eq!(file.partitions[0].live.lag(), Some(60));
         assert_eq!(file.pid, std::process::id());
+    }
+
+    #[test]
+    fn every_change_moves_the_generation_and_a_repeat_or_a_read_does_not() {
+        let l = Live::default();
+        let tp = TopicPartition::new("g", 0);
+        let figures = LogFigures {
+            log_start_offset: 0,
+            log_end_offset: 5,
+            high_watermark: 5,
+        };
+        let mut seen = l.generation();
+        let mut moved = |what: &str, l: &Live| {
+            let now = l.generation();
+            let did = now != seen;
+            seen = now;
+            assert!(did || what.starts_with("no-op"), "{what} did not move it");
+            assert!(!did || !what.starts_with("no-op"), "{what} moved it");
+        };
+        l.loaded(&tp, &figures);
+        moved("loaded (a new partition)", &l);
+        l.loaded(&tp, &figures);
+        moved("no-op: loaded again", &l);
+        l.assigned(&tp, 1, 2, 5);
+        moved("assigned", &l);
+        l.assigned(&tp, 1, 2, 5);
+        moved("no-op: assigned again", &l);
+        l.set_state(&tp, State::Truncating, None);
+        moved("set_state", &l);
+        l.set_state(&tp, State::Truncating, None);
+        moved("no-op: set_state again", &l);
+        l.set_state(&tp, State::Truncating, Some("why"));
+        moved("set_state (the error alone)", &l);
+        l.fetched(&tp, 10, 10, 5, 5, None);
+        moved("fetched", &l);
+        l.leader_high_watermark(&tp, 12);
+        moved("leader_high_watermark", &l);
+        l.leader_high_watermark(&tp, 12);
+        moved("no-op: leader_high_watermark again", &l);
+        l.log_start(&tp, 1);
+        moved("log_start", &l);
+        l.log_start(&tp, 1);
+        moved("no-op: log_start again", &l);
+        l.appended(&tp, 100, 1);
+        moved("appended", &l);
+        l.appended(&tp, 0, 0);
+        moved("no-op: nothing appended", &l);
+        l.backing_off(&tp, "fetch_failed", "down");
+        moved("backing_off", &l);
+        l.backing_off(&tp, "fetch_failed", "down");
+        moved("backing_off again (its count)", &l);
+        l.stopped(&tp, "not followed", &figures);
+        moved("stopped", &l);
+        l.stopped(&tp, "not followed", &figures);
+        moved("no-op: stopped again", &l);
+        l.set_missing_topics(BTreeSet::from(["ghost".to_string()]));
+        moved("set_missing_topics", &l);
+        l.set_missing_topics(BTreeSet::from(["ghost".to_string()]));
+        moved("no-op: the same missing topics", &l);
+        l.remove(&tp);
+        moved("remove", &l);
+        l.remove(&tp);
+        moved("no-op: remove again", &l);
+        // Reads, latency and beats are not in the published state.
+        let _ = (l.partitions(), l.render(), l.status_line(None), l.latency());
+        l.observe_fetch(Duration::from_millis(3));
+        l.beat("a");
+        l.forget("a");
+        moved("no-op: reads, latency, beats", &l);
     }
 
     #[test]
