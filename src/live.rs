@@ -2,10 +2,11 @@
 //! the leader's high watermark and last stable offset from the last fetch, the state of its
 //! fetching and the last error; and each thread's last sign of progress, for the watchdog.
 //!
-//! Fetchers, the replica side and the manager write it as things happen; the monitor task
-//! in the daemon publishes it every second as `<data_dir>/.live-status` (JSON, replaced
-//! atomically, not fsynced: it is not a checkpoint), which `status` reads while the daemon
-//! runs, and sums it up in systemd's STATUS= line.
+//! Fetchers, the replica side and the manager write it as things happen, each change moving
+//! a generation counter; the monitor task in the daemon publishes it as
+//! `<data_dir>/.live-status` (TOML, replaced atomically, not fsynced: it is not a checkpoint)
+//! when the generation moved, and otherwise refreshes the file's mtime every second, which
+//! `status` reads while the daemon runs; and it sums the state up in systemd's STATUS= line.
 
 use crate::checkpoint::TopicPartition;
 use std::collections::{BTreeMap, BTreeSet};
@@ -125,6 +126,10 @@ pub struct Live {
     /// Moves on every change of a partition's figures or of the missing topics (after the
     /// change, under its lock): what the monitor compares to do nothing in a quiet second.
     generation: AtomicU64,
+    /// Looks at every partition (see [`Live::walk`]), counted for the tests that a quiet
+    /// second makes none.
+    #[cfg(test)]
+    walks: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -209,6 +214,19 @@ impl Live {
     /// what it guards.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// The partitions' figures locked, to look at every one of them.
+    fn walk(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, PartitionLive>> {
+        #[cfg(test)]
+        self.walks.fetch_add(1, Ordering::Relaxed);
+        lock(&self.parts)
+    }
+
+    /// How many times every partition was looked at.
+    #[cfg(test)]
+    pub fn walks(&self) -> u64 {
+        self.walks.load(Ordering::Relaxed)
     }
 
     /// A fetch answered for `tp` and its records (if any) were appended.
@@ -321,7 +339,15 @@ impl Live {
     }
 
     pub fn partitions(&self) -> BTreeMap<TopicPartition, PartitionLive> {
-        lock(&self.parts).clone()
+        self.walk().clone()
+    }
+
+    /// `f` on the partitions' figures, held locked (no copy: keep `f` short, fetchers wait).
+    pub fn with_partitions<R>(
+        &self,
+        f: impl FnOnce(&BTreeMap<TopicPartition, PartitionLive>) -> R,
+    ) -> R {
+        f(&self.walk())
     }
 
     /// A thread made progress.
@@ -395,7 +421,7 @@ impl Live {
     /// The one-line summary for systemd's STATUS=.
     pub fn status_line(&self, disk_full: Option<&str>) -> String {
         let missing = lock(&self.missing_topics).len();
-        let parts = lock(&self.parts);
+        let parts = self.walk();
         let count = |s: State| parts.values().filter(|p| p.state == s).count();
         let lag: i64 = parts.values().filter_map(PartitionLive::lag).sum();
         let lagging = parts
@@ -436,7 +462,8 @@ impl Live {
             pid: std::process::id(),
             written_ms: crate::log::partition::now_ms(),
             missing_topics,
-            partitions: lock(&self.parts)
+            partitions: self
+                .walk()
                 .iter()
                 .map(|(tp, p)| LiveRecord {
                     topic: tp.topic.clone(),
@@ -469,17 +496,85 @@ pub struct LiveRecord {
     pub live: PartitionLive,
 }
 
+/// How recently the monitor must have refreshed `.live-status` for its daemon to count as
+/// running.
+const FRESH: Duration = Duration::from_secs(10);
+
 /// The live state of the daemon running on `data_dir`, if one runs: its `.live-status` is
-/// fresh (written within 10 s) and its process is alive.
+/// fresh (its mtime, which the monitor refreshes every second, within 10 s; `written_ms`
+/// when the mtime cannot be read) and its process is alive.
 pub fn read_running(data_dir: &std::path::Path) -> Option<LiveFile> {
-    let text = std::fs::read_to_string(data_dir.join(LIVE_STATUS_FILE)).ok()?;
+    use std::io::Read;
+    let f = std::fs::File::open(data_dir.join(LIVE_STATUS_FILE)).ok()?;
+    // The mtime of the file read, not of one renamed over it meanwhile.
+    let modified = f.metadata().and_then(|m| m.modified()).ok();
+    let mut text = String::new();
+    f.take((64 << 20) + 1).read_to_string(&mut text).ok()?;
     if text.len() > 64 << 20 {
         return None;
     }
     let file: LiveFile = toml::from_str(&text).ok()?;
-    let fresh = crate::log::partition::now_ms() - file.written_ms < 10_000;
+    let fresh = match modified {
+        // One from the future (a clock set back) is fresh, as a `written_ms` ahead is.
+        Some(t) => t.elapsed().map_or(true, |age| age < FRESH),
+        None => crate::log::partition::now_ms() - file.written_ms < FRESH.as_millis() as i64,
+    };
     let alive = std::path::Path::new(&format!("/proc/{}", file.pid)).exists();
     (fresh && alive).then_some(file)
+}
+
+/// Publishes the live state as `.live-status`: rewritten when it changed since the last
+/// write (its `written_ms` says when), otherwise only its mtime refreshed, which is what
+/// [`read_running`] takes for a sign of life. A quiet second costs nothing per partition.
+#[derive(Debug)]
+pub struct Publisher {
+    path: std::path::PathBuf,
+    /// The generation last written, while the file holds it.
+    written: Option<u64>,
+}
+
+/// What [`Publisher::publish`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The file was rewritten with the current state.
+    Written,
+    /// Nothing changed: only its mtime was refreshed.
+    Touched,
+}
+
+impl Publisher {
+    pub fn new(path: std::path::PathBuf) -> Publisher {
+        Publisher {
+            path,
+            written: None,
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Rewrites the file if `live` changed since the last write (or the file cannot be
+    /// refreshed: gone, say), else sets its mtime to now. A failed write is tried again at
+    /// the next call.
+    pub fn publish(&mut self, live: &Live) -> std::io::Result<Published> {
+        let generation = live.generation();
+        if self.written == Some(generation) && touch(&self.path).is_ok() {
+            return Ok(Published::Touched);
+        }
+        self.written = None;
+        write_unsynced(&self.path, live.render().as_bytes())?;
+        self.written = Some(generation);
+        Ok(Published::Written)
+    }
+}
+
+/// Sets the mtime of the existing file `path` to now.
+fn touch(path: &std::path::Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .set_modified(std::time::SystemTime::now())
 }
 
 /// Replaces `path` with `contents` (no fsync: a crash loses nothing that matters, and the
@@ -592,6 +687,86 @@ mod tests {
         l.beat("a");
         l.forget("a");
         moved("no-op: reads, latency, beats", &l);
+    }
+
+    /// Sets the mtime of `path` `ago` back.
+    fn age(path: &std::path::Path, ago: Duration) {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - ago)
+            .unwrap();
+    }
+
+    fn mtime(path: &std::path::Path) -> std::time::SystemTime {
+        std::fs::metadata(path).unwrap().modified().unwrap()
+    }
+
+    #[test]
+    fn a_quiet_publish_refreshes_the_mtime_and_keeps_the_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LIVE_STATUS_FILE);
+        let l = Live::default();
+        let tp = TopicPartition::new("q", 0);
+        l.fetched(&tp, 10, 10, 10, 10, None);
+        let mut p = Publisher::new(path.clone());
+        assert_eq!(p.publish(&l).unwrap(), Published::Written);
+        let first = std::fs::read_to_string(&path).unwrap();
+        let written: LiveFile = toml::from_str(&first).unwrap();
+        age(&path, Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(p.publish(&l).unwrap(), Published::Touched);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            first,
+            "rewritten though nothing changed"
+        );
+        let refreshed = mtime(&path).elapsed().unwrap_or_default();
+        assert!(
+            refreshed < Duration::from_secs(5),
+            "mtime {refreshed:?} old"
+        );
+        // A change is written, with a new written_ms.
+        l.fetched(&tp, 20, 20, 15, 15, None);
+        assert_eq!(p.publish(&l).unwrap(), Published::Written);
+        let now: LiveFile = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(now.partitions[0].live.leader_high_watermark, Some(20));
+        assert!(now.written_ms > written.written_ms, "{now:?} {written:?}");
+        // A file gone is written again, changed or not.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(p.publish(&l).unwrap(), Published::Written);
+        assert!(path.exists());
+    }
+
+    #[test]
+    fn a_running_daemon_is_one_whose_file_has_a_fresh_mtime_and_a_live_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LIVE_STATUS_FILE);
+        let file = |pid: u32, written_ms: i64| {
+            let f = LiveFile {
+                pid,
+                written_ms,
+                ..LiveFile::default()
+            };
+            std::fs::write(&path, toml::to_string(&f).unwrap()).unwrap();
+        };
+        let long_ago = crate::log::partition::now_ms() - 3_600_000;
+        // Content written an hour ago, refreshed now: running.
+        file(std::process::id(), long_ago);
+        let got = read_running(dir.path()).expect("fresh mtime, live pid");
+        assert_eq!(got.written_ms, long_ago);
+        // Not refreshed for 11 s: not running, whatever written_ms says.
+        age(&path, Duration::from_secs(11));
+        assert!(read_running(dir.path()).is_none());
+        file(std::process::id(), crate::log::partition::now_ms());
+        age(&path, Duration::from_secs(11));
+        assert!(read_running(dir.path()).is_none());
+        // Fresh, but its process is gone (pids stop well below u32::MAX).
+        file(u32::MAX, long_ago);
+        assert!(read_running(dir.path()).is_none());
+        std::fs::remove_file(&path).unwrap();
+        assert!(read_running(dir.path()).is_none());
     }
 
     #[test]
