@@ -117,15 +117,23 @@ fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsTh
 /// where the leader was at the previous report, so a busy topic's passing lag of a few
 /// records says nothing — one line each (one in all when more than a few) with offset,
 /// leader end, lag, rate and an estimate; and one "caught up" line when such a partition gets
-/// there.
+/// there. A round in which the live state did not change since the last look costs nothing
+/// per partition, and neither does a report with nothing changed since the previous one,
+/// which had nothing lagging; partitions lagging and stuck are still reported every 10 s.
 #[derive(Default)]
 struct Progress {
     next: Option<Instant>,
+    /// The live state's generation at the last look, and at the last report.
+    seen: Option<u64>,
+    seen_at_report: Option<u64>,
     /// Partitions with a lag at the last report: (appended bytes, log end, leader HW) then.
     lagging: std::collections::BTreeMap<crate::checkpoint::TopicPartition, (u64, i64, i64)>,
     /// Those reported as catching up, until they catch up.
     reported: std::collections::BTreeSet<crate::checkpoint::TopicPartition>,
 }
+
+/// A partition being fetched with a lag: its name, lag, log end, leader HW, appended bytes.
+type Lagging = (crate::checkpoint::TopicPartition, i64, i64, i64, u64);
 
 impl Progress {
     const ONE_BY_ONE: usize = 5;
@@ -137,57 +145,84 @@ impl Progress {
 
     /// Logs the lines due at `now`, and returns them.
     fn tick(&mut self, live: &crate::live::Live, now: Instant) -> Vec<String> {
-        let mut said = Vec::new();
+        let generation = live.generation();
         let due = self.next.is_none_or(|t| now >= t);
-        let parts = live.partitions();
-        let mut caught_up = Vec::new();
-        self.reported.retain(|tp| {
-            let done = parts.get(tp).is_some_and(|p| p.lag() == Some(0));
-            if done {
-                caught_up.push(tp.clone());
-            }
-            !done
+        // Unchanged since a report that found nothing lagging, nothing lags now.
+        let report = due && !(self.seen_at_report == Some(generation) && self.lagging.is_empty());
+        if due {
+            self.next = Some(now + Self::every());
+        }
+        // Unchanged since the last look, nothing caught up meanwhile.
+        if !report && self.seen == Some(generation) {
+            return Vec::new();
+        }
+        self.seen = Some(generation);
+        let reported = &mut self.reported;
+        let (caught_up, lagging) = live.with_partitions(|parts| {
+            let mut caught_up = Vec::new();
+            reported.retain(|tp| match parts.get(tp) {
+                Some(p) if p.lag() == Some(0) => {
+                    caught_up.push((tp.clone(), p.log_end_offset.unwrap_or(0)));
+                    false
+                }
+                _ => true,
+            });
+            // Only partitions being fetched: one backing off (a leader down) is said by the
+            // fetcher's own calm warnings, not every 10 s here.
+            let lagging: Vec<Lagging> = if report {
+                parts
+                    .iter()
+                    .filter(|(_, p)| {
+                        p.state == crate::live::State::Fetching && p.lag().is_some_and(|l| l > 0)
+                    })
+                    .map(|(tp, p)| {
+                        (
+                            tp.clone(),
+                            p.lag().unwrap_or(0),
+                            p.log_end_offset.unwrap_or(0),
+                            p.leader_high_watermark.unwrap_or(0),
+                            p.bytes_appended,
+                        )
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (caught_up, lagging)
         });
+        let mut said = Vec::new();
         if caught_up.len() > Self::ONE_BY_ONE {
             said.push(format!("{} partitions caught up", caught_up.len()));
         } else {
-            for tp in &caught_up {
-                let at = parts.get(tp).and_then(|p| p.log_end_offset).unwrap_or(0);
+            for (tp, at) in &caught_up {
                 said.push(format!("{tp}: caught up at offset {at}"));
             }
         }
-        if !due {
-            for l in &said {
-                crate::log_info!("{l}");
-            }
-            return said;
+        if report {
+            self.seen_at_report = Some(generation);
+            said.extend(self.report(lagging));
         }
-        self.next = Some(now + Self::every());
+        for l in &said {
+            crate::log_info!("{l}");
+        }
+        said
+    }
+
+    /// The catching-up lines of a report, from the partitions lagging now.
+    fn report(&mut self, lagging: Vec<Lagging>) -> Vec<String> {
         let secs = Self::every().as_secs_f64();
-        // Only partitions being fetched: one backing off (a leader down) is said by the
-        // fetcher's own calm warnings, not every 10 s here.
-        let lagging: Vec<_> = parts
-            .iter()
-            .filter(|(_, p)| {
-                p.state == crate::live::State::Fetching && p.lag().is_some_and(|l| l > 0)
-            })
-            .collect();
         let mut total_lag = 0;
         let mut total_rate = 0.0;
         let mut lines = Vec::new();
         let mut next = std::collections::BTreeMap::new();
-        for (tp, p) in &lagging {
-            let lag = p.lag().unwrap_or(0);
-            let end = p.log_end_offset.unwrap_or(0);
-            let hw = p.leader_high_watermark.unwrap_or(0);
-            let before = self.lagging.get(*tp).copied();
-            next.insert((*tp).clone(), (p.bytes_appended, end, hw));
+        for (tp, lag, end, hw, appended) in lagging {
+            let before = self.lagging.get(&tp).copied();
+            next.insert(tp.clone(), (appended, end, hw));
             let Some((bytes, at, _)) = before.filter(|b| end < b.2) else {
                 continue;
             };
-            self.reported.insert((*tp).clone());
             let (rate_mb, records_per_s) = (
-                p.bytes_appended.saturating_sub(bytes) as f64 / secs / 1e6,
+                appended.saturating_sub(bytes) as f64 / secs / 1e6,
                 (end - at).max(0) as f64 / secs,
             );
             total_lag += lag;
@@ -203,28 +238,79 @@ impl Progress {
             lines.push(format!(
                 "{tp}: at offset {end}, leader at {hw}, {lag} behind, {rate_mb:.1} MB/s{eta}"
             ));
-        }
-        if lines.len() > Self::ONE_BY_ONE {
-            said.push(format!(
-                "{} partitions catching up: {total_lag} records behind in all, {total_rate:.1} MB/s",
-                lines.len()
-            ));
-        } else {
-            said.extend(lines);
+            self.reported.insert(tp);
         }
         self.lagging = next;
-        for l in &said {
-            crate::log_info!("{l}");
+        if lines.len() > Self::ONE_BY_ONE {
+            vec![format!(
+                "{} partitions catching up: {total_lag} records behind in all, {total_rate:.1} MB/s",
+                lines.len()
+            )]
+        } else {
+            lines
         }
-        said
+    }
+}
+
+/// One round of the monitor, the watchdog aside: `.live-status`, the progress lines, and
+/// systemd's STATUS= line every 5 s — each doing per-partition work only when the live state
+/// (or, for STATUS=, the disk) changed.
+struct Monitor {
+    publisher: crate::live::Publisher,
+    progress: Progress,
+    next_status: Instant,
+    /// The last STATUS= line, and the generation and the disk state it was made from.
+    status: Option<(u64, Option<String>, String)>,
+}
+
+impl Monitor {
+    fn new(live_path: PathBuf, now: Instant) -> Monitor {
+        Monitor {
+            publisher: crate::live::Publisher::new(live_path),
+            progress: Progress::default(),
+            next_status: now,
+            status: None,
+        }
+    }
+
+    /// The round at `now`, `disk_full` saying why appends are paused, if they are: the
+    /// STATUS= line to send, when it changed.
+    fn round(
+        &mut self,
+        live: &crate::live::Live,
+        disk_full: impl FnOnce() -> Option<String>,
+        now: Instant,
+    ) -> Option<String> {
+        if let Err(e) = self.publisher.publish(live) {
+            crate::log_debug!("cannot write `{}`: {e}", self.publisher.path().display());
+        }
+        let _ = self.progress.tick(live, now);
+        let mut status = None;
+        if now >= self.next_status {
+            self.next_status = now + Duration::from_secs(5);
+            let generation = live.generation();
+            let full = disk_full();
+            let same = self
+                .status
+                .as_ref()
+                .is_some_and(|(g, f, _)| *g == generation && *f == full);
+            if !same {
+                let line = live.status_line(full.as_deref());
+                if self.status.as_ref().is_none_or(|(_, _, l)| *l != line) {
+                    status = Some(line.clone());
+                }
+                self.status = Some((generation, full, line));
+            }
+        }
+        status
     }
 }
 
 /// Starts the task that publishes the live state every second (`.live-status` for
-/// `status`), systemd's STATUS= line every few seconds, and — when systemd keeps a watchdog —
-/// WATCHDOG=1 every half interval, only while every fetcher, the manager and the checkpoint
-/// task made progress within the interval: a wedged thread stops the pings, and systemd
-/// restarts the service.
+/// `status`: rewritten when it changed, its mtime refreshed otherwise), systemd's STATUS=
+/// line every few seconds, and — when systemd keeps a watchdog — WATCHDOG=1 every half
+/// interval, only while every fetcher, the manager and the checkpoint task made progress
+/// within the interval: a wedged thread stops the pings, and systemd restarts the service.
 fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
     let sig = Arc::new(TaskSignal {
         running: AtomicBool::new(true),
@@ -239,26 +325,15 @@ fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
             crate::logging::Human(w / 2)
         );
     }
-    let mut next_status = Instant::now();
     let mut next_ping = Instant::now();
-    let mut progress = Progress::default();
-    let mut last_status = String::new();
+    let mut monitor = Monitor::new(live_path, Instant::now());
     let mut stall_said = false;
     let s2 = sig.clone();
     let work = move || {
         let live = crate::live::live();
-        if let Err(e) = crate::live::write_unsynced(&live_path, live.render().as_bytes()) {
-            crate::log_debug!("cannot write `{}`: {e}", live_path.display());
-        }
         let now = Instant::now();
-        let _ = progress.tick(live, now);
-        if now >= next_status {
-            let line = live.status_line(logs.disk().full().as_deref());
-            if line != last_status {
-                crate::notify::notify(&format!("STATUS={line}"));
-                last_status = line;
-            }
-            next_status = now + Duration::from_secs(5);
+        if let Some(line) = monitor.round(live, || logs.disk().full(), now) {
+            crate::notify::notify(&format!("STATUS={line}"));
         }
         if let Some(w) = watchdog
             && now >= next_ping
@@ -657,5 +732,102 @@ mod tests {
         assert!(p.tick(&live, t0 + every * 4).is_empty());
         live.fetched(&tp, 10_100, 10_100, 10_090, 10_090, None);
         assert!(p.tick(&live, t0 + every * 5).is_empty());
+    }
+
+    #[test]
+    fn a_lag_that_starts_between_reports_and_sticks_is_still_reported_every_interval() {
+        let live = crate::live::Live::default();
+        let tp = crate::checkpoint::TopicPartition::new("p", 0);
+        let mut p = Progress::default();
+        let t0 = Instant::now();
+        let every = Progress::every();
+        live.fetched(&tp, 100, 100, 100, 100, None);
+        assert!(p.tick(&live, t0).is_empty(), "nothing lags");
+        // It starts lagging between reports, then nothing changes at all.
+        live.fetched(&tp, 1_000, 1_000, 100, 100, None);
+        assert!(p.tick(&live, t0 + every / 2).is_empty(), "not due");
+        assert!(
+            p.tick(&live, t0 + every).is_empty(),
+            "a first lag says nothing yet"
+        );
+        for n in 2..5 {
+            let walks = live.walks();
+            assert!(p.tick(&live, t0 + every * n - every / 2).is_empty());
+            assert_eq!(live.walks(), walks, "a quiet round between reports");
+            assert_eq!(
+                p.tick(&live, t0 + every * n),
+                ["p-0: at offset 100, leader at 1000, 900 behind, 0.0 MB/s"],
+                "report {n}"
+            );
+        }
+        live.fetched(&tp, 1_000, 1_000, 1_000, 1_000, None);
+        assert_eq!(
+            p.tick(&live, t0 + every * 5 - every / 2),
+            ["p-0: caught up at offset 1000"]
+        );
+        assert!(p.tick(&live, t0 + every * 5).is_empty());
+    }
+
+    #[test]
+    fn a_quiet_round_keeps_the_live_status_and_only_refreshes_its_mtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(crate::live::LIVE_STATUS_FILE);
+        let live = crate::live::Live::default();
+        let tp = crate::checkpoint::TopicPartition::new("m", 0);
+        live.fetched(&tp, 10, 10, 10, 10, None);
+        let t0 = Instant::now();
+        let mut m = Monitor::new(path.clone(), t0);
+        let line = "1 partition(s): 1 caught up, 0 lagging (0 records behind)";
+        assert_eq!(m.round(&live, || None, t0).as_deref(), Some(line));
+        let written = std::fs::read_to_string(&path).unwrap();
+        let aged = std::time::SystemTime::now() - Duration::from_secs(60);
+        let set_mtime = |t| {
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(t)
+                .unwrap()
+        };
+        let mtime = || std::fs::metadata(&path).unwrap().modified().unwrap();
+        // Nothing changes for a while: the same bytes (written_ms included), a fresh mtime,
+        // no STATUS= line to send, and no partition looked at (progress reports included).
+        std::thread::sleep(Duration::from_millis(5));
+        let walks = live.walks();
+        for s in 1..25 {
+            set_mtime(aged);
+            assert_eq!(m.round(&live, || None, t0 + Duration::from_secs(s)), None);
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+            assert!(
+                mtime() > aged + Duration::from_secs(50),
+                "mtime not refreshed"
+            );
+        }
+        assert_eq!(
+            live.walks(),
+            walks,
+            "a quiet round looked at every partition"
+        );
+        let running = crate::live::read_running(dir.path()).expect("running");
+        assert_eq!(running, toml::from_str(&written).unwrap());
+        // The disk filling up changes the STATUS= line, not the file.
+        let full = "disk full: 3 bytes free";
+        assert_eq!(
+            m.round(&live, || Some(full.into()), t0 + Duration::from_secs(25))
+                .as_deref(),
+            Some(format!("{line}; fetching paused: {full}").as_str())
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+        // A change is written at once, and said in the next STATUS= line.
+        live.fetched(&tp, 20, 20, 12, 12, None);
+        assert_eq!(m.round(&live, || None, t0 + Duration::from_secs(26)), None);
+        let now: crate::live::LiveFile =
+            toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(now.partitions[0].live.log_end_offset, Some(12));
+        assert_eq!(
+            m.round(&live, || None, t0 + Duration::from_secs(30))
+                .as_deref(),
+            Some("1 partition(s): 0 caught up, 1 lagging (8 records behind)")
+        );
     }
 }

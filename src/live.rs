@@ -2,13 +2,15 @@
 //! the leader's high watermark and last stable offset from the last fetch, the state of its
 //! fetching and the last error; and each thread's last sign of progress, for the watchdog.
 //!
-//! Fetchers, the replica side and the manager write it as things happen; the monitor task
-//! in the daemon publishes it every second as `<data_dir>/.live-status` (JSON, replaced
-//! atomically, not fsynced: it is not a checkpoint), which `status` reads while the daemon
-//! runs, and sums it up in systemd's STATUS= line.
+//! Fetchers, the replica side and the manager write it as things happen, each change moving
+//! a generation counter; the monitor task in the daemon publishes it as
+//! `<data_dir>/.live-status` (TOML, replaced atomically, not fsynced: it is not a checkpoint)
+//! when the generation moved, and otherwise refreshes the file's mtime every second, which
+//! `status` reads while the daemon runs; and it sums the state up in systemd's STATUS= line.
 
 use crate::checkpoint::TopicPartition;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -121,10 +123,36 @@ pub struct Live {
     /// Followed topics the leader does not know.
     missing_topics: Mutex<BTreeSet<String>>,
     beats: Mutex<BTreeMap<String, Instant>>,
+    /// Moves on every change of a partition's figures or of the missing topics (after the
+    /// change, under its lock): what the monitor compares to do nothing in a quiet second.
+    generation: AtomicU64,
+    /// Looks at every partition (see [`Live::walk`]), counted for the tests that a quiet
+    /// second makes none.
+    #[cfg(test)]
+    walks: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sets `slot` to `value`, saying whether that changed it.
+fn set<T: PartialEq>(slot: &mut T, value: T) -> bool {
+    let changed = *slot != value;
+    if changed {
+        *slot = value;
+    }
+    changed
+}
+
+/// Sets `slot` to `value` without allocating when it already holds it, saying whether that
+/// changed it.
+fn set_text(slot: &mut Option<String>, value: Option<&str>) -> bool {
+    let changed = slot.as_deref() != value;
+    if changed {
+        *slot = value.map(str::to_string);
+    }
+    changed
 }
 
 /// Beats for the calling thread when dropped (see [`Live::beat_current`]).
@@ -160,13 +188,45 @@ pub struct LogFigures {
 
 impl Live {
     /// On the fetch path for every partition of every response: no allocation once the
-    /// partition is known.
-    fn update(&self, tp: &TopicPartition, f: impl FnOnce(&mut PartitionLive)) {
+    /// partition is known. `f` says whether it changed anything; a new partition is a change.
+    fn update(&self, tp: &TopicPartition, f: impl FnOnce(&mut PartitionLive) -> bool) {
         let mut parts = lock(&self.parts);
-        match parts.get_mut(tp) {
+        let changed = match parts.get_mut(tp) {
             Some(p) => f(p),
-            None => f(parts.entry(tp.clone()).or_default()),
+            None => {
+                f(parts.entry(tp.clone()).or_default());
+                true
+            }
+        };
+        if changed {
+            self.changed();
         }
+    }
+
+    /// Something `render` or `status_line` shows changed (called after the change, with its
+    /// lock held, so that a reader that saw the new generation sees the change).
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The change counter: equal at two reads, nothing that `partitions`, `render` or
+    /// `status_line` shows changed in between (the missing topics included). Read it before
+    /// what it guards.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The partitions' figures locked, to look at every one of them.
+    fn walk(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, PartitionLive>> {
+        #[cfg(test)]
+        self.walks.fetch_add(1, Ordering::Relaxed);
+        lock(&self.parts)
+    }
+
+    /// How many times every partition was looked at.
+    #[cfg(test)]
+    pub fn walks(&self) -> u64 {
+        self.walks.load(Ordering::Relaxed)
     }
 
     /// A fetch answered for `tp` and its records (if any) were appended.
@@ -181,26 +241,29 @@ impl Live {
     ) {
         let now = crate::log::partition::now_ms();
         self.update(tp, |p| {
-            p.leader_high_watermark = Some(leader_hw);
-            p.last_stable_offset = (lso >= 0).then_some(lso);
-            p.log_end_offset = Some(log_end);
-            p.high_watermark = Some(high_watermark);
-            p.last_fetch_ms = Some(now);
+            let mut changed = set(&mut p.leader_high_watermark, Some(leader_hw));
+            changed |= set(&mut p.last_stable_offset, (lso >= 0).then_some(lso));
+            changed |= set(&mut p.log_end_offset, Some(log_end));
+            changed |= set(&mut p.high_watermark, Some(high_watermark));
+            changed |= set(&mut p.last_fetch_ms, Some(now));
             if let Some(t) = newest_timestamp.filter(|t| *t >= 0) {
-                p.newest_timestamp_ms = Some(p.newest_timestamp_ms.map_or(t, |o| o.max(t)));
+                let newest = p.newest_timestamp_ms.map_or(t, |o| o.max(t));
+                changed |= set(&mut p.newest_timestamp_ms, Some(newest));
             }
-            p.state = if log_end >= leader_hw {
+            let state = if log_end >= leader_hw {
                 State::CaughtUp
             } else {
                 State::Fetching
             };
-            p.error = None;
+            changed |= set(&mut p.state, state);
+            changed |= p.error.take().is_some();
+            changed
         });
     }
 
     /// The leader reported `hw` for `tp` (whatever became of the records it sent).
     pub fn leader_high_watermark(&self, tp: &TopicPartition, hw: i64) {
-        self.update(tp, |p| p.leader_high_watermark = Some(hw));
+        self.update(tp, |p| set(&mut p.leader_high_watermark, Some(hw)));
     }
 
     /// `tp` waits after an error of `kind` (a metrics label: `invalid_data`,
@@ -208,14 +271,20 @@ impl Live {
     pub fn backing_off(&self, tp: &TopicPartition, kind: &str, error: &str) {
         self.update(tp, |p| {
             p.state = State::BackingOff;
-            p.error = Some(error.to_string());
-            *p.fetch_errors.entry(kind.to_string()).or_default() += 1;
+            set_text(&mut p.error, Some(error));
+            match p.fetch_errors.get_mut(kind) {
+                Some(n) => *n += 1,
+                None => {
+                    p.fetch_errors.insert(kind.to_string(), 1);
+                }
+            }
+            true
         });
     }
 
     /// The local log of `tp` starts at `offset`.
     pub fn log_start(&self, tp: &TopicPartition, offset: i64) {
-        self.update(tp, |p| p.log_start_offset = Some(offset));
+        self.update(tp, |p| set(&mut p.log_start_offset, Some(offset)));
     }
 
     /// `batches` batches of `bytes` bytes were appended to `tp`.
@@ -223,6 +292,7 @@ impl Live {
         self.update(tp, |p| {
             p.bytes_appended += bytes;
             p.batches_appended += batches;
+            bytes > 0 || batches > 0
         });
     }
 
@@ -243,30 +313,41 @@ impl Live {
 
     pub fn set_state(&self, tp: &TopicPartition, state: State, error: Option<&str>) {
         self.update(tp, |p| {
-            p.state = state;
-            p.error = error.map(str::to_string);
+            set(&mut p.state, state) | set_text(&mut p.error, error)
         });
     }
 
     /// `tp` was given to the fetcher for `leader` at `epoch`, its log ending at `log_end`.
     pub fn assigned(&self, tp: &TopicPartition, leader: i32, epoch: i32, log_end: i64) {
         self.update(tp, |p| {
-            p.leader = Some(leader);
-            p.leader_epoch = Some(epoch);
-            p.log_end_offset = Some(log_end);
+            let mut changed = set(&mut p.leader, Some(leader));
+            changed |= set(&mut p.leader_epoch, Some(epoch));
+            changed |= set(&mut p.log_end_offset, Some(log_end));
             if !matches!(p.state, State::Fetching | State::CaughtUp) {
-                p.state = State::Starting;
-                p.error = None;
+                changed |= set(&mut p.state, State::Starting);
+                changed |= p.error.take().is_some();
             }
+            changed
         });
     }
 
     pub fn set_missing_topics(&self, topics: BTreeSet<String>) {
-        *lock(&self.missing_topics) = topics;
+        let mut missing = lock(&self.missing_topics);
+        if set(&mut *missing, topics) {
+            self.changed();
+        }
     }
 
     pub fn partitions(&self) -> BTreeMap<TopicPartition, PartitionLive> {
-        lock(&self.parts).clone()
+        self.walk().clone()
+    }
+
+    /// `f` on the partitions' figures, held locked (no copy: keep `f` short, fetchers wait).
+    pub fn with_partitions<R>(
+        &self,
+        f: impl FnOnce(&BTreeMap<TopicPartition, PartitionLive>) -> R,
+    ) -> R {
+        f(&self.walk())
     }
 
     /// A thread made progress.
@@ -293,18 +374,22 @@ impl Live {
 
     /// A partition no longer followed that has no local log: it leaves the live figures.
     pub fn remove(&self, tp: &TopicPartition) {
-        lock(&self.parts).remove(tp);
+        let mut parts = lock(&self.parts);
+        if parts.remove(tp).is_some() {
+            self.changed();
+        }
     }
 
     /// A partition with a local log that is not fetched (see [`State::Stopped`]): its
     /// figures are the log's, frozen.
     pub fn stopped(&self, tp: &TopicPartition, why: &str, log: &LogFigures) {
         self.update(tp, |p| {
-            p.state = State::Stopped;
-            p.error = Some(why.to_string());
-            p.log_start_offset = Some(log.log_start_offset);
-            p.log_end_offset = Some(log.log_end_offset);
-            p.high_watermark = Some(log.high_watermark);
+            let mut changed = set(&mut p.state, State::Stopped);
+            changed |= set_text(&mut p.error, Some(why));
+            changed |= set(&mut p.log_start_offset, Some(log.log_start_offset));
+            changed |= set(&mut p.log_end_offset, Some(log.log_end_offset));
+            changed |= set(&mut p.high_watermark, Some(log.high_watermark));
+            changed
         });
     }
 
@@ -312,9 +397,10 @@ impl Live {
     /// that the first STATUS= line and `status` count it before its first fetch.
     pub fn loaded(&self, tp: &TopicPartition, log: &LogFigures) {
         self.update(tp, |p| {
-            p.log_start_offset = Some(log.log_start_offset);
-            p.log_end_offset = Some(log.log_end_offset);
-            p.high_watermark = Some(log.high_watermark);
+            let mut changed = set(&mut p.log_start_offset, Some(log.log_start_offset));
+            changed |= set(&mut p.log_end_offset, Some(log.log_end_offset));
+            changed |= set(&mut p.high_watermark, Some(log.high_watermark));
+            changed
         });
     }
 
@@ -335,7 +421,7 @@ impl Live {
     /// The one-line summary for systemd's STATUS=.
     pub fn status_line(&self, disk_full: Option<&str>) -> String {
         let missing = lock(&self.missing_topics).len();
-        let parts = lock(&self.parts);
+        let parts = self.walk();
         let count = |s: State| parts.values().filter(|p| p.state == s).count();
         let lag: i64 = parts.values().filter_map(PartitionLive::lag).sum();
         let lagging = parts
@@ -376,7 +462,8 @@ impl Live {
             pid: std::process::id(),
             written_ms: crate::log::partition::now_ms(),
             missing_topics,
-            partitions: lock(&self.parts)
+            partitions: self
+                .walk()
                 .iter()
                 .map(|(tp, p)| LiveRecord {
                     topic: tp.topic.clone(),
@@ -409,17 +496,85 @@ pub struct LiveRecord {
     pub live: PartitionLive,
 }
 
+/// How recently the monitor must have refreshed `.live-status` for its daemon to count as
+/// running.
+const FRESH: Duration = Duration::from_secs(10);
+
 /// The live state of the daemon running on `data_dir`, if one runs: its `.live-status` is
-/// fresh (written within 10 s) and its process is alive.
+/// fresh (its mtime, which the monitor refreshes every second, within 10 s; `written_ms`
+/// when the mtime cannot be read) and its process is alive.
 pub fn read_running(data_dir: &std::path::Path) -> Option<LiveFile> {
-    let text = std::fs::read_to_string(data_dir.join(LIVE_STATUS_FILE)).ok()?;
+    use std::io::Read;
+    let f = std::fs::File::open(data_dir.join(LIVE_STATUS_FILE)).ok()?;
+    // The mtime of the file read, not of one renamed over it meanwhile.
+    let modified = f.metadata().and_then(|m| m.modified()).ok();
+    let mut text = String::new();
+    f.take((64 << 20) + 1).read_to_string(&mut text).ok()?;
     if text.len() > 64 << 20 {
         return None;
     }
     let file: LiveFile = toml::from_str(&text).ok()?;
-    let fresh = crate::log::partition::now_ms() - file.written_ms < 10_000;
+    let fresh = match modified {
+        // One from the future (a clock set back) is fresh, as a `written_ms` ahead is.
+        Some(t) => t.elapsed().map_or(true, |age| age < FRESH),
+        None => crate::log::partition::now_ms() - file.written_ms < FRESH.as_millis() as i64,
+    };
     let alive = std::path::Path::new(&format!("/proc/{}", file.pid)).exists();
     (fresh && alive).then_some(file)
+}
+
+/// Publishes the live state as `.live-status`: rewritten when it changed since the last
+/// write (its `written_ms` says when), otherwise only its mtime refreshed, which is what
+/// [`read_running`] takes for a sign of life. A quiet second costs nothing per partition.
+#[derive(Debug)]
+pub struct Publisher {
+    path: std::path::PathBuf,
+    /// The generation last written, while the file holds it.
+    written: Option<u64>,
+}
+
+/// What [`Publisher::publish`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The file was rewritten with the current state.
+    Written,
+    /// Nothing changed: only its mtime was refreshed.
+    Touched,
+}
+
+impl Publisher {
+    pub fn new(path: std::path::PathBuf) -> Publisher {
+        Publisher {
+            path,
+            written: None,
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Rewrites the file if `live` changed since the last write (or the file cannot be
+    /// refreshed: gone, say), else sets its mtime to now. A failed write is tried again at
+    /// the next call.
+    pub fn publish(&mut self, live: &Live) -> std::io::Result<Published> {
+        let generation = live.generation();
+        if self.written == Some(generation) && touch(&self.path).is_ok() {
+            return Ok(Published::Touched);
+        }
+        self.written = None;
+        write_unsynced(&self.path, live.render().as_bytes())?;
+        self.written = Some(generation);
+        Ok(Published::Written)
+    }
+}
+
+/// Sets the mtime of the existing file `path` to now.
+fn touch(path: &std::path::Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .set_modified(std::time::SystemTime::now())
 }
 
 /// Replaces `path` with `contents` (no fsync: a crash loses nothing that matters, and the
@@ -463,6 +618,155 @@ mod tests {
         assert_eq!(file.partitions[0].live.leader_epoch, Some(3));
         assert_eq!(file.partitions[0].live.lag(), Some(60));
         assert_eq!(file.pid, std::process::id());
+    }
+
+    #[test]
+    fn every_change_moves_the_generation_and_a_repeat_or_a_read_does_not() {
+        let l = Live::default();
+        let tp = TopicPartition::new("g", 0);
+        let figures = LogFigures {
+            log_start_offset: 0,
+            log_end_offset: 5,
+            high_watermark: 5,
+        };
+        let mut seen = l.generation();
+        let mut moved = |what: &str, l: &Live| {
+            let now = l.generation();
+            let did = now != seen;
+            seen = now;
+            assert!(did || what.starts_with("no-op"), "{what} did not move it");
+            assert!(!did || !what.starts_with("no-op"), "{what} moved it");
+        };
+        l.loaded(&tp, &figures);
+        moved("loaded (a new partition)", &l);
+        l.loaded(&tp, &figures);
+        moved("no-op: loaded again", &l);
+        l.assigned(&tp, 1, 2, 5);
+        moved("assigned", &l);
+        l.assigned(&tp, 1, 2, 5);
+        moved("no-op: assigned again", &l);
+        l.set_state(&tp, State::Truncating, None);
+        moved("set_state", &l);
+        l.set_state(&tp, State::Truncating, None);
+        moved("no-op: set_state again", &l);
+        l.set_state(&tp, State::Truncating, Some("why"));
+        moved("set_state (the error alone)", &l);
+        l.fetched(&tp, 10, 10, 5, 5, None);
+        moved("fetched", &l);
+        l.leader_high_watermark(&tp, 12);
+        moved("leader_high_watermark", &l);
+        l.leader_high_watermark(&tp, 12);
+        moved("no-op: leader_high_watermark again", &l);
+        l.log_start(&tp, 1);
+        moved("log_start", &l);
+        l.log_start(&tp, 1);
+        moved("no-op: log_start again", &l);
+        l.appended(&tp, 100, 1);
+        moved("appended", &l);
+        l.appended(&tp, 0, 0);
+        moved("no-op: nothing appended", &l);
+        l.backing_off(&tp, "fetch_failed", "down");
+        moved("backing_off", &l);
+        l.backing_off(&tp, "fetch_failed", "down");
+        moved("backing_off again (its count)", &l);
+        l.stopped(&tp, "not followed", &figures);
+        moved("stopped", &l);
+        l.stopped(&tp, "not followed", &figures);
+        moved("no-op: stopped again", &l);
+        l.set_missing_topics(BTreeSet::from(["ghost".to_string()]));
+        moved("set_missing_topics", &l);
+        l.set_missing_topics(BTreeSet::from(["ghost".to_string()]));
+        moved("no-op: the same missing topics", &l);
+        l.remove(&tp);
+        moved("remove", &l);
+        l.remove(&tp);
+        moved("no-op: remove again", &l);
+        // Reads, latency and beats are not in the published state.
+        let _ = (l.partitions(), l.render(), l.status_line(None), l.latency());
+        l.observe_fetch(Duration::from_millis(3));
+        l.beat("a");
+        l.forget("a");
+        moved("no-op: reads, latency, beats", &l);
+    }
+
+    /// Sets the mtime of `path` `ago` back.
+    fn age(path: &std::path::Path, ago: Duration) {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - ago)
+            .unwrap();
+    }
+
+    fn mtime(path: &std::path::Path) -> std::time::SystemTime {
+        std::fs::metadata(path).unwrap().modified().unwrap()
+    }
+
+    #[test]
+    fn a_quiet_publish_refreshes_the_mtime_and_keeps_the_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LIVE_STATUS_FILE);
+        let l = Live::default();
+        let tp = TopicPartition::new("q", 0);
+        l.fetched(&tp, 10, 10, 10, 10, None);
+        let mut p = Publisher::new(path.clone());
+        assert_eq!(p.publish(&l).unwrap(), Published::Written);
+        let first = std::fs::read_to_string(&path).unwrap();
+        let written: LiveFile = toml::from_str(&first).unwrap();
+        age(&path, Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(p.publish(&l).unwrap(), Published::Touched);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            first,
+            "rewritten though nothing changed"
+        );
+        let refreshed = mtime(&path).elapsed().unwrap_or_default();
+        assert!(
+            refreshed < Duration::from_secs(5),
+            "mtime {refreshed:?} old"
+        );
+        // A change is written, with a new written_ms.
+        l.fetched(&tp, 20, 20, 15, 15, None);
+        assert_eq!(p.publish(&l).unwrap(), Published::Written);
+        let now: LiveFile = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(now.partitions[0].live.leader_high_watermark, Some(20));
+        assert!(now.written_ms > written.written_ms, "{now:?} {written:?}");
+        // A file gone is written again, changed or not.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(p.publish(&l).unwrap(), Published::Written);
+        assert!(path.exists());
+    }
+
+    #[test]
+    fn a_running_daemon_is_one_whose_file_has_a_fresh_mtime_and_a_live_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LIVE_STATUS_FILE);
+        let file = |pid: u32, written_ms: i64| {
+            let f = LiveFile {
+                pid,
+                written_ms,
+                ..LiveFile::default()
+            };
+            std::fs::write(&path, toml::to_string(&f).unwrap()).unwrap();
+        };
+        let long_ago = crate::log::partition::now_ms() - 3_600_000;
+        // Content written an hour ago, refreshed now: running.
+        file(std::process::id(), long_ago);
+        let got = read_running(dir.path()).expect("fresh mtime, live pid");
+        assert_eq!(got.written_ms, long_ago);
+        // Not refreshed for 11 s: not running, whatever written_ms says.
+        age(&path, Duration::from_secs(11));
+        assert!(read_running(dir.path()).is_none());
+        file(std::process::id(), crate::log::partition::now_ms());
+        age(&path, Duration::from_secs(11));
+        assert!(read_running(dir.path()).is_none());
+        // Fresh, but its process is gone (pids stop well below u32::MAX).
+        file(u32::MAX, long_ago);
+        assert!(read_running(dir.path()).is_none());
+        std::fs::remove_file(&path).unwrap();
+        assert!(read_running(dir.path()).is_none());
     }
 
     #[test]
