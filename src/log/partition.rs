@@ -618,6 +618,11 @@ impl PartitionLog {
         if leo > self.recovery_point || self.last_snapshot == Some(leo) {
             return Ok(());
         }
+        if leo == self.log_start_offset && !self.producers.dirty {
+            // An empty log has no state to rebuild: a snapshot would cost each new partition
+            // a file and an fsync for nothing.
+            return Ok(());
+        }
         let stale = self
             .last_snapshot
             .is_none_or(|o| o < self.active().base_offset);
