@@ -637,6 +637,7 @@ pub fn fill_hole_in_log(
         )?;
         seg.close_file();
         log.segments.insert(w.base, seg);
+        log.touch(&super::touched::Pass::ALL);
     }
     Ok(written)
 }
