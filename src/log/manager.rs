@@ -903,3 +903,7 @@ impl LogManager {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;
