@@ -505,4 +505,69 @@ mod tests {
         assert!(v.headers.is_empty());
         assert_eq!(v.next_offset, 0);
     }
+
+    /// What the checkpoint files of `data` claim for [`tp`]: (high watermark, recovery point,
+    /// log start).
+    fn claimed(data: &std::path::Path) -> (i64, i64, i64) {
+        use crate::checkpoint::{
+            LOG_START_OFFSET, RECOVERY_POINT, REPLICATION_OFFSET, read_offsets,
+        };
+        let read = |name: &str| read_offsets(&data.join(name)).unwrap()[&tp()];
+        (
+            read(REPLICATION_OFFSET),
+            read(RECOVERY_POINT),
+            read(LOG_START_OFFSET),
+        )
+    }
+
+    #[test]
+    fn every_change_the_fetcher_makes_reaches_the_next_checkpoint() {
+        use crate::log::touched::Pass;
+        use crate::protocol::error::ErrorCode;
+        let d = tempfile::tempdir().unwrap();
+        let logs = Arc::new(LogManager::open(d.path(), Default::default()).unwrap());
+        assert!(logs.create_logs(&[(tp(), 0, None)])[0].1.is_ok());
+        logs.checkpoint().unwrap();
+        let mut ops = ReplicaLogOps::new(logs.clone());
+        // A checkpoint: how many logs it visited, and what it claims.
+        let checkpoint = || {
+            logs.checkpoint().unwrap();
+            (logs.last_visits(Pass::Checkpoint), claimed(d.path()))
+        };
+        let fetched = |ops: &mut ReplicaLogOps, offset: i64, hw: i64, records: &[u8]| {
+            let data = FetchPartitionResponse {
+                partition: 0,
+                error: ErrorCode::NONE,
+                high_watermark: hw,
+                last_stable_offset: hw,
+                log_start_offset: 0,
+                aborted_transactions: None,
+                diverging_epoch: None,
+                current_leader: None,
+                records,
+            };
+            let v = ops.validate(&tp(), offset, &data).unwrap();
+            ops.append(&tp(), offset, v, &data).unwrap()
+        };
+        assert_eq!(checkpoint(), (0, (0, 0, 0)));
+        assert_eq!(
+            fetched(&mut ops, 0, 20, &[batch(0, 5), batch(5, 5)].concat()),
+            10
+        );
+        assert_eq!(checkpoint(), (1, (10, 10, 0)));
+        // An empty response reporting the same high watermark changes nothing.
+        assert_eq!(fetched(&mut ops, 10, 20, &[]), 10);
+        assert_eq!(checkpoint(), (0, (10, 10, 0)));
+        ops.truncate(&tp(), 5, "test").unwrap();
+        assert_eq!(checkpoint(), (1, (5, 5, 0)));
+        ops.skip_to(&tp(), 100).unwrap();
+        assert_eq!(checkpoint(), (1, (5, 100, 0)));
+        // The high watermark alone.
+        assert_eq!(fetched(&mut ops, 100, 120, &[]), 100);
+        assert_eq!(checkpoint(), (1, (100, 100, 0)));
+        ops.mark_failed(&tp(), "test");
+        assert_eq!(checkpoint(), (1, (100, 100, 0)));
+        assert_eq!(checkpoint(), (0, (100, 100, 0)));
+        assert!(!logs.shutdown().unwrap(), "failed: not a clean shutdown");
+    }
 }

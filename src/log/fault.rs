@@ -40,8 +40,9 @@ impl Step {
     }
 }
 
-/// (step, writes of that step still to let through before failing one).
-type Armed = Vec<(Step, u32)>;
+/// (step, writes of that step still to let through before failing one, whether it fails as
+/// on a full disk).
+type Armed = Vec<(Step, u32, bool)>;
 
 static ANY_ARMED: AtomicBool = AtomicBool::new(false);
 
@@ -68,6 +69,7 @@ fn process_armed() -> &'static Mutex<Armed> {
                 Some((
                     Step::parse(step.trim())?,
                     n.trim().parse::<u32>().ok()?.max(1) - 1,
+                    false,
                 ))
             })
             .collect();
@@ -90,21 +92,29 @@ pub fn init() {
 
 /// Fails the `n`-th (from 1) next write of `step` on this thread, once.
 pub fn arm(step: Step, n: u32) {
-    ANY_ARMED.store(true, Ordering::Relaxed);
-    THREAD_ARMED.with(|a| a.borrow_mut().push((step, n.max(1) - 1)));
+    arm_as(step, n, false);
 }
 
-/// Counts down the first entry for `step`; true (and the entry is spent) when it reaches 0.
-fn take(armed: &mut Armed, step: Step) -> bool {
-    let Some(i) = armed.iter().position(|(s, _)| *s == step) else {
-        return false;
-    };
+/// [`arm`], the write failing as on a full disk (ENOSPC), which fails no partition.
+#[cfg(test)]
+pub fn arm_no_space(step: Step, n: u32) {
+    arm_as(step, n, true);
+}
+
+fn arm_as(step: Step, n: u32, no_space: bool) {
+    ANY_ARMED.store(true, Ordering::Relaxed);
+    THREAD_ARMED.with(|a| a.borrow_mut().push((step, n.max(1) - 1, no_space)));
+}
+
+/// Counts down the first entry for `step`; when it reaches 0 the entry is spent and whether
+/// it fails as on a full disk returned.
+fn take(armed: &mut Armed, step: Step) -> Option<bool> {
+    let i = armed.iter().position(|(s, _, _)| *s == step)?;
     if armed[i].1 == 0 {
-        armed.remove(i);
-        true
+        Some(armed.remove(i).2)
     } else {
         armed[i].1 -= 1;
-        false
+        None
     }
 }
 
@@ -114,15 +124,28 @@ pub fn hit(step: Step) -> Option<std::io::Error> {
     if !ANY_ARMED.load(Ordering::Relaxed) {
         return None;
     }
-    let fail = THREAD_ARMED.with(|a| take(&mut a.borrow_mut(), step))
-        || (std::time::Instant::now() >= counting_from()
-            && take(
-                &mut process_armed()
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-                step,
-            ));
-    fail.then(|| std::io::Error::other(format!("injected {step:?} failure (RF_TEST_FAIL_WRITE)")))
+    let fail = THREAD_ARMED
+        .with(|a| take(&mut a.borrow_mut(), step))
+        .or_else(|| {
+            (std::time::Instant::now() >= counting_from())
+                .then(|| {
+                    take(
+                        &mut process_armed()
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner),
+                        step,
+                    )
+                })
+                .flatten()
+        });
+    fail.map(|no_space| {
+        let what = format!("injected {step:?} failure (RF_TEST_FAIL_WRITE)");
+        if no_space {
+            std::io::Error::new(std::io::ErrorKind::StorageFull, what)
+        } else {
+            std::io::Error::other(what)
+        }
+    })
 }
 
 /// `file.write_all_at(bytes, at)`, unless this write of `step` is to fail: then only the first

@@ -267,6 +267,7 @@ pub fn load(
         retired: false,
         failed: None,
         dir_id: super::partition::dir_identity(&dir),
+        marks: Default::default(),
     };
     // Open transactions: from the newest producer snapshot below the first segment recovery
     // scanned, walking the batches after it; the `.txnindex` of every scanned segment is

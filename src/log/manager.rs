@@ -7,15 +7,21 @@
 //! Checkpoint order (durability): for each log, fsync the active segment (recovery point :=
 //! log end) and write its leader-epoch checkpoint; only then rewrite the three data-dir files,
 //! each atomically. So a checkpoint never names an offset whose bytes are not on disk.
+//!
+//! Idle cost: the periodic flush, checkpoint and retention passes visit only the logs that
+//! changed since they last did ([`super::touched`]); a checkpoint keeps every partition's
+//! last figures and takes them from every log only at the first checkpoint, after the set of
+//! logs changed, and at shutdown.
 
 use super::disk::DiskSpace;
 use super::identity;
 use super::loader::{self, CheckpointHints};
 use super::partition::{LogConfig, LogSummary, PartitionLog, now_ms};
+use super::touched::{Pass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::protocol::uuid::Uuid;
 use anyhow::{Context, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -119,9 +125,19 @@ pub struct LogManager {
     data_dir: PathBuf,
     config: LogConfig,
     logs: RwLock<BTreeMap<TopicPartition, SharedLog>>,
-    /// Serialises checkpoint writers (periodic task and shutdown) and holds the content last
-    /// written to each checkpoint file, so an unchanged file is not rewritten (and fsynced).
-    checkpoint_lock: Mutex<BTreeMap<&'static str, Vec<u8>>>,
+    /// Bumped, under the write lock of `logs`, whenever it gains or loses an entry: the next
+    /// checkpoint takes every log's figures anew.
+    structure: AtomicU64,
+    /// Which logs changed since each periodic pass last visited them.
+    touched: Arc<Touched>,
+    /// Serialises checkpoint writers (periodic task and shutdown) and holds what the files
+    /// claim.
+    checkpoint_lock: Mutex<CheckpointState>,
+    /// The logs that had two segments or more at the last retention pass: the only unchanged
+    /// ones retention may cut (by time).
+    retention_candidates: Mutex<BTreeSet<TopicPartition>>,
+    /// How many logs the last flush, checkpoint and retention pass visited.
+    visits: [AtomicUsize; 3],
     /// Free space of the data dir's filesystem; appends pause while it is full.
     disk: DiskSpace,
     /// Told of each partition marked failed (the fetcher manager, which stops fetching it).
@@ -130,6 +146,69 @@ pub struct LogManager {
     appended: Arc<AppendSignal>,
     /// Set once it was said that segment files are opened on demand.
     said_on_demand: AtomicBool,
+}
+
+/// The figures the checkpoint files claim, kept between checkpoints so that one visits only
+/// the logs that changed.
+#[derive(Debug, Default)]
+struct CheckpointState {
+    /// The content last written to each file, so an unchanged file is not rewritten (and
+    /// fsynced).
+    written: BTreeMap<&'static str, Vec<u8>>,
+    high_watermarks: BTreeMap<TopicPartition, i64>,
+    recovery_points: BTreeMap<TopicPartition, i64>,
+    log_starts: BTreeMap<TopicPartition, i64>,
+    failed: BTreeSet<TopicPartition>,
+    /// A figure changed since the three files were last written.
+    changed: bool,
+    /// [`LogManager::structure`] when every log's figures were last taken; `None` before.
+    structure: Option<u64>,
+}
+
+impl CheckpointState {
+    /// Every figure, before a pass takes them from every log.
+    fn clear(&mut self) {
+        self.high_watermarks.clear();
+        self.recovery_points.clear();
+        self.log_starts.clear();
+        self.failed.clear();
+        self.changed = true;
+    }
+
+    /// `tp` has no log (any more).
+    fn forget(&mut self, tp: &TopicPartition) {
+        let had = self.recovery_points.remove(tp).is_some();
+        self.high_watermarks.remove(tp);
+        self.log_starts.remove(tp);
+        self.failed.remove(tp);
+        self.changed |= had;
+    }
+
+    /// The figures of `tp`'s log. Only what is fsynced is claimed: every one is capped by the
+    /// recovery point.
+    fn set(&mut self, tp: &TopicPartition, s: &LogSummary, failed: bool) {
+        for (figures, value) in [
+            (&mut self.recovery_points, s.recovery_point),
+            (
+                &mut self.high_watermarks,
+                s.high_watermark.min(s.recovery_point),
+            ),
+            (
+                &mut self.log_starts,
+                s.log_start_offset.min(s.recovery_point),
+            ),
+        ] {
+            if figures.get(tp) != Some(&value) {
+                figures.insert(tp.clone(), value);
+                self.changed = true;
+            }
+        }
+        if failed {
+            self.failed.insert(tp.clone());
+        } else {
+            self.failed.remove(tp);
+        }
+    }
 }
 
 /// Called with a partition, why, and whether it was not failed before, each time a storage
@@ -169,6 +248,9 @@ impl LogManager {
         let ls = read_hints(&data_dir.join(checkpoint::LOG_START_OFFSET));
         let hw = read_hints(&data_dir.join(checkpoint::REPLICATION_OFFSET));
         let mut logs = BTreeMap::new();
+        let touched = Arc::new(Touched::new(
+            config.retention_bytes >= 0 || config.retention_ms >= 0,
+        ));
         let mut removed = Vec::new();
         for e in fs::read_dir(data_dir)
             .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
@@ -208,7 +290,7 @@ impl LogManager {
             };
             let loaded = loader::load(data_dir, &tp, config.clone(), hints, clean)
                 .with_context(|| format!("failed to load the log of {tp}"))?;
-            if let Some((log, _)) = loaded {
+            if let Some((mut log, _)) = loaded {
                 crate::log_info!(
                     "{tp}: loaded log {}..{} ({}, {} bytes){}",
                     log.log_start_offset(),
@@ -221,6 +303,7 @@ impl LogManager {
                         " after an unclean shutdown"
                     }
                 );
+                log.watch(touched.clone());
                 logs.insert(tp, Arc::new(Mutex::new(log)));
             }
         }
@@ -233,7 +316,11 @@ impl LogManager {
             data_dir: data_dir.to_path_buf(),
             config,
             logs: RwLock::new(logs),
-            checkpoint_lock: Mutex::new(BTreeMap::new()),
+            structure: AtomicU64::new(0),
+            touched,
+            checkpoint_lock: Mutex::new(CheckpointState::default()),
+            retention_candidates: Mutex::new(BTreeSet::new()),
+            visits: Default::default(),
             disk: DiskSpace::new(data_dir, 0),
             on_failed: Mutex::new(None),
             appended: Arc::default(),
@@ -357,6 +444,29 @@ impl LogManager {
         logs.iter().map(|(tp, l)| (tp.clone(), l.clone())).collect()
     }
 
+    /// Puts a new log in the map (whose write lock the caller holds), reporting its changes.
+    fn insert(
+        &self,
+        logs: &mut BTreeMap<TopicPartition, SharedLog>,
+        tp: &TopicPartition,
+        mut log: PartitionLog,
+    ) -> SharedLog {
+        log.watch(self.touched.clone());
+        let shared = Arc::new(Mutex::new(log));
+        logs.insert(tp.clone(), shared.clone());
+        self.structure.fetch_add(1, Ordering::SeqCst);
+        shared
+    }
+
+    /// How many logs the last pass of the kind visited (locked and read).
+    pub fn last_visits(&self, pass: Pass) -> usize {
+        self.visits[pass as usize].load(Ordering::Relaxed)
+    }
+
+    fn set_visits(&self, pass: Pass, n: usize) {
+        self.visits[pass as usize].store(n, Ordering::Relaxed);
+    }
+
     /// Creates an empty log for `tp` starting at `start_offset` (or returns the existing one).
     pub fn get_or_create(
         &self,
@@ -379,9 +489,7 @@ impl LogManager {
             topic_id,
         )?;
         crate::log_debug!("{tp}: created an empty local log starting at offset {start_offset}");
-        let shared = Arc::new(Mutex::new(log));
-        logs.insert(tp.clone(), shared.clone());
-        Ok(shared)
+        Ok(self.insert(&mut logs, tp, log))
     }
 
     /// Creates empty logs for many partitions at once — (partition, start offset, topic id)
@@ -488,9 +596,7 @@ impl LogManager {
                                     crate::log_debug!(
                                         "{tp}: created an empty local log starting at offset {start}"
                                     );
-                                    let shared = Arc::new(Mutex::new(log));
-                                    logs.insert(tp.clone(), shared.clone());
-                                    Ok(shared)
+                                    Ok(self.insert(&mut logs, tp, log))
                                 }
                                 Err(e) => {
                                     remove_all(&mut std::iter::once(dir.as_path()));
@@ -512,60 +618,117 @@ impl LogManager {
 
     /// Flushes one log: pending index entries and descriptors are taken under its lock, the
     /// fsyncs run outside it (the fetcher keeps appending meanwhile), then the recovery point
-    /// moves to what was synced.
+    /// moves to what was synced. A log whose flush fails counts as changed, so it is tried
+    /// again.
     fn flush_one(log: &SharedLog) -> Result<()> {
         let ticket = {
             let mut l = lock_log(log);
+            l.untouch(Pass::Flush);
             if l.retired || l.failed.is_some() {
                 return Ok(());
             }
-            l.begin_flush()?
+            match l.begin_flush() {
+                Ok(t) => t,
+                Err(e) => {
+                    l.touch(&[Pass::Flush]);
+                    return Err(e);
+                }
+            }
         };
         if let Some(t) = ticket {
-            t.sync()?;
+            if let Err(e) = t.sync() {
+                lock_log(log).touch(&[Pass::Flush]);
+                return Err(e);
+            }
             lock_log(log).finish_flush(t);
         }
         Ok(())
     }
 
-    /// Flushes every log (the recovery point moves to each log end). Errors are per partition:
-    /// the first is returned after every log was tried.
+    /// Flushes every log that changed since it was last flushed (the recovery point moves to
+    /// each log end). Errors are per partition: the first is returned after every log was
+    /// tried.
     pub fn flush_all(&self) -> Result<()> {
         let mut first_err = None;
-        for (tp, log) in self.all() {
+        let mut visited = 0;
+        for tp in self.touched.take(Pass::Flush) {
+            let Some(log) = self.get(&tp) else {
+                continue; // archived meanwhile
+            };
+            visited += 1;
             if let Err(e) = Self::flush_one(&log) {
                 self.storage_error(&tp, "flush failed", &e);
                 first_err.get_or_insert(e);
             }
         }
+        self.set_visits(Pass::Flush, visited);
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Flushes every log, then rewrites the three checkpoint files atomically (those whose
-    /// content changed).
+    /// Flushes every log that changed since the last checkpoint, then rewrites the three
+    /// checkpoint files atomically (those whose content changed). After a change to the set
+    /// of logs, every log is visited.
     pub fn checkpoint(&self) -> Result<()> {
         self.checkpoint_with(false).map(|_| ())
     }
 
-    /// [`Self::checkpoint`]; `final_snapshots` also writes a producer snapshot at every log
-    /// end that lacks one, so the next start walks nothing to rebuild open transactions.
-    /// Returns the partitions that are failed (their figures are the last synced ones).
+    /// [`Self::checkpoint`]; `final_snapshots` visits every log and also writes a producer
+    /// snapshot at every log end that lacks one, so the next start walks nothing to rebuild
+    /// open transactions. Returns the partitions that are failed (their figures are the last
+    /// synced ones).
     fn checkpoint_with(&self, final_snapshots: bool) -> Result<Vec<TopicPartition>> {
-        let mut written = self
+        let mut state = self
             .checkpoint_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut hw = BTreeMap::new();
-        let mut rp = BTreeMap::new();
-        let mut ls = BTreeMap::new();
-        let mut failed = Vec::new();
-        for (tp, shared) in self.all() {
+        // What a flush pass has yet to flush is flushed here too.
+        let mut due = self.touched.take(Pass::Checkpoint);
+        due.append(&mut self.touched.take(Pass::Flush));
+        // The structure is read with the list of logs: a log put in the map after it makes the
+        // next checkpoint visit every log again.
+        let (structure, every) = {
+            let logs = self
+                .logs
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let structure = self.structure.load(Ordering::SeqCst);
+            let every = (final_snapshots || state.structure != Some(structure)).then(|| {
+                logs.iter()
+                    .map(|(tp, l)| (tp.clone(), Some(l.clone())))
+                    .collect::<Vec<_>>()
+            });
+            (structure, every)
+        };
+        let visit = match every {
+            Some(every) => {
+                state.clear();
+                every
+            }
+            None => due
+                .into_iter()
+                .map(|tp| {
+                    let log = self.get(&tp);
+                    (tp, log)
+                })
+                .collect(),
+        };
+        let mut visited = 0;
+        for (tp, shared) in visit {
+            let Some(shared) = shared else {
+                state.forget(&tp); // archived meanwhile
+                continue;
+            };
+            visited += 1;
             // Many logs, each fsynced: progress for the watchdog as it goes.
             crate::live::live().beat_current();
             let flushed = Self::flush_one(&shared);
             let mut log = lock_log(&shared);
+            log.untouch(Pass::Checkpoint);
             if log.retired {
-                continue; // archived meanwhile: its directory and figures are no longer the log's
+                // Archived meanwhile: its directory and figures are no longer the log's.
+                drop(log);
+                state.forget(&tp);
+                continue;
             }
             // A failed partition keeps the figures it had: they name only what was synced.
             let flushed = if log.failed.is_some() {
@@ -586,28 +749,40 @@ impl LogManager {
                 drop(log);
                 self.storage_error(&tp, what, &e);
                 log = lock_log(&shared);
+                // Tried again at the next checkpoint (a full disk fails no partition).
+                log.touch(&[Pass::Flush, Pass::Checkpoint]);
             }
-            if log.failed.is_some() {
-                failed.push(tp.clone());
-            }
-            // Only what is fsynced is claimed: every figure is capped by the recovery point.
+            let failed = log.failed.is_some();
             let s = log.summary();
-            rp.insert(tp.clone(), s.recovery_point);
-            hw.insert(tp.clone(), s.high_watermark.min(s.recovery_point));
-            ls.insert(tp, s.log_start_offset.min(s.recovery_point));
+            drop(log);
+            state.set(&tp, &s, failed);
         }
-        for (name, offsets) in [
-            (checkpoint::REPLICATION_OFFSET, &hw),
-            (checkpoint::RECOVERY_POINT, &rp),
-            (checkpoint::LOG_START_OFFSET, &ls),
-        ] {
-            let content = checkpoint::render_offsets(offsets);
-            if written.get(name) != Some(&content) {
-                checkpoint::rewrite_atomic(&self.data_dir.join(name), &content)?;
-                written.insert(name, content);
+        self.set_visits(Pass::Checkpoint, visited);
+        state.structure = Some(structure);
+        if state.changed {
+            let files = [
+                (
+                    checkpoint::REPLICATION_OFFSET,
+                    checkpoint::render_offsets(&state.high_watermarks),
+                ),
+                (
+                    checkpoint::RECOVERY_POINT,
+                    checkpoint::render_offsets(&state.recovery_points),
+                ),
+                (
+                    checkpoint::LOG_START_OFFSET,
+                    checkpoint::render_offsets(&state.log_starts),
+                ),
+            ];
+            for (name, content) in files {
+                if state.written.get(name) != Some(&content) {
+                    checkpoint::rewrite_atomic(&self.data_dir.join(name), &content)?;
+                    state.written.insert(name, content);
+                }
             }
+            state.changed = false;
         }
-        Ok(failed)
+        Ok(state.failed.iter().cloned().collect())
     }
 
     /// Moves the whole partition directory of `tp` aside to
@@ -622,6 +797,8 @@ impl LogManager {
         let shared = logs
             .remove(tp)
             .with_context(|| format!("{tp}: no local log to archive"))?;
+        // Put back if the move fails: either way the next checkpoint visits every log.
+        self.structure.fetch_add(1, Ordering::SeqCst);
         let mut log = lock_log(&shared);
         // Whatever was appended is made durable before the directory moves.
         if let Err(e) = log.flush() {
@@ -655,20 +832,46 @@ impl LogManager {
         Ok(to)
     }
 
+    /// Applies retention to the logs that may lose a segment: none while retention is off,
+    /// else those that changed since the last pass and those that had two segments or more
+    /// then (a log's active segment is never deleted).
     pub fn apply_retention(&self) {
-        let now = now_ms();
-        for (tp, log) in self.all() {
+        self.apply_retention_at(now_ms());
+    }
+
+    /// [`Self::apply_retention`] as at `now` (ms since the epoch).
+    fn apply_retention_at(&self, now: i64) {
+        if self.config.retention_bytes < 0 && self.config.retention_ms < 0 {
+            self.set_visits(Pass::Retention, 0);
+            return;
+        }
+        let mut candidates = self
+            .retention_candidates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut due = self.touched.take(Pass::Retention);
+        due.append(&mut candidates);
+        let mut visited = 0;
+        for tp in due {
+            let Some(log) = self.get(&tp) else {
+                continue; // archived meanwhile
+            };
+            visited += 1;
             let mut log = lock_log(&log);
+            log.untouch(Pass::Retention);
             if log.retired {
                 continue; // archived meanwhile: its paths now belong to the new log
             }
-            if log.failed.is_some() {
-                continue;
-            }
-            if let Err(e) = log.apply_retention(now) {
+            if log.failed.is_none()
+                && let Err(e) = log.apply_retention(now)
+            {
                 crate::log_error!("{tp}: retention failed: {e:#}");
             }
+            if log.segments().nth(1).is_some() {
+                candidates.insert(tp);
+            }
         }
+        self.set_visits(Pass::Retention, visited);
     }
 
     /// Final checkpoint and the clean-shutdown marker. After this, a restart trusts the logs.
@@ -700,3 +903,7 @@ impl LogManager {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

@@ -9,7 +9,8 @@
 //! ```
 //! [`partition::PartitionLog`] ties the segments of one partition together; [`loader`] opens
 //! it at start-up and recovers it after a crash; [`manager::LogManager`] holds every partition's
-//! log behind its own mutex and writes the data-dir checkpoint files.
+//! log behind its own mutex and writes the data-dir checkpoint files; [`touched`] tells its
+//! periodic passes which logs changed.
 
 pub mod descriptors;
 pub mod disk;
@@ -31,6 +32,7 @@ pub mod repair;
 pub mod segment;
 pub mod segment_reader;
 pub mod time_index;
+pub mod touched;
 pub mod txn_index;
 
 pub use partition::{LogConfig, PartitionLog};

@@ -15,6 +15,7 @@ use super::epoch_cache::EpochCache;
 use super::identity;
 use super::producer_state::{self, ProducerState};
 use super::segment::{self, Segment};
+use super::touched::{Marks, Pass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::protocol::uuid::Uuid;
 use crate::record::{BatchHeader, check_follows};
@@ -23,6 +24,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The suffix of a partition directory being made (`.<topic>-<partition>.creating`); one
 /// left by a crash holds nothing fetched and is removed at the next start.
@@ -87,6 +89,9 @@ pub struct PartitionLog {
     /// (device, inode) of the directory when the log was opened: a directory removed or
     /// replaced under the daemon no longer holds this log.
     pub(super) dir_id: Option<(u64, u64)>,
+    /// Which of the manager's periodic passes are to visit this log: every method that
+    /// changes its bytes or figures raises them (see [`super::touched`]).
+    pub(super) marks: Marks,
 }
 
 /// A flush begun under the partition lock and finished outside it: the fsyncs run on
@@ -303,7 +308,24 @@ impl PartitionLog {
             retired: false,
             failed: None,
             dir_id,
+            marks: Marks::default(),
         }
+    }
+
+    /// From now on the log's changes are reported to `to` (its manager); until the passes
+    /// visit it, it counts as changed.
+    pub(super) fn watch(&mut self, to: Arc<Touched>) {
+        self.marks.watch(&self.tp, to);
+    }
+
+    /// The log's bytes or figures changed in a way that concerns `passes`.
+    pub(super) fn touch(&mut self, passes: &[Pass]) {
+        self.marks.raise(&self.tp, passes);
+    }
+
+    /// `pass` is reading the log now: a change from here on is reported to it again.
+    pub(super) fn untouch(&mut self, pass: Pass) {
+        self.marks.lower(pass);
     }
 
     pub(super) fn active(&self) -> &Segment {
@@ -383,6 +405,7 @@ impl PartitionLog {
             return false;
         }
         self.failed = Some(reason.to_string());
+        self.touch(&Pass::ALL);
         true
     }
 
@@ -391,6 +414,8 @@ impl PartitionLog {
     /// its batches (the bytes of a write that failed part-way are cut off). Clears the
     /// failure when they are.
     pub fn check_storage(&mut self) -> Result<()> {
+        // It may cut bytes, and a log sound again is flushed and checkpointed again.
+        self.touch(&Pass::ALL);
         if dir_identity(&self.dir) != self.dir_id {
             bail!(
                 "the partition directory `{}` is gone or was replaced",
@@ -476,6 +501,8 @@ impl PartitionLog {
                 self.tp, first.base_offset, first.last_offset
             )));
         }
+        // From here on bytes may be written (even when a later batch is refused).
+        self.touch(&Pass::ALL);
         let now = now_ms();
         let (mut chunk_start, mut chunk_byte_start, mut pos) = (0usize, 0usize, 0usize);
         let mut prev_last: Option<i64> = None;
@@ -638,10 +665,15 @@ impl PartitionLog {
     /// and — as Kafka's `maybeUpdateHighWatermark` — never lowered by a leader's report (a new
     /// leader's HW can lag; only a truncation lowers it).
     pub fn update_high_watermark(&mut self, leader_hw: i64) {
-        self.high_watermark = self
+        let hw = self
             .high_watermark
             .max(leader_hw.min(self.log_end_offset()))
             .max(self.log_start_offset);
+        // Every fetch response reports one: only a move counts as a change.
+        if hw != self.high_watermark {
+            self.high_watermark = hw;
+            self.touch(&Pass::ALL);
+        }
     }
 
     /// fsyncs the active segment and its indexes; the recovery point moves to the log end.
@@ -651,7 +683,10 @@ impl PartitionLog {
         if self.recovery_point < leo {
             self.active_mut().flush()?;
         }
-        self.recovery_point = leo;
+        if self.recovery_point != leo {
+            self.recovery_point = leo;
+            self.touch(&[Pass::Checkpoint]);
+        }
         Ok(leo)
     }
 
@@ -681,9 +716,13 @@ impl PartitionLog {
             seg.synced(ticket.mark);
         }
         if ticket.generation == self.generation {
-            self.recovery_point = self
+            let rp = self
                 .recovery_point
                 .max(ticket.target.min(self.log_end_offset()));
+            if rp != self.recovery_point {
+                self.recovery_point = rp;
+                self.touch(&[Pass::Checkpoint]);
+            }
         }
     }
 
@@ -705,6 +744,8 @@ impl PartitionLog {
             anyhow::bail!("{} is failed ({why}); not truncating it", self.tp);
         }
         self.generation += 1;
+        // Even a truncation that removes nothing voids a flush in flight.
+        self.touch(&Pass::ALL);
         if offset >= self.log_end_offset() {
             return Ok(());
         }
@@ -856,6 +897,7 @@ impl PartitionLog {
             return Ok(());
         }
         self.generation += 1;
+        self.touch(&Pass::ALL);
         let empty = self.is_empty();
         if empty {
             crate::log_warn!(
@@ -934,11 +976,17 @@ impl PartitionLog {
     /// Raises the log start (retention); deletes the segments that lie wholly below it. Never
     /// goes past the high watermark.
     pub fn maybe_increment_log_start_offset(&mut self, new_start: i64) -> Result<()> {
+        self.raise_log_start(new_start, &Pass::ALL)
+    }
+
+    /// [`Self::maybe_increment_log_start_offset`], a move reported to `passes`.
+    fn raise_log_start(&mut self, new_start: i64, passes: &[Pass]) -> Result<()> {
         let new_start = new_start.min(self.high_watermark);
         if new_start <= self.log_start_offset {
             return Ok(());
         }
         self.log_start_offset = new_start;
+        self.touch(passes);
         self.epochs.truncate_from_start(new_start);
         note_position_moved();
         self.delete_segments_below(new_start)
@@ -997,7 +1045,8 @@ impl PartitionLog {
                 self.tp,
                 s.min(self.high_watermark)
             );
-            self.maybe_increment_log_start_offset(s)?;
+            // The retention pass applying this has seen what it cut.
+            self.raise_log_start(s, &[Pass::Checkpoint])?;
         }
         Ok(())
     }

@@ -637,6 +637,7 @@ pub fn fill_hole_in_log(
         )?;
         seg.close_file();
         log.segments.insert(w.base, seg);
+        log.touch(&super::touched::Pass::ALL);
     }
     Ok(written)
 }
@@ -823,6 +824,25 @@ mod tests {
         }
         assert!(!dir.join(STAGING_DIR).exists());
         assert_eq!(reload(data.path()).read_all().unwrap(), all);
+    }
+
+    #[test]
+    fn a_hole_filled_in_a_loaded_log_reaches_the_next_checkpoint() {
+        use crate::log::manager::{LogManager, lock_log};
+        use crate::log::touched::Pass;
+        let (data, dir, all, bases) = fixture(&plain_batches());
+        let prev = bases[bases.len() / 2 - 1];
+        delete_segment(&dir, bases[bases.len() / 2]);
+        let from = segment_data_end(&dir, prev).unwrap().unwrap();
+        let logs = LogManager::open(data.path(), cfg()).unwrap();
+        logs.checkpoint().unwrap();
+        logs.checkpoint().unwrap();
+        assert_eq!(logs.last_visits(Pass::Checkpoint), 0);
+        let shared = logs.get(&tp()).unwrap();
+        let written = fill_hole_in_log(&mut lock_log(&shared), from, &mut source(&all)).unwrap();
+        assert_eq!(written.len(), 1);
+        logs.checkpoint().unwrap();
+        assert_eq!(logs.last_visits(Pass::Checkpoint), 1);
     }
 
     #[test]
