@@ -89,7 +89,11 @@ const MONITOR_THREAD: &str = "monitor";
 
 /// The `[metrics]` endpoint's thread and its flag, when `metrics.listen` is set. A listen
 /// address that cannot be bound stops the start (exit 1, naming it).
-type MetricsThread = (Arc<AtomicBool>, std::thread::JoinHandle<()>);
+type MetricsThread = (
+    Arc<AtomicBool>,
+    std::net::SocketAddr,
+    std::thread::JoinHandle<()>,
+);
 
 fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsThread>> {
     let Some(addr) = cfg.metrics.listen.clone() else {
@@ -98,6 +102,9 @@ fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsTh
     let listener = std::net::TcpListener::bind(&addr)
         .with_context(|| format!("cannot listen on metrics.listen = \"{addr}\""))?;
     crate::log_info!("serving Prometheus metrics at http://{addr}/metrics");
+    let local = listener
+        .local_addr()
+        .with_context(|| format!("metrics.listen = \"{addr}\": no local address"))?;
     let running = Arc::new(AtomicBool::new(true));
     let r2 = running.clone();
     let thread = std::thread::Builder::new()
@@ -110,7 +117,7 @@ fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsTh
             )
         })
         .context("failed to start the metrics thread")?;
-    Ok(Some((running, thread)))
+    Ok(Some((running, local, thread)))
 }
 
 /// The catch-up progress lines: every 10 s while partitions are catching up — still below
@@ -668,10 +675,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     }
     task.shutdown();
     monitor.shutdown();
-    if let Some((running, _thread)) = metrics {
+    if let Some((running, addr, _thread)) = metrics {
         // Not joined: a client in the middle of a scrape must not hold up the shutdown; the
-        // thread ends at its next poll, or with the process.
+        // thread ends once woken, or with the process.
         running.store(false, Ordering::SeqCst);
+        crate::metrics::wake(addr);
     }
     let _ = std::fs::remove_file(cfg.data_dir.join(crate::live::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;

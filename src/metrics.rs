@@ -234,26 +234,38 @@ fn process_figures(family: &mut impl FnMut(&str, &str, &str, Vec<String>)) {
 }
 
 /// Serves `GET /metrics` on `listener` until `running` says stop; other paths get 404, a
-/// request that is not HTTP 400.
+/// request that is not HTTP 400. It blocks in accept(2) (no wake-ups while nobody scrapes):
+/// whoever clears `running` connects once to wake it (see [`wake`]).
 pub fn serve(listener: TcpListener, running: impl Fn() -> bool, free: impl Fn() -> Option<u64>) {
-    let _ = listener.set_nonblocking(true);
     while running() {
         match listener.accept() {
             Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
+                if !running() {
+                    break;
+                }
                 if let Err(e) = answer(stream, &free) {
                     crate::log_debug!("metrics client: {e}");
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
             Err(e) => {
+                // Out of descriptors, mostly: the connections that end free some.
                 crate::log_debug!("metrics accept: {e}");
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
     }
+}
+
+/// Wakes a [`serve`] blocked in accept on `addr` (its flag already cleared) with a
+/// connection of its own; false if none could be made within a second.
+pub fn wake(mut addr: std::net::SocketAddr) -> bool {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
 }
 
 fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Result<()> {
@@ -323,6 +335,33 @@ fn respond(stream: &mut TcpStream, status: &str, body: &str) -> std::io::Result<
 mod tests {
     use super::*;
     use crate::checkpoint::TopicPartition;
+
+    #[test]
+    fn the_endpoint_blocks_until_a_scrape_and_ends_once_woken() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let r2 = running.clone();
+        let t = std::thread::spawn(move || {
+            serve(
+                listener,
+                || r2.load(std::sync::atomic::Ordering::SeqCst),
+                || None,
+            )
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        running.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(wake(addr));
+        let started = std::time::Instant::now();
+        while !t.is_finished() {
+            assert!(started.elapsed() < Duration::from_secs(5), "still serving");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn the_exposition_names_each_partition_and_counts_errors() {
