@@ -12,8 +12,9 @@
 //!
 //! For A and B: the catch-up time (from the spawn until every partition's local log end,
 //! read from its segment every 200 ms, equals the leader's), the CPU to catch up (utime +
-//! stime from `/proc/PID/stat`), the CPU over `--idle-secs` (default 30) once caught up (after
-//! a 6 s pause for the first checkpoint), peak RSS (VmHWM), the most open descriptors seen
+//! stime from `/proc/PID/stat`), when the checkpoint files first name every partition's end
+//! (the pass after catch-up, which syncs every partition, is over), the CPU over
+//! `--idle-secs` (default 30) from 2 s after that, peak RSS (VmHWM), the most open descriptors seen
 //! (`/proc/PID/fd`, sampled on every poll). Both logs must be free of EMFILE, B's of WARN and
 //! ERROR lines; B's partitions must be byte-for-byte A's sizes and end offsets.
 //!
@@ -55,6 +56,8 @@ impl Drop for Reaped {
 struct Run {
     catch_up: f64,
     cpu_catch_up: f64,
+    durable_at: f64,
+    cpu_durable: f64,
     idle_pct: f64,
     hwm_mb: f64,
     rss_mb: f64,
@@ -121,9 +124,31 @@ fn follow(
     let catch_up = t0.elapsed().as_secs_f64();
     let (cpu_catch_up, _, _, threads) = proc_figures(pid, tck);
     eprintln!("{name}: caught up in {catch_up:.2} s, {cpu_catch_up:.2} CPU s");
-    // Caught up means durable too: let the first checkpoint after catch-up (every 5 s by
-    // default) finish before the idle window opens.
-    for _ in 0..6 {
+    // Caught up means durable too: the idle window opens once the checkpoint pass after
+    // catch-up has finished (its recovery points name every partition's end), which on a
+    // disk fsyncs each partition's files and writes its epoch and producer-state files.
+    let rp_path = data.join(replica_follower::checkpoint::RECOVERY_POINT);
+    let durable_at = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        sample(child, &log, &mut peak_fds);
+        let rp = replica_follower::checkpoint::read_offsets(&rp_path).unwrap_or_default();
+        let all = (0..ends.len()).all(|p| {
+            rp.get(&replica_follower::checkpoint::TopicPartition::new(
+                TOPIC, p as i32,
+            )) == Some(&ends[p])
+        });
+        if all {
+            break t0.elapsed().as_secs_f64();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(900),
+            "{name}: the checkpoint files did not reach every end in 900 s"
+        );
+    };
+    let (cpu_durable, _, _, _) = proc_figures(pid, tck);
+    eprintln!("{name}: checkpointed at every end after {durable_at:.2} s, {cpu_durable:.2} CPU s");
+    // The pass may still be syncing its last files when the checkpoint file appears.
+    for _ in 0..2 {
         std::thread::sleep(Duration::from_secs(1));
         sample(child, &log, &mut peak_fds);
     }
@@ -154,6 +179,8 @@ fn follow(
     Run {
         catch_up,
         cpu_catch_up,
+        durable_at,
+        cpu_durable,
         idle_pct,
         hwm_mb,
         rss_mb,
@@ -275,6 +302,10 @@ fn main() {
     println!(
         "| CPU s to catch up | {:.2} | {:.2} | |",
         a.cpu_catch_up, b.cpu_catch_up
+    );
+    println!(
+        "| checkpointed at every end, s (CPU s) | {:.2} ({:.2}) | {:.2} ({:.2}) | |",
+        a.durable_at, a.cpu_durable, b.durable_at, b.cpu_durable
     );
     println!(
         "| idle CPU over {idle_secs} s | {:.2} % | {:.2} % | < 1 % with sessions (B): {} |",
