@@ -517,7 +517,10 @@ pub fn read_running(data_dir: &std::path::Path) -> Option<LiveFile> {
     let fresh = match modified {
         // One from the future (a clock set back) is fresh, as a `written_ms` ahead is.
         Some(t) => t.elapsed().map_or(true, |age| age < FRESH),
-        None => crate::log::partition::now_ms() - file.written_ms < FRESH.as_millis() as i64,
+        None => {
+            crate::log::partition::now_ms().saturating_sub(file.written_ms)
+                < FRESH.as_millis() as i64
+        }
     };
     let alive = std::path::Path::new(&format!("/proc/{}", file.pid)).exists();
     (fresh && alive).then_some(file)

@@ -259,13 +259,21 @@ pub fn serve(listener: TcpListener, running: impl Fn() -> bool, free: impl Fn() 
 /// Wakes a [`serve`] blocked in accept on `addr` (its flag already cleared) with a
 /// connection of its own; false if none could be made within a second.
 pub fn wake(mut addr: std::net::SocketAddr) -> bool {
-    if addr.ip().is_unspecified() {
-        addr.set_ip(match addr {
-            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    // A wildcard listener is reached on loopback; one on the IPv4-mapped wildcard only by IPv4.
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => addr.set_ip(Ipv4Addr::LOCALHOST.into()),
+        IpAddr::V6(ip) if ip.is_unspecified() => addr.set_ip(Ipv6Addr::LOCALHOST.into()),
+        IpAddr::V6(ip) if ip.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()) => {
+            addr.set_ip(Ipv4Addr::LOCALHOST.into())
+        }
+        _ => {}
     }
-    TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+    let woken = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+    if let Err(e) = &woken {
+        crate::log_debug!("metrics: cannot wake the endpoint at {addr}: {e}");
+    }
+    woken.is_ok()
 }
 
 fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Result<()> {
@@ -338,8 +346,10 @@ mod tests {
 
     #[test]
     fn the_endpoint_blocks_until_a_scrape_and_ends_once_woken() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // On the wildcard address, as `metrics.listen = "0.0.0.0:9309"` binds.
+        let listener = TcpListener::bind("0.0.0.0:0").unwrap();
         let addr = listener.local_addr().unwrap();
+        assert!(addr.ip().is_unspecified());
         let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let r2 = running.clone();
         let t = std::thread::spawn(move || {
@@ -349,7 +359,7 @@ mod tests {
                 || None,
             )
         });
-        let mut c = TcpStream::connect(addr).unwrap();
+        let mut c = TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
         c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
         let mut body = String::new();
         c.read_to_string(&mut body).unwrap();

@@ -289,8 +289,9 @@ impl FetchSessionHandler {
         };
         let mut forgotten_topics: Vec<(String, Vec<i32>)> = Vec::new();
         for (tp, id) in forgotten {
+            // A topic still in the session is named by the id the session holds it under.
             if let (true, Some(id)) = (self.uses_topic_ids, id) {
-                topic_ids.insert(tp.topic.clone(), id);
+                topic_ids.entry(tp.topic.clone()).or_insert(id);
             }
             match forgotten_topics.last_mut() {
                 Some((t, ps)) if *t == tp.topic => ps.push(tp.partition),
@@ -309,10 +310,13 @@ impl FetchSessionHandler {
 
     /// Adds or replaces a partition of the session.
     fn cache(&mut self, tp: TopicPartition, c: Cached) {
-        let has_id = c.topic_id.is_some();
+        let id = c.topic_id;
+        let has_id = id.is_some();
         match self.partitions.insert(tp, c) {
             Some(old) => {
-                if old.topic_id.is_some() != has_id {
+                // Any other id (a re-created topic names another), not only one gained or
+                // lost, makes the cached ids stale.
+                if old.topic_id != id {
                     self.topic_ids = None;
                 }
                 self.without_id =
@@ -707,37 +711,57 @@ mod tests {
 
     #[test]
     fn a_delta_of_the_changed_partitions_builds_what_a_walk_of_all_of_them_builds() {
+        // Two topics; with ids, a topic is now and then re-created (all its partitions get a
+        // new id) or a partition loses its id (the session then switches to names).
+        let topics = ["t", "u"];
         for ids in [false, true] {
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15 + u64::from(ids));
-            let mut state: BTreeMap<TopicPartition, WantedPartition> =
-                wanted(&(0..40).map(|p| (p, 0)).collect::<Vec<_>>(), ids)
-                    .into_iter()
-                    .collect();
+            let mut topic_ids = [Uuid([7; 16]), Uuid([8; 16])];
+            let want = |t: usize, p: i32, o: i64, id: Option<Uuid>| {
+                let mut w = wanted(&[(p, o)], false)[0].1.clone();
+                w.topic_id = id;
+                (TopicPartition::new(topics[t], p), w)
+            };
+            let mut state: BTreeMap<TopicPartition, WantedPartition> = (0..2)
+                .flat_map(|t| (0..20).map(move |p| (t, p)))
+                .map(|(t, p)| want(t, p, 0, ids.then_some(topic_ids[t])))
+                .collect();
             let mut walk = FetchSessionHandler::new();
             build(&mut walk, &state.clone().into_iter().collect::<Vec<_>>());
             ok(&mut walk, 77);
             let mut delta = walk.clone();
-            for round in 0..400 {
-                // Change a few partitions: move, leave, come back, lose or gain a topic id.
+            for round in 0..600 {
                 let mut changed = Vec::new();
+                if ids && rng.below(40) == 0 {
+                    // Re-created: every partition of the topic moves to a new id.
+                    let t = rng.below(2) as usize;
+                    topic_ids[t] = Uuid([round as u8; 16]);
+                    for (tp, w) in state.iter_mut().filter(|(tp, _)| tp.topic == topics[t]) {
+                        w.topic_id = Some(topic_ids[t]);
+                        changed.push(tp.clone());
+                    }
+                }
                 for _ in 0..rng.below(4) {
-                    let p = rng.below(50) as i32;
+                    let t = rng.below(2) as usize;
+                    let p = rng.below(25) as i32;
+                    let key = TopicPartition::new(topics[t], p);
                     match rng.below(4) {
                         0 => {
-                            state.remove(&tp(p));
+                            state.remove(&key);
                         }
                         1 if ids && rng.below(10) == 0 => {
-                            if let Some(w) = state.get_mut(&tp(p)) {
+                            if let Some(w) = state.get_mut(&key) {
                                 w.topic_id = None;
                             }
                         }
                         _ => {
-                            let mut w = wanted(&[(p, rng.below(1000) as i64)], ids)[0].1.clone();
+                            let id = ids.then_some(topic_ids[t]);
+                            let (k, mut w) = want(t, p, rng.below(1000) as i64, id);
                             w.order = rng.below(5);
-                            state.insert(tp(p), w);
+                            state.insert(k, w);
                         }
                     }
-                    changed.push(tp(p));
+                    changed.push(key);
                 }
                 let all: Vec<(TopicPartition, WantedPartition)> =
                     state.clone().into_iter().collect();
@@ -753,6 +777,25 @@ mod tests {
                 };
                 assert_eq!(by_walk, by_delta, "round {round}, topic ids {ids}");
                 assert_eq!(walk.partitions, delta.partitions, "round {round}");
+                // The kept figures agree with what the session holds, worked out afresh.
+                for h in [&walk, &delta] {
+                    let without = h.partitions.values().filter(|c| c.topic_id.is_none());
+                    assert_eq!(h.without_id, without.count(), "round {round}");
+                }
+                if let Some(r) = &by_walk
+                    && !r.full
+                    && delta.uses_topic_ids
+                {
+                    for (tp, c) in &delta.partitions {
+                        let first = delta
+                            .partitions
+                            .iter()
+                            .find(|(t, _)| t.topic == tp.topic)
+                            .and_then(|(_, c)| c.topic_id);
+                        assert_eq!(r.topic_ids.get(&tp.topic).copied(), first, "round {round}");
+                        assert!(c.topic_id.is_some());
+                    }
+                }
                 if by_walk.is_some_and(|r| r.full) {
                     ok(&mut walk, 77);
                     ok(&mut delta, 77);

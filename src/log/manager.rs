@@ -133,8 +133,8 @@ pub struct LogManager {
     /// Serialises checkpoint writers (periodic task and shutdown) and holds what the files
     /// claim.
     checkpoint_lock: Mutex<CheckpointState>,
-    /// The logs that had two segments or more at the last retention pass: the only unchanged
-    /// ones retention may cut (by time).
+    /// The logs that had two segments or more at the last retention pass, while retention is
+    /// by time: the only unchanged ones retention may cut.
     retention_candidates: Mutex<BTreeSet<TopicPartition>>,
     /// How many logs the last flush, checkpoint and retention pass visited.
     visits: [AtomicUsize; 3],
@@ -867,7 +867,9 @@ impl LogManager {
             {
                 crate::log_error!("{tp}: retention failed: {e:#}");
             }
-            if log.segments().nth(1).is_some() {
+            // Only time cuts an unchanged log: by size, a log can pass the limit only by an
+            // append, which marks it.
+            if self.config.retention_ms >= 0 && log.segments().nth(1).is_some() {
                 candidates.insert(tp);
             }
         }
