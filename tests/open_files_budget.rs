@@ -4,6 +4,8 @@
 //! demand, and nothing anywhere meets EMFILE. Records then appended to a scattered subset
 //! still arrive (their files reopened), the serve listener reads a partition whose file is
 //! closed, and a restart under the same limit resumes exactly where the first run stopped.
+//! Then `serve` alone, under the same limit, feeds a chained follower under it too: no
+//! EMFILE, no warning, no error to back off on, and every partition arrives byte for byte.
 
 mod support;
 
@@ -172,9 +174,53 @@ fn two_thousand_partitions_follow_under_256_descriptors_and_resume_after_a_resta
     );
     let (ok, out) = support::verify(&data);
     assert!(ok, "{out}");
+    let restart_peak = peak.load(Ordering::SeqCst);
+
+    // The same data dir served by `serve` alone under the same limit, to a chained follower
+    // under it too: a Fetch response reads at most its share of segment files, so neither
+    // side meets the limit and every partition arrives without an error to back off on.
+    let serve_port = support::free_port();
+    let serve_log = dir.path().join("serve.log");
+    let mut serve = std::process::Command::new("sh")
+        .args(["-c", &format!("ulimit -n {LIMIT} && exec \"$@\""), "sh"])
+        .arg(support::bin())
+        .args(["serve", "--data-dir"])
+        .arg(&data)
+        .args(["--listen", &format!("127.0.0.1:{serve_port}")])
+        .stderr(std::fs::File::create(&serve_log).unwrap())
+        .spawn()
+        .expect("start serve");
+    support::wait_until(Duration::from_secs(20), "serve to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", serve_port)).is_ok()
+    });
+    let chain_dir = dir.path().join("chain");
+    std::fs::create_dir_all(&chain_dir).unwrap();
+    let chained = chain_dir.join("data");
+    let cfg2 = support::write_config(
+        &chain_dir,
+        &chained,
+        &format!("127.0.0.1:{serve_port}"),
+        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
+        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
+    );
+    let mut c = start_limited(&cfg2);
+    support::wait_until(Duration::from_secs(60), "every partition chained", || {
+        all_identical(&chained, &leader, 0..PARTITIONS)
+    });
+    assert!(c.stop().success(), "{}", c.log_text());
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let served = std::fs::read_to_string(&serve_log).unwrap_or_default();
+    assert_no_emfile(&served);
+    assert!(!served.contains("WARN"), "serve warned:\n{served}");
+    let chain_log = c.log_text();
+    assert_no_emfile(&chain_log);
+    assert!(
+        !chain_log.contains("UNKNOWN_SERVER_ERROR"),
+        "the chained follower was refused:\n{chain_log}"
+    );
     eprintln!(
-        "{PARTITIONS} partitions under ulimit -n {LIMIT}: followed in {followed_at:?}, peak descriptors {first_peak} (first run), {} (after the restart), {:?} in all",
-        peak.load(Ordering::SeqCst),
+        "{PARTITIONS} partitions under ulimit -n {LIMIT}: followed in {followed_at:?}, peak descriptors {first_peak} (first run), {restart_peak} (after the restart), chained through serve, {:?} in all",
         started.elapsed()
     );
 }

@@ -80,7 +80,7 @@ pub fn report(what: &str) {
 pub fn advice() -> String {
     let limit = soft_limit().map_or_else(|| "unknown".to_string(), |l| l.to_string());
     format!(
-        "the open-file limit ({limit}, with {RESERVE} kept free) is reached: segment files are held open up to log.max_open_files ({}); raise the limit (LimitNOFILE= in the systemd unit, `ulimit -n`, or `prlimit --pid`) or lower log.max_open_files, and the waiting partitions are created by themselves",
+        "the open-file limit ({limit}, with {RESERVE} kept free) is reached: segment files are held open up to log.max_open_files ({}); raise the limit (LimitNOFILE= in the systemd unit, `ulimit -n`, or `prlimit --pid`) or lower log.max_open_files; what waited (a partition to create, a fetch to serve) is retried by itself",
         budget_text()
     )
 }

@@ -33,8 +33,16 @@ pub const SERVED: [(ApiKey, i16, i16); 5] = [
 /// The most segment files one Fetch response holds open (one per partition and segment it
 /// sends from): a request naming a partition thousands of times, or thousands of
 /// partitions, must not take the process's descriptors. Partitions past it get no data in
-/// this response and are fetched again.
-const MAX_FILES_PER_RESPONSE: usize = 256;
+/// this response and are fetched again. An eighth of the open-file limit (beside a daemon,
+/// the descriptors `log.max_open_files` leaves free are at least a quarter), 16 to 256.
+fn max_files_per_response() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        crate::log::descriptors::soft_limit()
+            .map_or(256, |l| usize::try_from(l / 8).unwrap_or(256))
+            .clamp(16, 256)
+    })
+}
 
 /// What a Fetch response may still take.
 struct Budget {
@@ -430,6 +438,17 @@ fn fetch_partition(
     let limit = budget.bytes.min(p.partition_max_bytes.max(0) as u64);
     let read = match read_batches(&view, p.fetch_offset, below, limit, budget.first) {
         Ok(r) => r,
+        Err(e) if crate::log::descriptors::is_exhausted(&e) => {
+            // Out of descriptors (other responses, the daemon's own files): no data this time,
+            // and none for the rest of this response; the reader fetches again, without an
+            // error to back off on.
+            budget.files = 0;
+            crate::log::descriptors::report(&format!(
+                "{tp}: serving a fetch at {} found no free descriptor",
+                p.fetch_offset
+            ));
+            return none(head);
+        }
         Err(e) => {
             if !std::mem::replace(&mut budget.warned, true) {
                 crate::log_warn!("{tp}: serving a fetch at {} failed: {e:#}", p.fetch_offset);
@@ -510,7 +529,7 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
         let mut budget = Budget {
             bytes: req.max_bytes.max(0) as u64,
             first: true,
-            files: MAX_FILES_PER_RESPONSE,
+            files: max_files_per_response(),
             warned: false,
         };
         let answers: Vec<PartAnswer> = work
