@@ -261,6 +261,28 @@ impl Live {
         });
     }
 
+    /// A fetch session's response came for `tps`, which it left out as having nothing new:
+    /// they were fetched at `now_ms` all the same (known partitions only; one change in all).
+    pub fn fetched_in_session<'a>(
+        &self,
+        tps: impl Iterator<Item = &'a TopicPartition>,
+        now_ms: i64,
+    ) {
+        let mut parts = lock(&self.parts);
+        let mut changed = false;
+        for tp in tps {
+            if let Some(p) = parts.get_mut(tp)
+                && p.last_fetch_ms.is_none_or(|t| t < now_ms)
+            {
+                p.last_fetch_ms = Some(now_ms);
+                changed = true;
+            }
+        }
+        if changed {
+            self.changed();
+        }
+    }
+
     /// The leader reported `hw` for `tp` (whatever became of the records it sent).
     pub fn leader_high_watermark(&self, tp: &TopicPartition, hw: i64) {
         self.update(tp, |p| set(&mut p.leader_high_watermark, Some(hw)));

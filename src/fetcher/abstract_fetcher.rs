@@ -416,6 +416,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     session: FetchSessionHandler,
     /// [`crate::log::partition::position_moves`] when the last request was built.
     position_moves: u64,
+    /// When the session's partitions were last noted as fetched (see `note_session_fetched`).
+    session_fetched_at: Option<Instant>,
     /// When a session reset was last said at INFO.
     session_reset_said: Option<Instant>,
 }
@@ -442,6 +444,9 @@ fn test_stall(shared: &FetcherShared) {
 
 /// The longest a fetcher waits for a partition to become ready before its round ends.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// How often partitions a fetch session leaves out of its responses are noted as fetched.
+const SESSION_FETCHED_EVERY: Duration = Duration::from_secs(30);
 
 /// Whether an error came from the connection (an I/O error in its chain) rather than from
 /// what the leader said.
@@ -529,6 +534,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             handed_back: Vec::new(),
             session: FetchSessionHandler::new(),
             position_moves: 0,
+            session_fetched_at: None,
             session_reset_said: None,
         }
     }
@@ -665,6 +671,25 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             session_epoch: built.session_epoch,
             forgotten: built.forgotten,
         })
+    }
+
+    /// An incremental response leaves out the partitions with nothing new, which were
+    /// fetched all the same: their last fetch time (`status`, the metrics, the README's
+    /// no-fetch alert) moves on every [`SESSION_FETCHED_EVERY`], not every round, so an idle
+    /// round still costs nothing per partition.
+    fn note_session_fetched(&mut self) {
+        let now = Instant::now();
+        if self
+            .session_fetched_at
+            .is_some_and(|t| now.duration_since(t) < SESSION_FETCHED_EVERY)
+        {
+            return;
+        }
+        self.session_fetched_at = Some(now);
+        crate::live::live().fetched_in_session(
+            self.session.session_partitions(),
+            crate::log::partition::now_ms(),
+        );
     }
 
     /// What a request asks of `tp`: the map's fetch offset, or the one in `ahead` (a
@@ -932,6 +957,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             .session
             .handle_response(resp.error, resp.session_id, Instant::now());
         debug_assert_eq!(verdict, ResponseVerdict::Usable);
+        if !full {
+            self.note_session_fetched();
+        }
         let mut map = shared.lock();
 
         // Each partition's records are validated once, here; where each partition will be once
@@ -2008,6 +2036,42 @@ mod tests {
         // Caught up: the last round brought nothing, so nothing more was pipelined.
         f.do_work();
         assert!(f.in_flight.is_none());
+    }
+
+    #[test]
+    fn partitions_a_session_leaves_out_are_noted_as_fetched_without_a_walk_every_round() {
+        let mut leader = MockLeader::new(2);
+        leader.session_id = 9;
+        let (mut f, shared, _rx) = fetcher(leader, MemReplica::default(), 10);
+        // A topic of its own: the live figures are the process's.
+        let tp = TopicPartition::new("noted-in-session", 0);
+        crate::live::live().leader_high_watermark(&tp, 0);
+        let last_fetch = || {
+            crate::live::live()
+                .partitions()
+                .get(&tp)
+                .and_then(|p| p.last_fetch_ms)
+        };
+        shared.add_partitions([(
+            tp.clone(),
+            PartitionFetchState::new(0, 0, FetchStatus::Fetching),
+        )]);
+        for _ in 0..4 {
+            f.do_work();
+        }
+        assert_eq!(shared.lock()[&tp].fetch_offset, 10, "caught up");
+        let first = last_fetch().expect("noted at the first incremental response");
+        // Within the interval, idle rounds leave it alone; once it is over, the next does.
+        std::thread::sleep(Duration::from_millis(5));
+        f.do_work();
+        assert_eq!(last_fetch(), Some(first));
+        f.session_fetched_at = Some(Instant::now() - SESSION_FETCHED_EVERY);
+        f.do_work();
+        assert!(
+            last_fetch().is_some_and(|t| t > first),
+            "{:?}",
+            last_fetch()
+        );
     }
 
     #[test]
