@@ -271,10 +271,18 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 for n in notes {
                     eprintln!("warning: {n}");
                 }
-                if json {
-                    println!("{}", inspect::status::render_json(&dd, &parts));
+                let text = if json {
+                    format!("{}\n", inspect::status::render_json(&dd, &parts))
                 } else {
-                    print!("{}", inspect::status::render_text(&dd, &parts));
+                    inspect::status::render_text(&dd, &parts)
+                };
+                // The reader went away (`status | head`): not an error, and no panic.
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
+                    && e.kind() != std::io::ErrorKind::BrokenPipe
+                {
+                    eprintln!("error: cannot write the status: {e}");
                 }
             })))
         }

@@ -135,6 +135,29 @@ fn a_second_daemon_on_the_same_data_dir_is_refused() {
 }
 
 #[test]
+fn status_into_a_reader_that_went_away_exits_quietly() {
+    let (_leader, _dir, data) = stopped_replica("piped", 3, "[checkpoint]\ninterval_ms = 100\n");
+    for json in [false, true] {
+        let mut cmd = std::process::Command::new(support::bin());
+        cmd.args(["status", "--data-dir"]).arg(&data);
+        if json {
+            cmd.arg("--json");
+        }
+        // The read end is closed before status writes (`status | head` once head is done).
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("status");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("status output");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "json {json}: {:?}: {err}", out.status);
+        assert!(!err.contains("panicked"), "json {json}: {err}");
+    }
+}
+
+#[test]
 fn status_json_has_the_contract_fields() {
     let (leader, _dir, data) = stopped_replica("audit", 30, "[checkpoint]\ninterval_ms = 100\n");
     let st = support::status(&data);
