@@ -158,6 +158,28 @@ fn status_into_a_reader_that_went_away_exits_quietly() {
 }
 
 #[test]
+fn verify_against_a_leader_that_answers_nothing_below_its_high_watermark_does_not_pass() {
+    let (leader, dir, _data) = stopped_replica("quiet", 30, "");
+    let cfg = dir.path().join("follower.toml");
+    let c = cfg.to_str().unwrap();
+    // A busy leader: two empty answers, then the batches. Asked again, it is compared.
+    leader.error_next_fetches(0, 0, 2);
+    let (code, out, err) = support::run_cli(&["verify", "--config", c, "--against-leader"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("quiet-0: ok: 10 batch(es)"), "{out}");
+    assert!(!out.contains("no longer on the leader"), "{out}");
+    // A leader that never answers below its high watermark: not a pass, and not compaction.
+    leader.error_next_fetches(0, 0, 1000);
+    let (code, out, err) = support::run_cli(&["verify", "--config", c, "--against-leader"]);
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(!out.contains("no longer on the leader"), "{out}");
+    assert!(
+        format!("{out}{err}").contains("could not be compared"),
+        "{out}{err}"
+    );
+}
+
+#[test]
 fn status_json_has_the_contract_fields() {
     let (leader, _dir, data) = stopped_replica("audit", 30, "[checkpoint]\ninterval_ms = 100\n");
     let st = support::status(&data);

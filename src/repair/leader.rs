@@ -162,6 +162,10 @@ impl Leaders {
 /// `max_wait_ms` 0 without the partition at all. A leader holding the offsets answers at once.
 const FETCH_WAIT_MS: i32 = 10;
 
+/// The waits of the Fetches that ask again after an empty answer below the high watermark
+/// (see [`PartitionLeader::fetch`]).
+const EMPTY_RETRY_WAITS_MS: [i32; 3] = [100, 500, 1000];
+
 /// One Fetch answer for one partition, its records copied out.
 #[derive(Debug, Clone)]
 pub struct Fetched {
@@ -212,12 +216,39 @@ impl PartitionLeader<'_> {
 
     /// One Fetch at `offset` of at most `max_bytes` (the first batch comes whole however
     /// large, KIP-74). Partition errors come back in [`Fetched::error`].
+    ///
+    /// A leader answers a Fetch below its high watermark with a batch: compaction leaves the
+    /// next batch to answer with, never nothing. A busy leader (Tansu) may answer with
+    /// nothing in its short wait, so an empty answer below the high watermark is asked again,
+    /// waiting longer each time, and is an error if it stays empty: taken as it is, it would
+    /// read as batches gone from the leader, and a comparison would pass what it never saw.
     pub fn fetch(&mut self, offset: i64, max_bytes: i32) -> Result<Fetched> {
+        let mut got = self.fetch_once(offset, max_bytes, FETCH_WAIT_MS)?;
+        for wait_ms in EMPTY_RETRY_WAITS_MS {
+            if !(got.error.is_ok() && got.records.is_empty() && offset < got.high_watermark) {
+                return Ok(got);
+            }
+            std::thread::sleep(Duration::from_millis(wait_ms as u64));
+            got = self.fetch_once(offset, max_bytes, wait_ms)?;
+        }
+        if got.error.is_ok() && got.records.is_empty() && offset < got.high_watermark {
+            bail!(
+                "{}: Fetch of {} at offset {offset} answered no batch {} times, below its high watermark {}: it could not be compared (the leader is busy or not answering as Kafka does)",
+                self.describe(),
+                self.tp,
+                EMPTY_RETRY_WAITS_MS.len() + 1,
+                got.high_watermark
+            );
+        }
+        Ok(got)
+    }
+
+    fn fetch_once(&mut self, offset: i64, max_bytes: i32, max_wait_ms: i32) -> Result<Fetched> {
         let addr = self.describe();
         let v = self.conn.require_version(ApiKey::Fetch)?.min(12); // topics named, not ids
         let req = FetchRequest {
             replica_id: -1,
-            max_wait_ms: FETCH_WAIT_MS,
+            max_wait_ms,
             min_bytes: 1,
             max_bytes,
             isolation_level: 0,
