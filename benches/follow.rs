@@ -26,7 +26,7 @@ mod common;
 
 use common::{
     FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, open_fds, opt, proc_figures,
-    raw_args, raw_summary, spawn_follower, timed, write_follower_config,
+    produce_spread, raw_args, raw_summary, spawn_follower, timed, write_follower_config,
 };
 use serde_json::json;
 use std::process::Command;
@@ -151,14 +151,7 @@ fn main() {
     if scale_partitions == 0 {
         return;
     }
-    leader.create_topic("scale", scale_partitions as i32);
-    let r = leader.ok(json!({"cmd": "produce_spread", "topic": "scale", "partitions": scale_partitions, "count": 100, "value_size": 50, "batch_records": 100}));
-    let ends: Vec<i64> = r["ends"]
-        .as_array()
-        .expect("ends")
-        .iter()
-        .map(|v| v.as_i64().unwrap_or(0))
-        .collect();
+    let ends = produce_spread(&mut leader, "scale", scale_partitions);
     let sdir = work.join("scale");
     std::fs::create_dir_all(&sdir).expect("scale dir");
     let (cfg, data) = write_follower_config(&sdir, &leader.bootstrap, "scale", "");

@@ -31,9 +31,8 @@ mod common;
 
 use common::{
     clk_tck, local_log_end, log_bytes_on_disk, log_problems, open_fds, opt, proc_figures,
-    spawn_limited, terminate, write_follower_config,
+    produce_spread, spawn_limited, terminate, write_follower_config,
 };
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -213,17 +212,9 @@ fn main() {
     let tck = clk_tck();
 
     let mut leader = support::Leader::start("tansu", 1);
-    leader.create_topic(TOPIC, n as i32);
     let started = Instant::now();
-    let r = leader.ok(json!({"cmd": "produce_spread", "topic": TOPIC, "partitions": n, "count": 100, "value_size": 50, "batch_records": 100, "timeout_s": 1800}));
+    let ends = produce_spread(&mut leader, TOPIC, n);
     let produce_s = started.elapsed().as_secs_f64();
-    let ends: Vec<i64> = r["ends"]
-        .as_array()
-        .expect("ends")
-        .iter()
-        .map(|v| v.as_i64().unwrap_or(0))
-        .collect();
-    assert_eq!(ends.len(), n, "ends from produce_spread");
     eprintln!("produced {n} partitions × 100 records in {produce_s:.1} s");
 
     let a = follow(

@@ -259,6 +259,21 @@ pub fn write_follower_config(
     (cfg, data)
 }
 
+/// Creates `topic` with `partitions` partitions on `leader` and produces 100 records of ~50
+/// bytes to each, one batch each; returns each partition's end offset.
+pub fn produce_spread(leader: &mut support::Leader, topic: &str, partitions: usize) -> Vec<i64> {
+    leader.create_topic(topic, partitions as i32);
+    let r = leader.ok(serde_json::json!({"cmd": "produce_spread", "topic": topic, "partitions": partitions, "count": 100, "value_size": 50, "batch_records": 100, "timeout_s": 1800}));
+    let ends: Vec<i64> = r["ends"]
+        .as_array()
+        .expect("ends")
+        .iter()
+        .map(|v| v.as_i64().unwrap_or(0))
+        .collect();
+    assert_eq!(ends.len(), partitions, "ends from produce_spread");
+    ends
+}
+
 /// The fetch settings every timed follower uses: 8 MB fetches, as the raw loop's.
 pub const FETCH_8MB: &str = "[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n";
 
