@@ -679,7 +679,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
         // Not joined: a client in the middle of a scrape must not hold up the shutdown; the
         // thread ends once woken, or with the process.
         running.store(false, Ordering::SeqCst);
-        crate::metrics::wake(addr);
+        crate::serve::wake_accept(addr);
     }
     let _ = std::fs::remove_file(cfg.data_dir.join(crate::live::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;

@@ -235,7 +235,7 @@ fn process_figures(family: &mut impl FnMut(&str, &str, &str, Vec<String>)) {
 
 /// Serves `GET /metrics` on `listener` until `running` says stop; other paths get 404, a
 /// request that is not HTTP 400. It blocks in accept(2) (no wake-ups while nobody scrapes):
-/// whoever clears `running` connects once to wake it (see [`wake`]).
+/// whoever clears `running` connects once to wake it ([`crate::serve::wake_accept`]).
 pub fn serve(listener: TcpListener, running: impl Fn() -> bool, free: impl Fn() -> Option<u64>) {
     while running() {
         match listener.accept() {
@@ -254,26 +254,6 @@ pub fn serve(listener: TcpListener, running: impl Fn() -> bool, free: impl Fn() 
             }
         }
     }
-}
-
-/// Wakes a [`serve`] blocked in accept on `addr` (its flag already cleared) with a
-/// connection of its own; false if none could be made within a second.
-pub fn wake(mut addr: std::net::SocketAddr) -> bool {
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-    // A wildcard listener is reached on loopback; one on the IPv4-mapped wildcard only by IPv4.
-    match addr.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => addr.set_ip(Ipv4Addr::LOCALHOST.into()),
-        IpAddr::V6(ip) if ip.is_unspecified() => addr.set_ip(Ipv6Addr::LOCALHOST.into()),
-        IpAddr::V6(ip) if ip.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()) => {
-            addr.set_ip(Ipv4Addr::LOCALHOST.into())
-        }
-        _ => {}
-    }
-    let woken = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
-    if let Err(e) = &woken {
-        crate::log_debug!("metrics: cannot wake the endpoint at {addr}: {e}");
-    }
-    woken.is_ok()
 }
 
 fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Result<()> {
@@ -365,7 +345,7 @@ mod tests {
         c.read_to_string(&mut body).unwrap();
         assert!(body.starts_with("HTTP/1.1 200"), "{body}");
         running.store(false, std::sync::atomic::Ordering::SeqCst);
-        assert!(wake(addr));
+        assert!(crate::serve::wake_accept(addr));
         let started = std::time::Instant::now();
         while !t.is_finished() {
             assert!(started.elapsed() < Duration::from_secs(5), "still serving");

@@ -216,14 +216,7 @@ impl Server {
         self.shared.ctx.source.appended().notify();
         // The accept thread blocks in accept(2) (no polling while idle): a connection of our
         // own wakes it to see the flag.
-        let mut wake = self.addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let woken = TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok();
+        let woken = wake_accept(self.addr);
         if let Some(t) = self.accept.take()
             && woken
         {
@@ -233,6 +226,26 @@ impl Server {
             let _ = c.shutdown(Shutdown::Both);
         }
     }
+}
+
+/// Wakes a thread blocked in accept(2) on `addr` (its stop flag already set) with a
+/// connection of its own; false if none could be made within a second.
+pub fn wake_accept(mut addr: std::net::SocketAddr) -> bool {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    // A wildcard listener is reached on loopback; one on the IPv4-mapped wildcard only by IPv4.
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => addr.set_ip(Ipv4Addr::LOCALHOST.into()),
+        IpAddr::V6(ip) if ip.is_unspecified() => addr.set_ip(Ipv6Addr::LOCALHOST.into()),
+        IpAddr::V6(ip) if ip.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()) => {
+            addr.set_ip(Ipv4Addr::LOCALHOST.into())
+        }
+        _ => {}
+    }
+    let woken = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+    if let Err(e) = &woken {
+        crate::log_debug!("cannot wake the listener at {addr}: {e}");
+    }
+    woken.is_ok()
 }
 
 impl Drop for Server {
