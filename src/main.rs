@@ -44,13 +44,13 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\nreplica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339\n\n--time: Kafka's classic answer from segment times: offsets before time MS (-1 latest,\n-2 earliest) from the local log, one a line, newest first, at most N (default 1).\nNothing when no segment is as old as MS (Kafka's answer is empty then too).\n\n--timestamp: the modern ListOffsets answer by record timestamp: the first offset (at or\nafter the log start) whose record timestamp is at or after T, found through the time\nindex and decompressing batches as needed; T in ms since the epoch or an RFC 3339\ndate-time with a zone (2026-11-30T07:12:03Z). Prints `offset=O timestamp=MS (UTC)`,\nor a line starting `none:` with the log end when no record qualifies (Kafka answers\n-1). Exit 1 when a damaged batch lies where the answer is sought; 2 on a bad T.\n"
         }
         "verify" => {
-            "replica-follower verify --data-dir DIR [--all]\nreplica-follower verify --config FILE [--against-leader | --all]\n\nWhile a daemon runs on the data dir, each partition is checked up to its checkpointed\nrecovery point (fsynced, so stable) and what lies past it is reported as in flight, so a\ncheck from a timer raises no false alarm; --all checks everything (exact on a stopped\nreplica, which is always checked whole). Checks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). A partition that cannot be compared (no\nleader, another topic id, a leader answering no batch below its high watermark even when\nasked again) is named and is a failure. Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
+            "replica-follower verify --data-dir DIR [--all]\nreplica-follower verify --config FILE [--against-leader | --all]\n\nWhile a daemon runs on the data dir, each partition is checked up to its checkpointed\nrecovery point (fsynced, so stable) and what lies past it is reported as in flight, so a\ncheck from a timer raises no false alarm. A replica stopped uncleanly (kill -9, power\nloss: no clean-shutdown marker) is checked whole below each recovery point and, past it,\nas the next start will judge it: whole, CRC-valid batches are kept, and a tail that is not\nwhole batches (a torn write) is reported as a `note:` line, not a problem, since the next\nstart cuts it; damage below a recovery point is a problem. --all checks every byte and\ncounts such a tail as a problem. Checks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). A partition that cannot be compared (no\nleader, another topic id, a leader answering no batch below its high watermark even when\nasked again) is named and is a failure. Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
         }
         "repair" => {
             "replica-follower repair --config FILE\n\nWith the daemon stopped (it takes the data-dir lock as `run` does), compares each\nfollowed partition with its leader as `verify --against-leader` does and re-fetches\nexactly what is missing or damaged: a hole becomes a segment of its own, named by its\nfirst offset; a segment with damaged or differing batches is rewritten from the\nleader's batches for its offset range (its old bytes kept in damaged/). Every fetched\nbatch is CRC-checked before it is written; files are written to a staging folder,\nfsynced and renamed into place; no other segment is touched. Prints one line per step.\nExit 0 when everything was repaired or nothing needed it, 1 when something could not\nbe (the leader no longer has it, the leader is unreachable, ...), 2 on a bad config.\n"
         }
         "serve" => {
-            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS and SASL (serve.protocol = \"SASL_SSL\" in FILE, or SSL, or\nSASL_PLAINTEXT), listen on loopback or a trusted network.\n"
+            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark; after an unclean stop (no clean-shutdown\nmarker), up to the end of the whole, CRC-valid batches past each recovery point, as the\nnext start keeps them, saying once what it found there and never serving a torn tail. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS and SASL (serve.protocol = \"SASL_SSL\" in FILE, or SSL, or\nSASL_PLAINTEXT), listen on loopback or a trusted network.\n"
         }
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
@@ -411,7 +411,13 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 },
             };
             let all = args.flags.iter().any(|f| f == "all");
-            match inspect::verify::verify_with(&dir, all) {
+            let verified = inspect::verify::verify_with(&dir, all);
+            if let Ok(r) = &verified {
+                for (tp, t) in r.unflushed.iter().filter(|(_, t)| t.damage.is_some()) {
+                    println!("note: {tp}: not stopped cleanly: {}", t.describe());
+                }
+            }
+            match verified {
                 Ok(r) if r.problems.is_empty() => {
                     let archived = if r.archived > 0 {
                         format!(
@@ -429,8 +435,18 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                     } else {
                         String::new()
                     };
+                    let tail_batches: usize =
+                        r.unflushed.iter().map(|(_, t)| t.valid_batches).sum();
+                    let unflushed = if r.unflushed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; not stopped cleanly: {} past the recovery points are whole and CRC-valid and the next start keeps them (--all counts a torn tail as a problem)",
+                            count(tail_batches, "batch", "batches")
+                        )
+                    };
                     println!(
-                        "ok: {}, {}, {} verified{archived}{in_flight}",
+                        "ok: {}, {}, {} verified{archived}{in_flight}{unflushed}",
                         count(r.partitions, "partition", "partitions"),
                         count(r.segments, "segment", "segments"),
                         count(r.batches, "batch", "batches")

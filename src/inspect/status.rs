@@ -8,7 +8,9 @@ use crate::fetcher::manager::{
 };
 use crate::log::disk::DISK_FULL_FILE;
 use crate::log::partition::list_segment_bases;
-use crate::log::read_view::{last_stable_offset, segment_end_offset};
+use crate::log::read_view::{
+    StoppedCheckpoints, UnflushedTail, last_stable_offset, segment_end_offset,
+};
 use crate::log::segment;
 use crate::log::{diverged, identity};
 use anyhow::Result;
@@ -40,6 +42,9 @@ pub struct PartitionStatus {
     pub fetching_stopped: Option<String>,
     /// What the running daemon says of it (`None` when no daemon runs).
     pub live: Option<crate::live::PartitionLive>,
+    /// Stopped uncleanly: what the log holds past its recovery point (`None` after a clean
+    /// stop, and while a daemon runs).
+    pub unflushed: Option<UnflushedTail>,
 }
 
 /// What `status` says about the data dir as a whole.
@@ -197,6 +202,11 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
     let rp = read_checkpoint(&data_dir.join(checkpoint::RECOVERY_POINT), &mut notes);
     let ls = read_checkpoint(&data_dir.join(checkpoint::LOG_START_OFFSET), &mut notes);
     let stopped = read_partition_list(&data_dir.join(STOPPED_PARTITIONS_FILE));
+    // Stopped uncleanly, the checkpoints lag the logs: the whole, CRC-valid batches past the
+    // recovery points are what `serve` serves and the next start keeps, so the high
+    // watermark shown is their end, as it will be.
+    let checkpoints = StoppedCheckpoints::read(data_dir);
+    let running = crate::live::read_running(data_dir).is_some();
     let mut out = Vec::new();
     let dirs = partition_dirs(data_dir)?;
     notes.extend(super::not_a_data_dir(data_dir, dirs.len()));
@@ -250,10 +260,25 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
                 notes.push(format!("{e:#}"));
                 Vec::new()
             });
+        let unflushed = if running {
+            None
+        } else {
+            checkpoints
+                .unflushed(&dir, &tp, &bases)
+                .unwrap_or_else(|e| {
+                    notes.push(format!(
+                        "{tp}: its log past the recovery point cannot be read: {e:#}"
+                    ));
+                    None
+                })
+        };
         out.push(PartitionStatus {
             log_start_offset: ls.get(&tp).copied().unwrap_or(first).max(first),
             log_end_offset: leo,
-            high_watermark: hw.get(&tp).copied(),
+            high_watermark: match &unflushed {
+                Some(t) => Some(t.valid_end),
+                None => hw.get(&tp).copied(),
+            },
             recovery_point: rp.get(&tp).copied(),
             leader_epoch: epochs.last().map(|&(e, _)| e),
             segments: bases.len(),
@@ -267,6 +292,7 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
             fetching_stopped,
             tp,
             live: None,
+            unflushed,
         });
     }
     Ok((out, notes))
@@ -289,6 +315,27 @@ pub fn human_bytes(n: u64) -> String {
 
 fn opt<T: std::fmt::Display>(v: Option<T>, null: &str) -> String {
     v.map_or_else(|| null.to_string(), |x| x.to_string())
+}
+
+/// `status --json`'s `unflushed` object of a partition stopped uncleanly.
+fn unflushed_json(t: &UnflushedTail) -> String {
+    let damage = t.damage.as_ref().map_or_else(
+        || "null".to_string(),
+        |d| {
+            format!(
+                "{{\"path\": {}, \"position\": {}, \"size_bytes\": {}, \"torn\": {}, \"reason\": {}}}",
+                json_string(&d.log_path.display().to_string()),
+                d.position,
+                d.bytes,
+                d.torn,
+                json_string(&d.reason)
+            )
+        },
+    );
+    format!(
+        "{{\"recovery_point\": {}, \"valid_end\": {}, \"valid_batches\": {}, \"valid_bytes\": {}, \"not_served\": {damage}}}",
+        t.recovery_point, t.valid_end, t.valid_batches, t.valid_bytes
+    )
 }
 
 pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
@@ -319,7 +366,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 .map(|(a, b)| format!("{{\"first_offset\": {a}, \"last_offset\": {b}}}"))
                 .collect();
             format!(
-                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged_ranges\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}, \"leader_high_watermark\": {}, \"lag\": {}, \"state\": {}, \"error\": {}, \"last_fetch_ms\": {}, \"newest_timestamp_ms\": {}}}",
+                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged_ranges\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}, \"leader_high_watermark\": {}, \"lag\": {}, \"state\": {}, \"error\": {}, \"last_fetch_ms\": {}, \"newest_timestamp_ms\": {}, \"unflushed\": {}}}",
                 json_string(&p.tp.topic),
                 p.tp.partition,
                 p.log_start_offset,
@@ -346,6 +393,9 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                     .map_or_else(|| "null".to_string(), json_string),
                 opt(live.and_then(|r| r.last_fetch_ms), "null"),
                 opt(live.and_then(|r| r.newest_timestamp_ms), "null"),
+                p.unflushed
+                    .as_ref()
+                    .map_or_else(|| "null".to_string(), unflushed_json),
             )
         })
         .collect();
@@ -406,6 +456,48 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     )
 }
 
+/// The top-level lines of a data dir stopped uncleanly: the batches past the recovery points
+/// that are kept and served, and each tail that is not (a few named, then a count).
+fn render_unflushed(s: &mut String, parts: &[PartitionStatus]) {
+    use crate::logging::count;
+    const NAMED: usize = 5;
+    let tails: Vec<(&TopicPartition, &UnflushedTail)> = parts
+        .iter()
+        .filter_map(|p| p.unflushed.as_ref().map(|t| (&p.tp, t)))
+        .collect();
+    let batches: usize = tails.iter().map(|(_, t)| t.valid_batches).sum();
+    if batches > 0 {
+        s.push_str(&format!(
+            "past the recovery points: {} in {}, whole and CRC-valid: `serve` serves them and the next start keeps them\n",
+            count(batches, "batch", "batches"),
+            count(
+                tails.iter().filter(|(_, t)| t.valid_batches > 0).count(),
+                "partition",
+                "partitions"
+            )
+        ));
+    }
+    let torn: Vec<_> = tails.iter().filter(|(_, t)| t.damage.is_some()).collect();
+    for (tp, t) in torn.iter().take(NAMED) {
+        if let Some(d) = &t.damage {
+            s.push_str(&format!(
+                "{tp}: UNFLUSHED TAIL: {} bytes from byte {} of `{}` past offset {} ({}): not served; the next start cuts them\n",
+                d.bytes,
+                d.position,
+                d.log_path.display(),
+                t.valid_end,
+                d.reason
+            ));
+        }
+    }
+    if torn.len() > NAMED {
+        s.push_str(&format!(
+            "… and {} more with an unflushed tail (`status --json` names each)\n",
+            count(torn.len() - NAMED, "partition", "partitions")
+        ));
+    }
+}
+
 pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let mut s = String::new();
     match (&dd.live, &dd.not_created) {
@@ -413,8 +505,12 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         (None, Some(dir)) => s.push_str(&format!(
             "data dir `{dir}` does not exist yet: nothing replicated so far\n"
         )),
+        (None, None) if parts.iter().any(|p| p.unflushed.is_some()) => s.push_str(
+            "not running, not stopped cleanly: figures from the checkpoint files and the logs past them\n",
+        ),
         (None, None) => s.push_str("not running: figures from the checkpoint files\n"),
     }
+    render_unflushed(&mut s, parts);
     if let Some(c) = &dd.cluster_id {
         s.push_str(&format!("cluster {c}\n"));
     }
@@ -581,6 +677,7 @@ mod tests {
             damaged: Vec::new(),
             fetching_stopped: None,
             live: None,
+            unflushed: None,
         }
     }
 

@@ -60,12 +60,16 @@ pub struct LogView {
     pub segments: Vec<SegmentSpan>,
 }
 
-/// A stopped data dir's log-start and replication (high watermark) checkpoints, read once;
-/// a file that cannot be read counts as empty (each partition then falls back to its log).
+/// A stopped data dir's log-start, replication (high watermark) and recovery-point
+/// checkpoints, read once, and whether it was stopped cleanly; a file that cannot be read
+/// counts as empty (each partition then falls back to its log).
 #[derive(Debug, Default)]
 pub struct StoppedCheckpoints {
     log_start: std::collections::BTreeMap<TopicPartition, i64>,
     high_watermark: std::collections::BTreeMap<TopicPartition, i64>,
+    recovery_point: std::collections::BTreeMap<TopicPartition, i64>,
+    /// The clean-shutdown marker is there: the checkpoints are the exact figures.
+    pub clean_shutdown: bool,
 }
 
 impl StoppedCheckpoints {
@@ -74,7 +78,33 @@ impl StoppedCheckpoints {
         StoppedCheckpoints {
             log_start: read(checkpoint::LOG_START_OFFSET),
             high_watermark: read(checkpoint::REPLICATION_OFFSET),
+            recovery_point: read(checkpoint::RECOVERY_POINT),
+            clean_shutdown: data_dir.join(super::manager::CLEAN_SHUTDOWN_FILE).exists(),
         }
+    }
+
+    /// After an unclean stop, what the log of `tp` (segments at `bases` in `dir`) holds past
+    /// its recovery point (a partition no checkpoint names yet: all of it); `None` after a
+    /// clean one.
+    pub fn unflushed(
+        &self,
+        dir: &Path,
+        tp: &TopicPartition,
+        bases: &[i64],
+    ) -> Result<Option<UnflushedTail>> {
+        if self.clean_shutdown {
+            return Ok(None);
+        }
+        let Some(&first) = bases.first() else {
+            return Ok(None);
+        };
+        let rp = self
+            .recovery_point
+            .get(tp)
+            .copied()
+            .unwrap_or(first)
+            .max(first);
+        scan_unflushed(dir, bases, rp).map(Some)
     }
 }
 
@@ -104,7 +134,15 @@ impl LogView {
     /// data-dir checkpoints (high watermark capped at the log end), the leader-epoch
     /// checkpoint, `partition.metadata`, and the last stable offset from the newest producer
     /// snapshot replayed up to the high watermark.
-    pub fn open_stopped(data_dir: &Path, tp: &TopicPartition) -> Result<Option<LogView>> {
+    ///
+    /// After an unclean stop the checkpoints lag the log: the high watermark is then the end
+    /// of the whole, CRC-valid batches (every batch the follower appended was below the
+    /// leader's high watermark, as the loader also reasons), and nothing from the first
+    /// damage past the recovery point on is in the view. What was found there is returned.
+    pub fn open_stopped(
+        data_dir: &Path,
+        tp: &TopicPartition,
+    ) -> Result<Option<(LogView, Option<UnflushedTail>)>> {
         Self::open_stopped_with(data_dir, tp, &StoppedCheckpoints::read(data_dir))
     }
 
@@ -114,19 +152,33 @@ impl LogView {
         data_dir: &Path,
         tp: &TopicPartition,
         checkpoints: &StoppedCheckpoints,
-    ) -> Result<Option<LogView>> {
+    ) -> Result<Option<(LogView, Option<UnflushedTail>)>> {
         let dir = data_dir.join(tp.dir_name());
-        let bases = list_segment_bases(&dir)?;
+        let mut bases = list_segment_bases(&dir)?;
+        let unflushed = checkpoints.unflushed(&dir, tp, &bases)?;
+        // Segments past damage in the unflushed tail are not read: a reader would see a gap
+        // where the damage is.
+        if let Some(d) = unflushed.as_ref().and_then(|t| t.damage.as_ref()) {
+            bases.retain(|&b| b <= d.base_offset);
+        }
         let (Some(&first), Some(&last)) = (bases.first(), bases.last()) else {
             return Ok(None);
         };
-        let log_end = segment_end_offset(&dir, last)?.max(last);
+        let log_end = match &unflushed {
+            Some(t) => t.valid_end,
+            None => segment_end_offset(&dir, last)?.max(last),
+        };
         let mut segments = Vec::with_capacity(bases.len());
         for (i, &base) in bases.iter().enumerate() {
             let log_path = dir.join(segment::file_name(base, "log"));
-            let size = std::fs::metadata(&log_path)
+            let mut size = std::fs::metadata(&log_path)
                 .with_context(|| format!("failed to stat `{}`", log_path.display()))?
                 .len();
+            if let Some(d) = unflushed.as_ref().and_then(|t| t.damage.as_ref())
+                && d.base_offset == base
+            {
+                size = size.min(d.position);
+            }
             segments.push(SegmentSpan {
                 base_offset: base,
                 log_path,
@@ -141,15 +193,18 @@ impl LogView {
             .copied()
             .unwrap_or(first)
             .max(first);
-        let high_watermark = checkpoints
-            .high_watermark
-            .get(tp)
-            .copied()
-            .unwrap_or(log_end)
-            .clamp(log_start_offset, log_end.max(log_start_offset));
+        let high_watermark = match &unflushed {
+            Some(_) => log_end,
+            None => checkpoints
+                .high_watermark
+                .get(tp)
+                .copied()
+                .unwrap_or(log_end),
+        }
+        .clamp(log_start_offset, log_end.max(log_start_offset));
         let last_stable_offset =
             last_stable_offset(&dir, &bases, high_watermark)?.min(high_watermark);
-        Ok(Some(LogView {
+        let view = LogView {
             topic_id: identity::read_topic_id(&dir).unwrap_or(None),
             log_start_offset,
             high_watermark,
@@ -158,7 +213,8 @@ impl LogView {
             epochs: checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH))
                 .unwrap_or_default(),
             segments,
-        }))
+        };
+        Ok(Some((view, unflushed)))
     }
 }
 
@@ -250,4 +306,181 @@ fn end_offset(mut reader: SegmentReader) -> Result<Option<i64>> {
         end = Some(h.last_offset + 1);
     }
     Ok(end)
+}
+
+/// What a stopped log holds past its recovery point, found without changing anything: the
+/// bytes an unclean stop (kill -9, power loss) left unfsynced. The loader recovers the same
+/// bytes at the next start (see [`super::loader`]): it keeps every whole, CRC-valid batch
+/// and cuts at the first that is not. Readers of a stopped data dir (`serve`, `status`,
+/// `verify`) judge the tail the same way, so what they show is what the next start keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnflushedTail {
+    pub recovery_point: i64,
+    /// The offset after the last whole, CRC-valid batch before the first damage past the
+    /// recovery point (the log end when there is none): every batch below it may be served.
+    pub valid_end: i64,
+    /// Whole, CRC-valid batches past the recovery point, and their bytes.
+    pub valid_batches: usize,
+    pub valid_bytes: u64,
+    /// The first bytes past the recovery point that are not a whole valid batch.
+    pub damage: Option<TailDamage>,
+}
+
+/// Where the bytes that are not whole valid batches begin, and what they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailDamage {
+    pub log_path: PathBuf,
+    pub base_offset: i64,
+    /// Byte position of the first bad byte in `log_path`.
+    pub position: u64,
+    /// From `position` to the end of `log_path`.
+    pub bytes: u64,
+    /// Segments after the damaged one (recovery keeps them; readers of the stopped log stop
+    /// at the damage).
+    pub later_segments: usize,
+    pub reason: String,
+    /// A batch cut short by the end of its file: what a crash mid-append leaves.
+    pub torn: bool,
+}
+
+impl UnflushedTail {
+    /// One line for an operator: what lies past the recovery point and what becomes of it.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{} ({} bytes) past the recovery point {} {} whole and CRC-valid, up to offset {}",
+            crate::logging::count(self.valid_batches, "batch", "batches"),
+            self.valid_bytes,
+            self.recovery_point,
+            if self.valid_batches == 1 { "is" } else { "are" },
+            self.valid_end
+        );
+        if let Some(d) = &self.damage {
+            s.push_str(&format!(
+                "; after it, {} bytes from byte {} of `{}` are {} ({}) and are not served: the next start cuts them{}",
+                d.bytes,
+                d.position,
+                d.log_path.display(),
+                if d.torn { "a torn write" } else { "not whole batches" },
+                d.reason,
+                if d.torn { "" } else { ", keeping them in damaged/" }
+            ));
+            if d.later_segments > 0 {
+                s.push_str(&format!(
+                    " ({} after it kept, past a hole)",
+                    crate::logging::count(d.later_segments, "segment", "segments")
+                ));
+            }
+        }
+        s
+    }
+}
+
+/// Scans the segments of the stopped log in `dir` (`bases` in order) past `recovery_point`:
+/// every batch there is checked whole (length, CRC-32C, offsets following each other) up to
+/// the first that is not. Segments wholly below the recovery point were fsynced and are
+/// trusted, as recovery trusts them; the segment holding it is scanned from its last
+/// offset-index entry below it when that entry checks out, else from its start. The cost is
+/// the unflushed tail, not the log.
+pub fn scan_unflushed(dir: &Path, bases: &[i64], recovery_point: i64) -> Result<UnflushedTail> {
+    let mut tail = UnflushedTail {
+        recovery_point,
+        valid_end: bases.first().copied().unwrap_or(recovery_point),
+        ..Default::default()
+    };
+    let mut last: Option<i64> = None;
+    for (i, &base) in bases.iter().enumerate() {
+        tail.valid_end = tail.valid_end.max(base);
+        let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+        if next_base <= recovery_point {
+            continue;
+        }
+        let log_path = dir.join(segment::file_name(base, "log"));
+        let reader = SegmentReader::open(&log_path)?;
+        let start = durable_start(dir, base, recovery_point, &log_path, reader.size());
+        let mut reader = reader.starting_at(start);
+        let mut damage: Option<(u64, String, bool)> = None;
+        while let Some((h, pos)) = reader.next_batch()? {
+            if h.last_offset < recovery_point {
+                last = Some(h.last_offset);
+                tail.valid_end = tail.valid_end.max(h.last_offset + 1);
+                continue;
+            }
+            if let Err(e) = reader.check_crc()? {
+                damage = Some((pos, e.to_string(), false));
+                break;
+            }
+            if let Err(e) = crate::record::check_follows(last, &h) {
+                damage = Some((pos, e, false));
+                break;
+            }
+            if h.last_offset < base {
+                damage = Some((
+                    pos,
+                    format!("batch ends below the segment base {base}"),
+                    false,
+                ));
+                break;
+            }
+            last = Some(h.last_offset);
+            tail.valid_end = tail.valid_end.max(h.last_offset + 1);
+            tail.valid_batches += 1;
+            tail.valid_bytes += h.size_in_bytes as u64;
+        }
+        if damage.is_none() {
+            let at = reader.position();
+            damage = match reader.end() {
+                Some(crate::record::SetEnd::Partial { .. }) => {
+                    let present = reader.size() - at;
+                    let why = match reader.announced_size() {
+                        Some(n) => format!("a batch of {n} bytes with {present} present"),
+                        None => format!("a batch header cut short at {present} bytes"),
+                    };
+                    Some((at, why, true))
+                }
+                Some(crate::record::SetEnd::Corrupt { reason, .. }) => {
+                    Some((at, format!("malformed batch header: {reason}"), false))
+                }
+                _ => None,
+            };
+        }
+        if let Some((position, reason, torn)) = damage {
+            tail.damage = Some(TailDamage {
+                bytes: reader.size() - position,
+                log_path,
+                base_offset: base,
+                position,
+                later_segments: bases.len() - i - 1,
+                reason,
+                torn,
+            });
+            break;
+        }
+    }
+    Ok(tail)
+}
+
+/// Where a scan past `recovery_point` may begin in the segment at `base`: after the batch
+/// its last offset-index entry below the recovery point names, when that batch is there and
+/// ends at the entry's offset (index files carry no checksum); else the segment's start.
+fn durable_start(dir: &Path, base: i64, recovery_point: i64, log_path: &Path, size: u64) -> u64 {
+    if base >= recovery_point {
+        return 0;
+    }
+    let index = dir.join(segment::file_name(base, "index"));
+    let Ok((entry, pos)) =
+        super::offset_index::lookup_file(&index, base, recovery_point.saturating_sub(1))
+    else {
+        return 0;
+    };
+    let pos = u64::from(pos);
+    if pos == 0 || pos >= size || entry >= recovery_point {
+        return 0;
+    }
+    let Ok(reader) = SegmentReader::open(log_path) else {
+        return 0;
+    };
+    match reader.starting_at(pos).next_batch() {
+        Ok(Some((h, _))) if h.last_offset == entry => pos,
+        _ => 0,
+    }
 }

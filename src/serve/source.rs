@@ -6,7 +6,7 @@
 use super::response::FileRange;
 use crate::checkpoint::TopicPartition;
 use crate::log::manager::{AppendSignal, LogManager, lock_log};
-use crate::log::read_view::{LogView, SegmentSpan};
+use crate::log::read_view::{LogView, SegmentSpan, UnflushedTail};
 use crate::log::{offset_index, txn_index};
 use crate::protocol::fetch::AbortedTransaction;
 use crate::record::BatchHeader;
@@ -34,12 +34,19 @@ impl Source {
     pub fn stopped(data_dir: &Path) -> Result<Source> {
         let mut views = BTreeMap::new();
         let checkpoints = crate::log::read_view::StoppedCheckpoints::read(data_dir);
+        let mut unflushed = Vec::new();
         for tp in crate::inspect::partition_dirs(data_dir)? {
-            if let Some(v) = LogView::open_stopped_with(data_dir, &tp, &checkpoints)
+            if let Some((v, tail)) = LogView::open_stopped_with(data_dir, &tp, &checkpoints)
                 .with_context(|| format!("{tp}: cannot read its log"))?
             {
+                if let Some(t) = tail {
+                    unflushed.push((tp.clone(), t));
+                }
                 views.insert(tp, v);
             }
+        }
+        if !checkpoints.clean_shutdown {
+            say_unflushed(data_dir, &unflushed);
         }
         Ok(Source::Stopped {
             data_dir: data_dir.to_path_buf(),
@@ -79,6 +86,35 @@ impl Source {
             }
             Source::Stopped { views, .. } => views.get(tp).cloned(),
         }
+    }
+}
+
+/// Says once what a data dir that was not stopped cleanly holds past its recovery points:
+/// every whole, CRC-valid batch there is served (the next start keeps them too); a tail that
+/// is not whole is named, a few partitions at most, and never served.
+fn say_unflushed(data_dir: &Path, tails: &[(TopicPartition, UnflushedTail)]) {
+    use crate::logging::count;
+    const NAMED: usize = 5;
+    let batches: usize = tails.iter().map(|(_, t)| t.valid_batches).sum();
+    let bytes: u64 = tails.iter().map(|(_, t)| t.valid_bytes).sum();
+    let holding = tails.iter().filter(|(_, t)| t.valid_batches > 0).count();
+    if batches > 0 {
+        crate::log_info!(
+            "`{}` was not stopped cleanly: {} past the recovery points of {} ({bytes} bytes) are whole and CRC-valid and are served",
+            data_dir.display(),
+            count(batches, "batch", "batches"),
+            count(holding, "partition", "partitions"),
+        );
+    }
+    let damaged: Vec<_> = tails.iter().filter(|(_, t)| t.damage.is_some()).collect();
+    for (tp, t) in damaged.iter().take(NAMED) {
+        crate::log_warn!("{tp}: {}", t.describe());
+    }
+    if damaged.len() > NAMED {
+        crate::log_warn!(
+            "… and {} more with a tail that is not served (`status` names each)",
+            count(damaged.len() - NAMED, "partition", "partitions")
+        );
     }
 }
 
