@@ -1,0 +1,102 @@
+//! What the README and `--help` say, read as the tests that hold the two together need it:
+//! a README section, the fenced block in it, and the usage lines of a help text.
+
+use std::path::Path;
+
+pub fn readme() -> String {
+    let path = super::manifest_dir().join("README.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The text of the README section under the heading line `heading` (`## Name`), up to the
+/// next heading of the same or a higher level.
+pub fn section<'a>(readme: &'a str, heading: &str) -> &'a str {
+    let level = heading.split(' ').next().unwrap_or_default();
+    let start = readme
+        .lines()
+        .position(|l| l == heading)
+        .unwrap_or_else(|| panic!("README has no heading `{heading}`"));
+    let mut lines = readme.lines();
+    let offset: usize = lines.by_ref().take(start + 1).map(|l| l.len() + 1).sum();
+    let rest = &readme[offset..];
+    let mut end = 0;
+    for l in rest.lines() {
+        let hashes = l.len() - l.trim_start_matches('#').len();
+        if hashes > 0 && hashes <= level.len() && l[hashes..].starts_with(' ') {
+            break;
+        }
+        end += l.len() + 1;
+    }
+    &rest[..end.min(rest.len())]
+}
+
+/// The lines of the first ``` fenced block in `text` that follows the line `after`, as
+/// written (an operator copies them as they are).
+pub fn fenced_block_after(text: &str, after: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| *l != after);
+    assert!(lines.next().is_some(), "no line `{after}` in:\n{text}");
+    let mut lines = lines.skip_while(|l| !l.starts_with("```"));
+    assert!(lines.next().is_some(), "no fenced block after `{after}`");
+    let block: Vec<String> = lines
+        .by_ref()
+        .take_while(|l| !l.starts_with("```"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !block.is_empty(),
+        "the fenced block after `{after}` is empty"
+    );
+    block
+}
+
+/// The command lines of a help text: the top-level help's `Usage:` and `or:` lines, or a
+/// subcommand's opening lines, each starting `replica-follower `; an indented line right
+/// after one is its wrapped rest. The first other line ends them.
+pub fn usage_lines(help: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for l in help.lines() {
+        let bare = l
+            .trim_start()
+            .trim_start_matches("Usage:")
+            .trim_start_matches("or:")
+            .trim_start();
+        if bare.starts_with("replica-follower ") {
+            out.push(bare.to_string());
+        } else if let (true, Some(last)) = (l.starts_with(' ') && !bare.is_empty(), out.last_mut())
+        {
+            last.push(' ');
+            last.push_str(bare);
+        } else if !out.is_empty() {
+            break;
+        }
+    }
+    out
+}
+
+/// The subcommand of a usage line (`replica-follower serve --config FILE` → `serve`).
+pub fn subcommand(usage: &str) -> &str {
+    usage.split_whitespace().nth(1).unwrap_or_default()
+}
+
+/// The options a usage line names (`--config`, `--json`, …), sorted, each once.
+pub fn options(usage: &str) -> Vec<String> {
+    let mut opts: Vec<String> = usage
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(str::to_string)
+        .collect();
+    opts.sort();
+    opts.dedup();
+    opts
+}
+
+/// `--help` of the binary at `bin` (with `args` before it): its standard output.
+pub fn help_of(bin: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("run {} {args:?} --help: {e}", bin.display()));
+    assert!(out.status.success(), "{args:?} --help: {}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
