@@ -13,7 +13,8 @@ use std::process::ExitCode;
 /// tagged paragraphs.
 const USAGE: &str = "\
 Usage: replica-follower run --config FILE
-  or:  replica-follower status --data-dir DIR|--config FILE [--json]
+  or:  replica-follower status --data-dir DIR [--json]
+  or:  replica-follower status --config FILE [--json]
   or:  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET] [--count N] [--records]
   or:  replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
   or:  replica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339

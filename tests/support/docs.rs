@@ -30,22 +30,28 @@ pub fn section<'a>(readme: &'a str, heading: &str) -> &'a str {
     &rest[..end.min(rest.len())]
 }
 
-/// The lines of the first ``` fenced block in `text` that follows the line `after`, as
-/// written (an operator copies them as they are).
-pub fn fenced_block_after(text: &str, after: &str) -> Vec<String> {
-    let mut lines = text.lines().skip_while(|l| *l != after);
-    assert!(lines.next().is_some(), "no line `{after}` in:\n{text}");
-    let mut lines = lines.skip_while(|l| !l.starts_with("```"));
-    assert!(lines.next().is_some(), "no fenced block after `{after}`");
+/// The text of `text` after its line `line`.
+pub fn after_line<'a>(text: &'a str, line: &str) -> &'a str {
+    let at = text
+        .match_indices(line)
+        .map(|(i, _)| i)
+        .find(|&i| {
+            (i == 0 || text[..i].ends_with('\n')) && text[i + line.len()..].starts_with('\n')
+        })
+        .unwrap_or_else(|| panic!("no line `{line}` in:\n{text}"));
+    &text[at + line.len()..]
+}
+
+/// The lines of the first ``` fenced block in `text`, as written (an operator copies them
+/// as they are).
+pub fn first_fenced_block(text: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("```"));
+    assert!(lines.next().is_some(), "no fenced block in:\n{text}");
     let block: Vec<String> = lines
-        .by_ref()
         .take_while(|l| !l.starts_with("```"))
         .map(str::to_string)
         .collect();
-    assert!(
-        !block.is_empty(),
-        "the fenced block after `{after}` is empty"
-    );
+    assert!(!block.is_empty(), "an empty fenced block in:\n{text}");
     block
 }
 
