@@ -20,9 +20,12 @@ pub fn section<'a>(readme: &'a str, heading: &str) -> &'a str {
     let offset: usize = lines.by_ref().take(start + 1).map(|l| l.len() + 1).sum();
     let rest = &readme[offset..];
     let mut end = 0;
+    // A `#` line inside a fenced block is a comment, not a heading.
+    let mut fenced = false;
     for l in rest.lines() {
+        fenced ^= l.starts_with("```");
         let hashes = l.len() - l.trim_start_matches('#').len();
-        if hashes > 0 && hashes <= level.len() && l[hashes..].starts_with(' ') {
+        if !fenced && hashes > 0 && hashes <= level.len() && l[hashes..].starts_with(' ') {
             break;
         }
         end += l.len() + 1;
