@@ -328,18 +328,11 @@ fn the_readme_install_block_installs_a_working_service_on_a_fresh_debian_12() {
         assert_eq!(mode_owner(&root.join(file)), (mode, 0, 0), "{file}");
     }
     // `man replica-follower` finds the page where man-db looks (/usr/local/share/man).
-    let man = Command::new("man")
-        .arg("replica-follower")
-        .env("MANPATH", root.join("usr/local/share/man"))
-        .env("MANPAGER", "cat")
-        .env("MANWIDTH", "200")
-        .output()
-        .expect("run man (Debian's man-db)");
-    let page = String::from_utf8_lossy(&man.stdout);
+    let manpath = root.join("usr/local/share/man");
+    let page = docs::man(&["replica-follower".as_ref()], Some(&manpath));
     assert!(
-        man.status.success() && page.contains("replica-follower serve --config FILE"),
-        "man replica-follower: {}{page}",
-        String::from_utf8_lossy(&man.stderr)
+        page.contains("replica-follower serve --config FILE"),
+        "man replica-follower shows:\n{page}"
     );
 
     // The units, each with what it names installed.

@@ -92,22 +92,7 @@ fn the_shipped_man_page_is_help2man_of_the_current_help() {
 
 #[test]
 fn man_shows_every_subcommand_of_the_help() {
-    let out = tool(
-        Command::new("man")
-            .arg("-l")
-            .arg(shipped_page())
-            .env("MANWIDTH", "250")
-            .env("MANPAGER", "cat")
-            .env("LC_ALL", "C.UTF-8"),
-        "man-db",
-    );
-    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "man -l {}: {}",
-        shipped_page().display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let shown = docs::man(&["-l".as_ref(), shipped_page().as_os_str()], None);
     let synopsis = between(&shown, "SYNOPSIS", "DESCRIPTION");
     let commands = between(&shown, "Commands:", "Exit codes:");
 

@@ -109,3 +109,29 @@ pub fn help_of(bin: &Path, args: &[&str]) -> String {
     assert!(out.status.success(), "{args:?} --help: {}", out.status);
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// What `man ARGS` shows, wide and unpaged; `manpath` replaces the places man-db looks in.
+/// Fails naming man-db when `man` is missing, or with man's own words when it fails.
+pub fn man(args: &[&std::ffi::OsStr], manpath: Option<&Path>) -> String {
+    let mut cmd = std::process::Command::new("man");
+    cmd.args(args)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "250")
+        .env("LC_ALL", "C.UTF-8");
+    if let Some(p) = manpath {
+        cmd.env("MANPATH", p);
+    }
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "`man` is not installed: install Debian's man-db (tests/setup-env.sh does it as root)"
+        ),
+        Err(e) => panic!("failed to run man {args:?}: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "man {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
