@@ -8,25 +8,44 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Shaped for `help2man` (tests/man_page.rs builds systemd/replica-follower.1 from it):
+/// `Usage:` and `or:` lines become the SYNOPSIS, `Commands:` and `Exit codes:` lists become
+/// tagged paragraphs.
 const USAGE: &str = "\
-replica-follower — keeps an exact, crash-safe local replica of Kafka topic-partitions
+Usage: replica-follower run --config FILE
+  or:  replica-follower status --data-dir DIR [--json]
+  or:  replica-follower status --config FILE [--json]
+  or:  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET] [--count N] [--records]
+  or:  replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
+  or:  replica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339
+  or:  replica-follower verify --data-dir DIR [--all]
+  or:  replica-follower verify --config FILE [--against-leader | --all]
+  or:  replica-follower repair --config FILE
+  or:  replica-follower serve --data-dir DIR --listen ADDR [--advertised ADDR]
+  or:  replica-follower serve --config FILE [--data-dir DIR] [--listen ADDR] [--advertised ADDR]
+  or:  replica-follower check-config --config FILE
+  or:  replica-follower add-user --users-file FILE --user NAME [--mechanism M]... [--iterations N] [--password-file F]
+Keeps an exact, crash-safe local replica of Kafka topic-partitions in Kafka's on-disk format,
+and can serve it back over the Kafka protocol.
 
-Usage:
-  replica-follower run --config FILE
-  replica-follower status --data-dir DIR|--config FILE [--json]
-  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET] [--count N] [--records]
-  replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
-  replica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339
-  replica-follower verify --data-dir DIR [--all]
-  replica-follower verify --config FILE [--against-leader]
-  replica-follower repair --config FILE
-  replica-follower serve --data-dir DIR --listen ADDR [--advertised ADDR]
-  replica-follower serve --config FILE [--data-dir DIR] [--listen ADDR] [--advertised ADDR]
-  replica-follower check-config --config FILE
-  replica-follower add-user --users-file FILE --user NAME [--mechanism M]... [--iterations N] [--password-file F]
+Commands:
+  run           the daemon, in the foreground: follow the leaders, write the replica
+  status        each partition's offsets, segments, lag and state; read-only
+  dump          the batches and records of an offset range of one partition
+  offsets       the offset for a time: from segment times, or by record timestamp
+  verify        check CRCs, offsets, indexes and checkpoints, or compare with the leaders
+  repair        daemon stopped: re-fetch holes and damaged segments from the leaders
+  serve         daemon stopped: serve the replica read-only over the Kafka protocol
+  check-config  validate a configuration file
+  add-user      write a user's SCRAM credentials into the serve listener's users file
 
-Run `replica-follower <command> --help` for a command's details; `--version` for the version.
-Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
+Exit codes:
+  0  success
+  1  runtime failure
+  2  bad usage or bad configuration
+
+Run `replica-follower COMMAND --help` for a command's details, and
+`replica-follower --version` for the version.
 ";
 
 fn help(cmd: &str) -> &'static str {

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod batches;
+pub mod docs;
 pub mod fetch_session;
 pub mod sasl;
 pub mod test_leader;
