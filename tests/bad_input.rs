@@ -11,7 +11,7 @@ use support::run_cli as run;
 /// The heading of the README section this test holds the program to.
 const SECTION: &str = "### Bad input and what it says";
 
-/// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `CMD`, `line N`
+/// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `CMD`, `PID`, `line N`
 /// not yet filled in) and where the message goes.
 struct Row {
     name: String,
@@ -138,6 +138,12 @@ impl Scratch {
         std::fs::create_dir(self.dir()).unwrap();
         let lock = std::fs::File::create(self.dir().join(".lock")).unwrap();
         lock.try_lock_exclusive().unwrap();
+        // As a holder does: its pid in the file, which the refusal names (`PID`).
+        std::fs::write(
+            self.dir().join(".lock"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
         Setup {
             _lock: Some(lock),
             ..self.valid_config(&self.dir(), runs)
@@ -516,11 +522,13 @@ fn case_names() -> impl Iterator<Item = &'static str> {
         .chain(FILE_CASES.iter().map(|(n, _)| *n))
 }
 
-/// `message` with its placeholders filled in, in one pass (a path may hold `DIR`).
+/// `message` with its placeholders filled in, in one pass (a path may hold `DIR`); `PID` is
+/// this process's, the holder of the locks the cases take.
 fn fill(message: &str, setup: &Setup, cmd: &str) -> String {
     let file = setup.file.display().to_string();
     let dir = setup.dir.display().to_string();
     let line = setup.line.map(|n| format!("line {n}"));
+    let pid = std::process::id().to_string();
     let mut out = String::new();
     let mut rest = message;
     while !rest.is_empty() {
@@ -528,6 +536,7 @@ fn fill(message: &str, setup: &Setup, cmd: &str) -> String {
             ("FILE", Some(file.as_str())),
             ("DIR", Some(dir.as_str())),
             ("CMD", Some(cmd)),
+            ("PID", Some(pid.as_str())),
             ("line N", line.as_deref()),
         ]
         .into_iter()

@@ -404,6 +404,20 @@ impl Drop for Daemon {
     }
 }
 
+/// A daemon on `<dir>/data` following topic `t` from port 1, where nothing listens: it runs
+/// and retries, holding the data-dir lock. (daemon, config path, data dir), once it follows.
+pub fn daemon_holding_the_lock(dir: &Path) -> (Daemon, PathBuf, PathBuf) {
+    let data = dir.join("data");
+    let cfg = write_config(dir, &data, "127.0.0.1:1", "[[follow]]\ntopic = \"t\"\n", "");
+    let daemon = Daemon::start(&cfg);
+    wait_until(
+        Duration::from_secs(10),
+        "the daemon to take the lock",
+        || daemon.log_text().contains("following"),
+    );
+    (daemon, cfg, data)
+}
+
 /// `status --json`, parsed.
 pub fn status(data_dir: &Path) -> Value {
     let out = Command::new(bin())
