@@ -442,6 +442,17 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
     ("`data_dir` not writable", |s| {
         s.valid_config(Path::new("/sys"), &["run --config FILE"])
     }),
+    (
+        "`check-config` with a `data_dir` it cannot create a file in (a read-only file system, no permission; tried as the user running it)",
+        |s| s.valid_config(Path::new("/sys"), &["check-config --config FILE"]),
+    ),
+    (
+        "`check-config` with a `data_dir` that cannot be created (missing, below a file or a directory it cannot write in)",
+        |s| {
+            std::fs::write(s.dir(), "").unwrap();
+            s.valid_config(&s.dir().join("sub"), &["check-config --config FILE"])
+        },
+    ),
     ("`run` on a data dir another daemon holds", |s| {
         s.locked(&["run --config FILE"])
     }),
