@@ -418,6 +418,17 @@ pub fn daemon_holding_the_lock(dir: &Path) -> (Daemon, PathBuf, PathBuf) {
     (daemon, cfg, data)
 }
 
+/// The raw HTTP answer of the server at `addr` to `request` (read to its end).
+pub fn http(addr: &str, request: &[u8]) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP server");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("set a read timeout");
+    s.write_all(request).expect("send the HTTP request");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut s, &mut out).expect("read the HTTP answer");
+    out
+}
+
 /// `status --json`, parsed.
 pub fn status(data_dir: &Path) -> Value {
     let out = Command::new(bin())
