@@ -26,10 +26,14 @@ use std::time::{Duration, Instant};
 pub const LOCK_FILE: &str = ".lock";
 
 /// Takes the data-dir lock; held until the returned file is dropped (process exit included).
+///
+/// The lock is an `flock` on `<data_dir>/.lock`; its holder writes its pid into it (decimal,
+/// a newline), rewritten in place — never replaced by a rename, the lock being on the inode —
+/// so that a refused process names the holder.
 pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
     crate::log::manager::create_data_dir(data_dir)?;
     let path = data_dir.join(LOCK_FILE);
-    let f = OpenOptions::new()
+    let mut f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
@@ -44,12 +48,49 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
         })?;
     if f.try_lock_exclusive().is_err() {
         bail!(
-            "data dir `{}` is locked by another replica-follower (lock file `{}`)",
+            "data dir `{}` is locked by another replica-follower ({}, lock file `{}`)",
             data_dir.display(),
+            lock_holder(&mut f),
+            path.display()
+        );
+    }
+    // The lock is what keeps a second process out; a pid that cannot be recorded (a full
+    // disk) only makes a refusal less helpful.
+    if let Err(e) = record_pid(&mut f) {
+        crate::log_warn!(
+            "cannot write this process's pid into lock file `{}`: {e}",
             path.display()
         );
     }
     Ok(f)
+}
+
+/// Replaces the content of the held lock file `f` with this process's pid, durably.
+fn record_pid(f: &mut File) -> std::io::Result<()> {
+    use std::io::{Seek, Write};
+    f.set_len(0)?;
+    f.seek(std::io::SeekFrom::Start(0))?;
+    f.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+    f.sync_all()
+}
+
+/// Who holds the lock file `f`, as the refusal says it: `pid N`, or why that is unknown.
+fn lock_holder(f: &mut File) -> String {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    let read = f
+        .seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| f.take(32).read_to_string(&mut text));
+    match (read, text.trim().parse::<u32>()) {
+        (Err(e), _) => format!("its pid cannot be read: {e}"),
+        (Ok(_), Err(_)) if text.trim().is_empty() => "its pid is not recorded".to_string(),
+        (Ok(_), Err(_)) => format!("its pid is not recorded: the file holds {:?}", text.trim()),
+        // A holder that records no pid (an older version) leaves its predecessor's.
+        (Ok(_), Ok(pid)) if !Path::new(&format!("/proc/{pid}")).exists() => {
+            format!("its pid is not recorded: the file names pid {pid}, which is not running")
+        }
+        (Ok(_), Ok(pid)) => format!("pid {pid}"),
+    }
 }
 
 /// The flag and wake-up of the checkpoint task.

@@ -84,14 +84,44 @@ pub struct PartitionLive {
     /// Errors that made it back off, by kind.
     #[serde(default)]
     pub fetch_errors: BTreeMap<String, u64>,
+    /// Fetches stopped getting answers (the leader unreachable, or no leader known) since the
+    /// leader's high watermark was last reported: the lag measured against it is the last
+    /// known one, not the lag now. Cleared by the next answer that reports it.
+    #[serde(default)]
+    pub lag_stale: bool,
 }
 
 impl PartitionLive {
     /// How far the local log end is behind what it can fetch — the leader's high watermark,
-    /// or under `read_committed` its last stable offset — while it is fetched (`None` for a
-    /// partition failed, stopped or not found: its figures are frozen).
+    /// or under `read_committed` its last stable offset — while it is fetched and the leader
+    /// answers (`None` for a partition failed, stopped or not found: its figures are frozen;
+    /// and `None` while the leader does not answer: see [`Self::last_known_lag`]).
     pub fn lag(&self) -> Option<i64> {
-        if matches!(self.state, State::Failed | State::Stopped | State::NotFound) {
+        if self.lag_stale {
+            return None;
+        }
+        self.measured_lag()
+    }
+
+    /// While the leader does not answer: the lag at its last answer, and when that was
+    /// (`last_fetch_ms`, when known). At least the lag now, as long as the leader only grew
+    /// meanwhile: this replica appended nothing since.
+    pub fn last_known_lag(&self) -> Option<(i64, Option<i64>)> {
+        if !self.lag_stale {
+            return None;
+        }
+        self.measured_lag().map(|l| (l, self.last_fetch_ms))
+    }
+
+    /// Whether its lag is followed at all: false for a partition failed, stopped or not
+    /// found, whose figures are frozen.
+    pub fn lag_followed(&self) -> bool {
+        !matches!(self.state, State::Failed | State::Stopped | State::NotFound)
+    }
+
+    /// The local log end against the leader's figures from its last answer, whenever that was.
+    fn measured_lag(&self) -> Option<i64> {
+        if !self.lag_followed() {
             return None;
         }
         let target = if READ_COMMITTED.load(std::sync::atomic::Ordering::Relaxed) {
@@ -242,6 +272,7 @@ impl Live {
         let now = crate::log::partition::now_ms();
         self.update(tp, |p| {
             let mut changed = set(&mut p.leader_high_watermark, Some(leader_hw));
+            changed |= set(&mut p.lag_stale, false);
             changed |= set(&mut p.last_stable_offset, (lso >= 0).then_some(lso));
             changed |= set(&mut p.log_end_offset, Some(log_end));
             changed |= set(&mut p.high_watermark, Some(high_watermark));
@@ -285,7 +316,27 @@ impl Live {
 
     /// The leader reported `hw` for `tp` (whatever became of the records it sent).
     pub fn leader_high_watermark(&self, tp: &TopicPartition, hw: i64) {
-        self.update(tp, |p| set(&mut p.leader_high_watermark, Some(hw)));
+        self.update(tp, |p| {
+            set(&mut p.leader_high_watermark, Some(hw)) | set(&mut p.lag_stale, false)
+        });
+    }
+
+    /// No answer came for `tp`: its fetch failed (`error`; the leader unreachable, the
+    /// connection lost), and it backs off. The lag it had is now only the last known one.
+    pub fn unanswered(&self, tp: &TopicPartition, error: &str) {
+        self.backing_off(tp, "fetch_failed", error);
+        self.update(tp, |p| set(&mut p.lag_stale, true));
+    }
+
+    /// `tp` has no leader to fetch from while its leader is looked up (`why`): it backs off,
+    /// its lag only the last known one.
+    pub fn leader_lost(&self, tp: &TopicPartition, why: &str) {
+        self.update(tp, |p| {
+            let mut changed = set(&mut p.state, State::BackingOff);
+            changed |= set_text(&mut p.error, Some(why));
+            changed |= set(&mut p.lag_stale, true);
+            changed
+        });
     }
 
     /// `tp` waits after an error of `kind` (a metrics label: `invalid_data`,
@@ -646,6 +697,39 @@ mod tests {
     }
 
     #[test]
+    fn without_an_answer_the_lag_is_only_the_last_known_one() {
+        let l = Live::default();
+        let tp = TopicPartition::new("s", 0);
+        l.fetched(&tp, 100, 100, 70, 70, None);
+        let p = || l.partitions()[&tp].clone();
+        assert_eq!((p().lag(), p().last_known_lag()), (Some(30), None));
+        // The leader answers, but the batches are refused: the lag is still current.
+        l.backing_off(&tp, "invalid_data", "CRC mismatch");
+        assert_eq!((p().lag(), p().last_known_lag()), (Some(30), None));
+        let at = p().last_fetch_ms;
+        l.unanswered(&tp, "connect failed: Connection refused");
+        assert_eq!(p().state, State::BackingOff);
+        assert_eq!((p().lag(), p().last_known_lag()), (None, Some((30, at))));
+        assert_eq!(p().fetch_errors["fetch_failed"], 1);
+        assert!(
+            !l.status_line(None).contains("lagging (30"),
+            "{}",
+            l.status_line(None)
+        );
+        // The next answer makes it current again.
+        l.leader_high_watermark(&tp, 110);
+        assert_eq!((p().lag(), p().last_known_lag()), (Some(40), None));
+        l.leader_lost(&tp, "looking up its leader (NOT_LEADER_OR_FOLLOWER)");
+        assert_eq!((p().lag(), p().last_known_lag()), (None, Some((40, at))));
+        l.fetched(&tp, 110, 110, 110, 110, None);
+        assert_eq!((p().lag(), p().last_known_lag()), (Some(0), None));
+        // A frozen partition has no lag, known or not.
+        l.unanswered(&tp, "down");
+        l.set_state(&tp, State::Failed, Some("EIO"));
+        assert_eq!((p().lag(), p().last_known_lag()), (None, None));
+    }
+
+    #[test]
     fn every_change_moves_the_generation_and_a_repeat_or_a_read_does_not() {
         let l = Live::default();
         let tp = TopicPartition::new("g", 0);
@@ -694,6 +778,12 @@ mod tests {
         moved("backing_off", &l);
         l.backing_off(&tp, "fetch_failed", "down");
         moved("backing_off again (its count)", &l);
+        l.unanswered(&tp, "down");
+        moved("unanswered (its count)", &l);
+        l.leader_lost(&tp, "looking up its leader");
+        moved("leader_lost", &l);
+        l.leader_lost(&tp, "looking up its leader");
+        moved("no-op: leader_lost again", &l);
         l.stopped(&tp, "not followed", &figures);
         moved("stopped", &l);
         l.stopped(&tp, "not followed", &figures);

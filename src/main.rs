@@ -72,7 +72,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark; after an unclean stop (no clean-shutdown\nmarker), up to the end of the whole, CRC-valid batches past each recovery point, as the\nnext start keeps them, saying once what it found there and never serving a torn tail. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS and SASL (serve.protocol = \"SASL_SSL\" in FILE, or SSL, or\nSASL_PLAINTEXT), listen on loopback or a trusted network.\n"
         }
         "check-config" => {
-            "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem.\n"
+            "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem. Then checks that\nthe user running it can create files in data_dir (or, when it does not exist yet, in the\nnearest existing directory above it, where `run` creates it) by creating and removing a\nfile `.check-config-<pid>.tmp` there; exit 1 when it cannot (a read-only file system,\nno permission). Run it as the service's user: as root it says nothing of that user.\n"
         }
         "add-user" => {
             "replica-follower add-user --users-file FILE --user NAME [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]...\n                          [--iterations N] [--password-file F]\n\nWrites NAME's SCRAM credentials (a fresh salt, the stored and server keys: never the\npassword) into the serve listener's users file FILE (`[serve] sasl_users_file`), created\nif missing, replacing NAME's entry for each mechanism. The file is rewritten atomically\nwith mode 0600. PLAIN logins are checked against these entries.\n--mechanism: repeatable (default both). --iterations: 4096 to 16384 (default 8192).\nThe password is the first line of F (which must be readable by its owner only), or,\nwithout --password-file, the first line of standard input; never an argument.\nExit 2 on a bad flag or an empty password, 1 when FILE cannot be read or written.\n"
@@ -249,13 +249,28 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
     match args.cmd.as_str() {
         "check-config" => Ok(match load_config(args)? {
             Ok(cfg) => {
-                println!(
-                    "{}: ok ({}, data dir `{}`)",
-                    args.req("config")?,
-                    count(cfg.follow.len(), "topic", "topics"),
-                    cfg.data_dir.display()
-                );
-                ExitCode::SUCCESS
+                let file = args.req("config")?;
+                match replica_follower::log::manager::check_writable(&cfg.data_dir) {
+                    Ok(created_in) => {
+                        let created_in = created_in
+                            .map(|p| format!(" (to be created in `{}`)", p.display()))
+                            .unwrap_or_default();
+                        println!(
+                            "{file}: ok ({}, data dir `{}`{created_in} writable by this user)",
+                            count(cfg.follow.len(), "topic", "topics"),
+                            cfg.data_dir.display()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    // What `run` would meet at start: a runtime failure, exit 1 as there.
+                    Err(e) => {
+                        eprintln!(
+                            "error: {file}: key `data_dir`: {}",
+                            logging::plain_chain(&e)
+                        );
+                        ExitCode::from(1)
+                    }
+                }
             }
             Err(code) => code,
         }),

@@ -11,7 +11,7 @@ use support::run_cli as run;
 /// The heading of the README section this test holds the program to.
 const SECTION: &str = "### Bad input and what it says";
 
-/// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `CMD`, `line N`
+/// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `CMD`, `PID`, `line N`
 /// not yet filled in) and where the message goes.
 struct Row {
     name: String,
@@ -138,6 +138,12 @@ impl Scratch {
         std::fs::create_dir(self.dir()).unwrap();
         let lock = std::fs::File::create(self.dir().join(".lock")).unwrap();
         lock.try_lock_exclusive().unwrap();
+        // As a holder does: its pid in the file, which the refusal names (`PID`).
+        std::fs::write(
+            self.dir().join(".lock"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
         Setup {
             _lock: Some(lock),
             ..self.valid_config(&self.dir(), runs)
@@ -436,6 +442,17 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
     ("`data_dir` not writable", |s| {
         s.valid_config(Path::new("/sys"), &["run --config FILE"])
     }),
+    (
+        "`check-config` with a `data_dir` it cannot create a file in (a read-only file system, no permission; tried as the user running it)",
+        |s| s.valid_config(Path::new("/sys"), &["check-config --config FILE"]),
+    ),
+    (
+        "`check-config` with a `data_dir` that cannot be created (missing, below a file or a directory it cannot write in)",
+        |s| {
+            std::fs::write(s.dir(), "").unwrap();
+            s.valid_config(&s.dir().join("sub"), &["check-config --config FILE"])
+        },
+    ),
     ("`run` on a data dir another daemon holds", |s| {
         s.locked(&["run --config FILE"])
     }),
@@ -516,11 +533,13 @@ fn case_names() -> impl Iterator<Item = &'static str> {
         .chain(FILE_CASES.iter().map(|(n, _)| *n))
 }
 
-/// `message` with its placeholders filled in, in one pass (a path may hold `DIR`).
+/// `message` with its placeholders filled in, in one pass (a path may hold `DIR`); `PID` is
+/// this process's, the holder of the locks the cases take.
 fn fill(message: &str, setup: &Setup, cmd: &str) -> String {
     let file = setup.file.display().to_string();
     let dir = setup.dir.display().to_string();
     let line = setup.line.map(|n| format!("line {n}"));
+    let pid = std::process::id().to_string();
     let mut out = String::new();
     let mut rest = message;
     while !rest.is_empty() {
@@ -528,6 +547,7 @@ fn fill(message: &str, setup: &Setup, cmd: &str) -> String {
             ("FILE", Some(file.as_str())),
             ("DIR", Some(dir.as_str())),
             ("CMD", Some(cmd)),
+            ("PID", Some(pid.as_str())),
             ("line N", line.as_deref()),
         ]
         .into_iter()

@@ -104,21 +104,7 @@ fn add_user_takes_the_password_from_stdin_and_never_shows_or_stores_it() {
 #[test]
 fn a_second_daemon_on_the_same_data_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    // Nothing listens on port 1: the first daemon runs and retries, holding the lock.
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        "127.0.0.1:1",
-        "[[follow]]\ntopic = \"t\"\n",
-        "",
-    );
-    let mut first = support::Daemon::start(&cfg);
-    support::wait_until(
-        Duration::from_secs(10),
-        "the first daemon to take the lock",
-        || first.log_text().contains("following"),
-    );
+    let (mut first, cfg, _) = support::daemon_holding_the_lock(dir.path());
     let (code, _, err) = run(&["run", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("locked") && err.contains(".lock"), "{err}");

@@ -5,22 +5,13 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
+use support::http;
 use support::test_leader::TestLeader;
 
 const TOPIC: &str = "prom";
-
-/// The raw HTTP answer to `request`.
-fn http(addr: &str, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(request).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
 
 /// The samples of one scrape, parsed by prometheus_client: (name, sorted labels) → value.
 fn scrape(addr: &str) -> BTreeMap<String, f64> {

@@ -801,7 +801,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let mut map = shared.lock();
         let why = format!("{e:#}");
         for tp in &fetched {
-            crate::live::live().backing_off(tp, "fetch_failed", &why);
+            crate::live::live().unanswered(tp, &why);
             delay(&mut map, tp, wait);
         }
     }

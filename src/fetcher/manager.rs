@@ -805,11 +805,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 if let Some(a) = self.assigned.remove(&tp) {
                     self.handed_back.insert(tp.clone(), a);
                 }
-                crate::live::live().set_state(
-                    &tp,
-                    crate::live::State::BackingOff,
-                    Some(&format!("looking up its leader ({reason})")),
-                );
+                crate::live::live().leader_lost(&tp, &format!("looking up its leader ({reason})"));
                 let now = Instant::now();
                 let hb = self.hand_backs.entry(tp).or_insert(HandBacks {
                     count: 0,

@@ -298,6 +298,25 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
     Ok((out, notes))
 }
 
+/// A partition's LAG cell, and the figure it adds to the total: the lag now; while the
+/// leader does not answer, the last known one and its age (`120 (5m ago)`: this replica
+/// is at least that far behind); `?` when none is known yet; `-` when the partition is not
+/// followed (failed, stopped, not found).
+fn lag_cell(r: &crate::live::PartitionLive, now_ms: i64) -> (Option<i64>, String) {
+    if let Some(l) = r.lag() {
+        return (Some(l), l.to_string());
+    }
+    match r.last_known_lag() {
+        Some((l, Some(at))) => {
+            let age = std::time::Duration::from_millis(now_ms.saturating_sub(at).max(0) as u64);
+            (Some(l), format!("{l} ({} ago)", crate::logging::Human(age)))
+        }
+        Some((l, None)) => (Some(l), format!("{l} (last known)")),
+        None if r.lag_followed() => (None, "?".to_string()),
+        None => (None, "-".to_string()),
+    }
+}
+
 /// Bytes as people read them: `980 B`, `975.3 KiB`, `1.2 GiB`.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -366,7 +385,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 .map(|(a, b)| format!("{{\"first_offset\": {a}, \"last_offset\": {b}}}"))
                 .collect();
             format!(
-                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged_ranges\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}, \"leader_high_watermark\": {}, \"lag\": {}, \"state\": {}, \"error\": {}, \"last_fetch_ms\": {}, \"newest_timestamp_ms\": {}, \"unflushed\": {}}}",
+                "{{\"topic\": {}, \"partition\": {}, \"log_start_offset\": {}, \"log_end_offset\": {}, \"high_watermark\": {}, \"recovery_point\": {}, \"leader_epoch\": {}, \"segments\": {}, \"size_bytes\": {}, \"last_stable_offset\": {}, \"topic_id\": {}, \"aborted_transactions\": {}, \"diverged_ranges\": {}, \"diverged\": [{}], \"lost_upstream\": [{}], \"damaged\": [{}], \"fetching_stopped\": {}, \"leader_high_watermark\": {}, \"lag\": {}, \"state\": {}, \"error\": {}, \"last_fetch_ms\": {}, \"newest_timestamp_ms\": {}, \"last_known_lag\": {}, \"lag_stale\": {}, \"unflushed\": {}}}",
                 json_string(&p.tp.topic),
                 p.tp.partition,
                 p.log_start_offset,
@@ -393,6 +412,11 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                     .map_or_else(|| "null".to_string(), json_string),
                 opt(live.and_then(|r| r.last_fetch_ms), "null"),
                 opt(live.and_then(|r| r.newest_timestamp_ms), "null"),
+                opt(
+                    live.and_then(|r| r.lag().or(r.last_known_lag().map(|(l, _)| l))),
+                    "null"
+                ),
+                opt(live.map(|r| r.lag_stale && r.lag_followed()), "null"),
                 p.unflushed
                     .as_ref()
                     .map_or_else(|| "null".to_string(), unflushed_json),
@@ -559,6 +583,10 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         .to_vec(),
     ];
     let (mut segments, mut bytes, mut lag) = (0usize, 0u64, None::<i64>);
+    // Whether some partition's lag is only the last known one, or unknown: the total is then
+    // a lower bound.
+    let mut lag_partial = false;
+    let now = crate::log::partition::now_ms();
     for p in parts {
         let live = p.live.as_ref();
         let state = match live {
@@ -569,12 +597,16 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             None if dd.live.is_some() => "not yet fetched".to_string(),
             None => "-".to_string(),
         };
-        let l = live.and_then(crate::live::PartitionLive::lag);
+        let (l, lag_cell) = match live {
+            Some(r) => lag_cell(r, now),
+            None => (None, "-".to_string()),
+        };
         segments += p.segments;
         bytes += p.size_bytes;
         if let Some(l) = l {
             lag = Some(lag.unwrap_or(0) + l);
         }
+        lag_partial |= live.is_some_and(|r| r.lag_followed() && r.lag().is_none());
         rows.push(vec![
             p.tp.to_string(),
             p.log_start_offset.to_string(),
@@ -585,7 +617,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             opt(p.leader_epoch, "-"),
             p.segments.to_string(),
             human_bytes(p.size_bytes),
-            opt(l, "-"),
+            lag_cell,
             state,
         ]);
     }
@@ -594,7 +626,11 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         total[0] = format!("TOTAL ({} partitions)", parts.len());
         total[7] = segments.to_string();
         total[8] = human_bytes(bytes);
-        total[9] = opt(lag, "");
+        total[9] = match (lag, lag_partial) {
+            (Some(l), true) => format!(">={l}"),
+            (None, true) => "?".to_string(),
+            (l, false) => opt(l, ""),
+        };
         rows.push(total);
     }
     // Columns as wide as their content: names and states left, figures right.
@@ -716,6 +752,46 @@ mod tests {
             end(lines[0], "LOG_END"),
             end(lines[2], "123456789"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_lag_without_an_answer_shows_its_age_and_the_total_is_a_lower_bound() {
+        let live = |lag_stale, hw: Option<i64>, ago_ms| crate::live::PartitionLive {
+            leader_high_watermark: hw,
+            log_end_offset: Some(100),
+            state: crate::live::State::BackingOff,
+            lag_stale,
+            last_fetch_ms: Some(crate::log::partition::now_ms() - ago_ms),
+            ..Default::default()
+        };
+        let mut parts = [
+            partition("a", 100, 2048),
+            partition("b", 100, 2048),
+            partition("c", 100, 2048),
+        ];
+        parts[0].live = Some(live(false, Some(110), 0));
+        parts[1].live = Some(live(true, Some(105), 125_000));
+        parts[2].live = Some(live(false, None, 0));
+        let dd = DataDirStatus {
+            live: Some(crate::live::LiveFile::default()),
+            ..DataDirStatus::default()
+        };
+        let text = render_text(&dd, &parts);
+        let cell = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .map(|l| l.split("KiB").nth(1).unwrap_or("").trim().to_string())
+        };
+        assert!(cell("a-0").unwrap().starts_with("10  "), "{text}");
+        assert!(cell("b-0").unwrap().starts_with("5 (2m5s ago)"), "{text}");
+        assert!(cell("c-0").unwrap().starts_with("?  "), "{text}");
+        assert!(cell("TOTAL").unwrap().starts_with(">=15"), "{text}");
+        let json = render_json(&dd, &parts);
+        assert!(
+            json.contains("\"lag\": null, \"state\": \"backing off\"")
+                && json.contains("\"last_known_lag\": 5, \"lag_stale\": true"),
+            "{json}"
         );
     }
 

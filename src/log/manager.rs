@@ -57,6 +57,61 @@ pub fn existing_data_dir(data_dir: &Path) -> Result<()> {
     }
 }
 
+/// Whether this process can create files where `run` would: in `data_dir`, or, when it does
+/// not exist yet, in its nearest existing ancestor (where `run` creates it). Tried by creating
+/// and removing `.check-config-<pid>.tmp` there, because mode bits say nothing of root, a
+/// read-only mount or an immutable directory. Returns that ancestor when the data dir is yet
+/// to be created. Checks for the user running it, not the service's user.
+pub fn check_writable(data_dir: &Path) -> Result<Option<PathBuf>> {
+    let try_file = |dir: &Path| -> std::io::Result<()> {
+        let probe = dir.join(format!(".check-config-{}.tmp", std::process::id()));
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)?;
+        fs::remove_file(&probe)
+    };
+    match fs::metadata(data_dir) {
+        Ok(m) if m.is_dir() => {
+            try_file(data_dir)
+                .with_context(|| format!("data dir `{}` is not writable", data_dir.display()))?;
+            return Ok(None);
+        }
+        Ok(_) => anyhow::bail!("data dir `{}` is not a directory", data_dir.display()),
+        // Missing, or below a file: the ancestors say which.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) => {}
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot read data dir `{}`", data_dir.display()));
+        }
+    }
+    let cannot = || format!("data dir `{}` cannot be created", data_dir.display());
+    // A relative path's last ancestor is empty: the current directory.
+    let parent = data_dir
+        .ancestors()
+        .skip(1)
+        .map(|a| {
+            if a.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                a
+            }
+        })
+        .find(|a| fs::symlink_metadata(a).is_ok())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        anyhow::bail!("{}: `{}` is not a directory", cannot(), parent.display());
+    }
+    try_file(parent)
+        .with_context(|| format!("`{}` is not writable", parent.display()))
+        .with_context(cannot)?;
+    Ok(Some(parent.to_path_buf()))
+}
+
 pub fn lock_log(log: &SharedLog) -> MutexGuard<'_, PartitionLog> {
     // A poisoned lock means a thread panicked mid-append; the log's on-disk state is still
     // what recovery would see, so go on with it.

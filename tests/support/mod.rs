@@ -405,6 +405,31 @@ impl Drop for Daemon {
     }
 }
 
+/// A daemon on `<dir>/data` following topic `t` from port 1, where nothing listens: it runs
+/// and retries, holding the data-dir lock. (daemon, config path, data dir), once it follows.
+pub fn daemon_holding_the_lock(dir: &Path) -> (Daemon, PathBuf, PathBuf) {
+    let data = dir.join("data");
+    let cfg = write_config(dir, &data, "127.0.0.1:1", "[[follow]]\ntopic = \"t\"\n", "");
+    let daemon = Daemon::start(&cfg);
+    wait_until(
+        Duration::from_secs(10),
+        "the daemon to take the lock",
+        || daemon.log_text().contains("following"),
+    );
+    (daemon, cfg, data)
+}
+
+/// The raw HTTP answer of the server at `addr` to `request` (read to its end).
+pub fn http(addr: &str, request: &[u8]) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP server");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("set a read timeout");
+    s.write_all(request).expect("send the HTTP request");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut s, &mut out).expect("read the HTTP answer");
+    out
+}
+
 /// `status --json`, parsed.
 pub fn status(data_dir: &Path) -> Value {
     let out = Command::new(bin())
