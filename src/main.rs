@@ -267,7 +267,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             Ok(runtime(collected.map(|(mut parts, mut notes)| {
                 let mut dd = inspect::status::collect_data_dir(&dir, &mut notes);
                 inspect::status::apply_live(&dd, &mut parts);
-                dd.not_yet = inspect::status::not_yet_logged(&follow, &parts);
+                dd.not_yet = inspect::status::not_yet(&dd, &follow, &parts);
                 for n in notes {
                     eprintln!("warning: {n}");
                 }
