@@ -927,6 +927,45 @@ mod tests {
     }
 
     #[test]
+    fn the_leader_state_moves_the_generation_and_reaches_the_live_status_file() {
+        let l = Live::default();
+        let g = l.generation();
+        l.metadata_failed("unreachable", "broker 127.0.0.1:1: connect failed", 1_000);
+        assert_ne!(l.generation(), g);
+        l.metadata_failed("unreachable", "again", 2_000);
+        l.set_followed_topics(vec!["orders".into()]);
+        l.set_not_yet_logged(vec![NotYetLogged {
+            topic: "orders".into(),
+            partition: None,
+        }]);
+        let g = l.generation();
+        l.set_followed_topics(vec!["orders".into()]);
+        assert_eq!(l.generation(), g, "the same topics again");
+        let file: LiveFile = toml::from_str(&l.render()).unwrap();
+        let leader = file.leader.unwrap();
+        assert_eq!(leader, l.leader());
+        assert!(!leader.reachable);
+        assert_eq!(
+            leader.unreachable_since_ms,
+            Some(1_000),
+            "the first failure"
+        );
+        assert_eq!(leader.error_count(), 2);
+        assert_eq!(leader.last_error.as_deref(), Some("again"));
+        assert!(
+            l.status_line(None)
+                .ends_with("; leader unreachable (2 metadata errors)")
+        );
+        l.metadata_answered(3_000);
+        let leader = l.leader();
+        assert!(leader.reachable && leader.unreachable_since_ms.is_none());
+        assert_eq!(leader.last_success_ms, Some(3_000));
+        // A file from a daemon older than the leader state still reads.
+        let old: LiveFile = toml::from_str("pid = 1\nwritten_ms = 2\n").unwrap();
+        assert!(old.leader.is_none());
+    }
+
+    #[test]
     fn a_thread_without_progress_is_stalled() {
         let l = Live::default();
         l.beat("a");

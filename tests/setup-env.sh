@@ -18,15 +18,21 @@ fi
 # security, systemd-sysusers); `verify` also wants every command a unit names, /bin/kill
 # (procps) included; tests/unit_syscalls.rs traces the daemon with strace; tests/serve_clients.rs
 # reads the replica's listener with kcat; tests/tls.rs puts socat's OPENSSL-LISTEN in front of
-# the leaders (stunnel4 is the alternative terminator) with certificates the openssl CLI makes.
+# the leaders (stunnel4 is the alternative terminator) with certificates the openssl CLI makes;
+# tests/alert_rules.rs checks and tests the shipped alert rules with promtool (prometheus; the
+# service the package may start is stopped and disabled: the tests run promtool alone).
 # Installed from
 # Debian when missing and when we may (root, as in CI); otherwise those tests fail saying what
 # is missing.
 if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command -v strace >/dev/null \
     || ! command -v kcat >/dev/null || ! command -v socat >/dev/null || ! command -v stunnel4 >/dev/null \
-    || ! command -v openssl >/dev/null; } \
+    || ! command -v openssl >/dev/null || ! command -v promtool >/dev/null; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing systemd, procps, strace, kcat, socat, stunnel4 and openssl from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs)"
-    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl >/dev/null; } \
-        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs and tests/tls.rs will say what is missing"
+    echo "== installing systemd, procps, strace, kcat, socat, stunnel4, openssl and prometheus (promtool) from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/alert_rules.rs)"
+    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl >/dev/null \
+        && if ! command -v promtool >/dev/null; then
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+                && { systemctl disable --now prometheus >/dev/null 2>&1 || true; }
+        fi; } \
+        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs and tests/alert_rules.rs will say what is missing"
 fi
