@@ -448,4 +448,35 @@ mod tests {
         assert!(text.contains("replica_follower_fetch_latency_seconds_bucket{le=\"0.025\"} 0"));
         assert!(text.contains("replica_follower_data_dir_free_bytes 5"));
     }
+
+    #[test]
+    fn the_leader_figures_are_there_before_any_answer() {
+        let l = Live::default();
+        l.set_followed_topics(vec!["a".into(), "b\"".into()]);
+        let text = render(&l, None);
+        for line in [
+            "replica_follower_leader_reachable 0",
+            "replica_follower_metadata_errors_total{error=\"unreachable\"} 0",
+            "replica_follower_metadata_errors_total{error=\"refused\"} 0",
+            "replica_follower_topic_missing{topic=\"a\"} 0",
+            "replica_follower_topic_missing{topic=\"b\\\"\"} 0",
+            "replica_follower_partitions_without_log 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        let start = format!(
+            "replica_follower_last_metadata_success_timestamp_seconds {}",
+            l.created_ms() as f64 / 1000.0
+        );
+        assert!(text.lines().any(|l| l == start), "{text}");
+        l.metadata_failed("refused", "TLS", 5_000);
+        l.set_missing_topics(std::collections::BTreeSet::from(["a".to_string()]));
+        let text = render(&l, None);
+        assert!(text.contains("replica_follower_metadata_errors_total{error=\"refused\"} 1"));
+        assert!(text.contains("replica_follower_topic_missing{topic=\"a\"} 1"));
+        l.metadata_answered(7_000);
+        let text = render(&l, None);
+        assert!(text.contains("replica_follower_leader_reachable 1"));
+        assert!(text.contains("replica_follower_last_metadata_success_timestamp_seconds 7\n"));
+    }
 }
