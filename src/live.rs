@@ -146,12 +146,62 @@ pub struct Histogram {
     pub count: u64,
 }
 
-#[derive(Debug, Default)]
+/// The kinds of failed metadata refresh, the `error` label of
+/// `replica_follower_metadata_errors_total`: no broker answered (`unreachable`), one refused
+/// our TLS or SASL settings (`refused`), or an answer could not be used (`failed`).
+pub const METADATA_ERROR_KINDS: [&str; 3] = ["unreachable", "refused", "failed"];
+
+/// How the leader's cluster answers the manager's metadata refreshes, and what of the
+/// configuration has nothing to show for it yet. The manager writes it on its metadata path
+/// (never a fetcher); `status` and the metrics read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaderLive {
+    /// The last metadata refresh was answered (`false` before the first answer).
+    #[serde(default)]
+    pub reachable: bool,
+    /// When a refresh was last answered (ms since the epoch); `None`: never since the start.
+    pub last_success_ms: Option<i64>,
+    /// When the refreshes started failing, while they fail.
+    pub unreachable_since_ms: Option<i64>,
+    /// What the last failed refresh said.
+    pub last_error: Option<String>,
+    /// The topics the configuration follows.
+    #[serde(default)]
+    pub followed_topics: Vec<String>,
+    /// Failed refreshes since the start, by kind (see [`METADATA_ERROR_KINDS`]).
+    #[serde(default)]
+    pub errors: BTreeMap<String, u64>,
+    /// Followed partitions with no local log yet: the configured ones, or for a whole topic
+    /// those its metadata lists (the topic alone, `partition` absent, while none is known).
+    #[serde(default)]
+    pub not_yet_logged: Vec<NotYetLogged>,
+}
+
+impl LeaderLive {
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// A followed partition (or whole topic) with no local log yet.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct NotYetLogged {
+    pub topic: String,
+    pub partition: Option<i32>,
+}
+
+#[derive(Debug)]
 pub struct Live {
     parts: Mutex<BTreeMap<TopicPartition, PartitionLive>>,
     latency: Mutex<Histogram>,
     /// Followed topics the leader does not know.
     missing_topics: Mutex<BTreeSet<String>>,
+    /// What the metadata refreshes found; changes move the generation.
+    leader: Mutex<LeaderLive>,
+    /// When this state was made (ms since the epoch: the daemon's start, near enough). The
+    /// last-metadata-success figure says it until the first success, so that an alert on its
+    /// age fires for a daemon that never reached its leader.
+    created_ms: i64,
     beats: Mutex<BTreeMap<String, Instant>>,
     /// Moves on every change of a partition's figures or of the missing topics (after the
     /// change, under its lock): what the monitor compares to do nothing in a quiet second.
@@ -160,6 +210,22 @@ pub struct Live {
     /// second makes none.
     #[cfg(test)]
     walks: AtomicU64,
+}
+
+impl Default for Live {
+    fn default() -> Live {
+        Live {
+            parts: Mutex::default(),
+            latency: Mutex::default(),
+            missing_topics: Mutex::default(),
+            leader: Mutex::default(),
+            created_ms: crate::log::partition::now_ms(),
+            beats: Mutex::default(),
+            generation: AtomicU64::default(),
+            #[cfg(test)]
+            walks: AtomicU64::default(),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -411,6 +477,61 @@ impl Live {
         }
     }
 
+    /// Changes what the metadata refreshes found with `f`, which says whether it changed it.
+    fn update_leader(&self, f: impl FnOnce(&mut LeaderLive) -> bool) {
+        let mut leader = lock(&self.leader);
+        if f(&mut leader) {
+            self.changed();
+        }
+    }
+
+    /// A metadata refresh was answered at `now_ms`.
+    pub fn metadata_answered(&self, now_ms: i64) {
+        self.update_leader(|l| {
+            l.reachable = true;
+            l.last_success_ms = Some(now_ms);
+            l.unreachable_since_ms = None;
+            true
+        });
+    }
+
+    /// A metadata refresh failed at `now_ms`, of `kind` (see [`METADATA_ERROR_KINDS`]),
+    /// saying `error`.
+    pub fn metadata_failed(&self, kind: &str, error: &str, now_ms: i64) {
+        self.update_leader(|l| {
+            l.reachable = false;
+            l.unreachable_since_ms.get_or_insert(now_ms);
+            set_text(&mut l.last_error, Some(error));
+            *l.errors.entry(kind.to_string()).or_default() += 1;
+            true
+        });
+    }
+
+    /// The configuration follows `topics`.
+    pub fn set_followed_topics(&self, topics: Vec<String>) {
+        self.update_leader(|l| set(&mut l.followed_topics, topics));
+    }
+
+    /// The followed partitions with no local log now.
+    pub fn set_not_yet_logged(&self, not_yet: Vec<NotYetLogged>) {
+        self.update_leader(|l| set(&mut l.not_yet_logged, not_yet));
+    }
+
+    /// What the metadata refreshes found.
+    pub fn leader(&self) -> LeaderLive {
+        lock(&self.leader).clone()
+    }
+
+    /// The followed topics the leader does not know.
+    pub fn missing_topics(&self) -> BTreeSet<String> {
+        lock(&self.missing_topics).clone()
+    }
+
+    /// When this state was made (ms since the epoch).
+    pub fn created_ms(&self) -> i64 {
+        self.created_ms
+    }
+
     pub fn partitions(&self) -> BTreeMap<TopicPartition, PartitionLive> {
         self.walk().clone()
     }
@@ -494,6 +615,10 @@ impl Live {
     /// The one-line summary for systemd's STATUS=.
     pub fn status_line(&self, disk_full: Option<&str>) -> String {
         let missing = lock(&self.missing_topics).len();
+        let unreachable = {
+            let leader = lock(&self.leader);
+            (!leader.reachable && leader.error_count() > 0).then(|| leader.error_count())
+        };
         let parts = self.walk();
         let count = |s: State| parts.values().filter(|p| p.state == s).count();
         let lag: i64 = parts.values().filter_map(PartitionLive::lag).sum();
@@ -522,6 +647,9 @@ impl Live {
         if missing > 0 {
             line.push_str(&format!(", {missing} topic(s) not found on the leader"));
         }
+        if let Some(errors) = unreachable {
+            line.push_str(&format!("; leader unreachable ({errors} metadata errors)"));
+        }
         if let Some(why) = disk_full {
             line.push_str(&format!("; fetching paused: {why}"));
         }
@@ -535,6 +663,7 @@ impl Live {
             pid: std::process::id(),
             written_ms: crate::log::partition::now_ms(),
             missing_topics,
+            leader: Some(self.leader()),
             partitions: self
                 .walk()
                 .iter()
@@ -556,6 +685,9 @@ pub struct LiveFile {
     pub written_ms: i64,
     #[serde(default)]
     pub missing_topics: Vec<String>,
+    /// What the metadata refreshes found (absent from a daemon older than it).
+    #[serde(default)]
+    pub leader: Option<LeaderLive>,
     #[serde(default)]
     pub partitions: Vec<LiveRecord>,
 }
@@ -882,6 +1014,45 @@ mod tests {
         assert!(read_running(dir.path()).is_none());
         std::fs::remove_file(&path).unwrap();
         assert!(read_running(dir.path()).is_none());
+    }
+
+    #[test]
+    fn the_leader_state_moves_the_generation_and_reaches_the_live_status_file() {
+        let l = Live::default();
+        let g = l.generation();
+        l.metadata_failed("unreachable", "broker 127.0.0.1:1: connect failed", 1_000);
+        assert_ne!(l.generation(), g);
+        l.metadata_failed("unreachable", "again", 2_000);
+        l.set_followed_topics(vec!["orders".into()]);
+        l.set_not_yet_logged(vec![NotYetLogged {
+            topic: "orders".into(),
+            partition: None,
+        }]);
+        let g = l.generation();
+        l.set_followed_topics(vec!["orders".into()]);
+        assert_eq!(l.generation(), g, "the same topics again");
+        let file: LiveFile = toml::from_str(&l.render()).unwrap();
+        let leader = file.leader.unwrap();
+        assert_eq!(leader, l.leader());
+        assert!(!leader.reachable);
+        assert_eq!(
+            leader.unreachable_since_ms,
+            Some(1_000),
+            "the first failure"
+        );
+        assert_eq!(leader.error_count(), 2);
+        assert_eq!(leader.last_error.as_deref(), Some("again"));
+        assert!(
+            l.status_line(None)
+                .ends_with("; leader unreachable (2 metadata errors)")
+        );
+        l.metadata_answered(3_000);
+        let leader = l.leader();
+        assert!(leader.reachable && leader.unreachable_since_ms.is_none());
+        assert_eq!(leader.last_success_ms, Some(3_000));
+        // A file from a daemon older than the leader state still reads.
+        let old: LiveFile = toml::from_str("pid = 1\nwritten_ms = 2\n").unwrap();
+        assert!(old.leader.is_none());
     }
 
     #[test]

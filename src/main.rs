@@ -54,7 +54,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. SIGHUP: re-read FILE (partitions added to `follow` start, removed\nones stop; a broken file is refused and the running configuration stays). Exit 1 at start-up when the brokers report another cluster id\nthan the data dir recorded (nothing is changed), exit 2 on a bad config. Log level from\nRF_LOG (error|warn|info|debug).\n"
         }
         "status" => {
-            "replica-follower status --data-dir DIR [--json]\nreplica-follower status --config FILE [--json]\n\nWith --config: that configuration's data dir, and the followed partitions (or topics)\nthat have no local log yet.\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs.\n"
+            "replica-follower status --data-dir DIR [--json]\nreplica-follower status --config FILE [--json]\n\nWith --config: that configuration's data dir, and the followed partitions (or topics)\nthat have no local log yet.\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs, and then also says whether the leader answers metadata (`leader:`\nline: since when it does not, how many refreshes failed, the last error), the followed\ntopics missing on the leader and the followed partitions with no local log yet.\n"
         }
         "dump" => {
             "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET]\n                      [--count N] [--records]\n\nPrints the batches holding an offset from --from (default 0) to --to (inclusive,\ndefault the log end), one line each: offsets, position, size, magic, leader epoch,\ncodec, record count, max timestamp and timestamp type (CreateTime/LogAppendTime),\ntransactional and control flags, producer id, epoch and base sequence, the marker of\na control batch, CRC status. Under each, the records in the range (offset, timestamp,\nkey, value, headers; a control record as `COMMIT marker` or `ABORT marker (coordinator\nepoch N)`): of uncompressed batches only, or with --records of every v2 batch,\ndecompressed (gzip, snappy, lz4, zstd; at most 64 MiB a batch).\n--count N: at most N records with --records, at most N batches without.\nExit 1 when a damaged batch or tail was shown or records could not be decompressed or\ndecoded (`cannot …` lines name the segment and batch); 2 on a bad flag value.\n"
@@ -301,7 +301,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             Ok(runtime(collected.map(|(mut parts, mut notes)| {
                 let mut dd = inspect::status::collect_data_dir(&dir, &mut notes);
                 inspect::status::apply_live(&dd, &mut parts);
-                dd.not_yet = inspect::status::not_yet_logged(&follow, &parts);
+                dd.not_yet = inspect::status::not_yet(&dd, &follow, &parts);
                 for n in notes {
                     eprintln!("warning: {n}");
                 }

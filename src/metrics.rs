@@ -4,7 +4,7 @@
 //! stuck client delays only other scrapes, never a fetcher (they share nothing but the live
 //! state's mutex, held only to copy it).
 
-use crate::live::{LATENCY_BUCKETS, Live, PartitionLive, State};
+use crate::live::{LATENCY_BUCKETS, Live, METADATA_ERROR_KINDS, PartitionLive, State};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -142,6 +142,7 @@ pub fn render(live: &Live, free_bytes: Option<u64>) -> String {
         "1 for the state each partition is in",
         states,
     );
+    leader_figures(live, &mut family);
     let h = live.latency();
     let mut lines = Vec::new();
     let mut cumulative = 0;
@@ -179,6 +180,78 @@ pub fn render(live: &Live, free_bytes: Option<u64>) -> String {
     }
     process_figures(&mut family);
     out
+}
+
+/// Whether the leader answers metadata and what the configuration asks for that it has
+/// nothing of: present from the first scrape, before any answer, so that alerts on them fire
+/// for a daemon that never reached its leader.
+fn leader_figures(live: &Live, family: &mut impl FnMut(&str, &str, &str, Vec<String>)) {
+    let leader = live.leader();
+    family(
+        "replica_follower_leader_reachable",
+        "gauge",
+        "1 when the last metadata refresh was answered by a broker, else 0 (also before the first answer)",
+        vec![format!(
+            "replica_follower_leader_reachable {}",
+            u8::from(leader.reachable)
+        )],
+    );
+    // Until the first success, the daemon's start: its age then says how long it has tried.
+    let last = leader.last_success_ms.unwrap_or(live.created_ms());
+    family(
+        "replica_follower_last_metadata_success_timestamp_seconds",
+        "gauge",
+        "When a metadata refresh was last answered (the daemon's start until the first answer)",
+        vec![format!(
+            "replica_follower_last_metadata_success_timestamp_seconds {}",
+            last as f64 / 1000.0
+        )],
+    );
+    let mut errors = leader.errors.clone();
+    for kind in METADATA_ERROR_KINDS {
+        errors.entry(kind.to_string()).or_insert(0);
+    }
+    family(
+        "replica_follower_metadata_errors_total",
+        "counter",
+        "Failed metadata refreshes, by kind",
+        errors
+            .iter()
+            .map(|(kind, n)| {
+                format!(
+                    "replica_follower_metadata_errors_total{{error=\"{}\"}} {n}",
+                    label(kind)
+                )
+            })
+            .collect(),
+    );
+    let missing = live.missing_topics();
+    let mut topics: std::collections::BTreeSet<&String> = leader.followed_topics.iter().collect();
+    topics.extend(missing.iter());
+    family(
+        "replica_follower_topic_missing",
+        "gauge",
+        "1 for a followed topic the leader's metadata does not have, else 0",
+        topics
+            .into_iter()
+            .map(|t| {
+                format!(
+                    "replica_follower_topic_missing{{topic=\"{}\"}} {}",
+                    label(t),
+                    u8::from(missing.contains(t))
+                )
+            })
+            .collect(),
+    );
+    family(
+        "replica_follower_partitions_without_log",
+        "gauge",
+        "Followed partitions with no local log yet (a whole topic whose partitions are unknown counts once)",
+        vec![format!(
+            "replica_follower_partitions_without_log {}",
+            leader.not_yet_logged.len()
+        )],
+    );
 }
 
 /// `process_*` figures from /proc, as Prometheus's client libraries name them.
@@ -374,5 +447,36 @@ mod tests {
         assert!(text.contains("replica_follower_fetch_latency_seconds_bucket{le=\"0.05\"} 1"));
         assert!(text.contains("replica_follower_fetch_latency_seconds_bucket{le=\"0.025\"} 0"));
         assert!(text.contains("replica_follower_data_dir_free_bytes 5"));
+    }
+
+    #[test]
+    fn the_leader_figures_are_there_before_any_answer() {
+        let l = Live::default();
+        l.set_followed_topics(vec!["a".into(), "b\"".into()]);
+        let text = render(&l, None);
+        for line in [
+            "replica_follower_leader_reachable 0",
+            "replica_follower_metadata_errors_total{error=\"unreachable\"} 0",
+            "replica_follower_metadata_errors_total{error=\"refused\"} 0",
+            "replica_follower_topic_missing{topic=\"a\"} 0",
+            "replica_follower_topic_missing{topic=\"b\\\"\"} 0",
+            "replica_follower_partitions_without_log 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        let start = format!(
+            "replica_follower_last_metadata_success_timestamp_seconds {}",
+            l.created_ms() as f64 / 1000.0
+        );
+        assert!(text.lines().any(|l| l == start), "{text}");
+        l.metadata_failed("refused", "TLS", 5_000);
+        l.set_missing_topics(std::collections::BTreeSet::from(["a".to_string()]));
+        let text = render(&l, None);
+        assert!(text.contains("replica_follower_metadata_errors_total{error=\"refused\"} 1"));
+        assert!(text.contains("replica_follower_topic_missing{topic=\"a\"} 1"));
+        l.metadata_answered(7_000);
+        let text = render(&l, None);
+        assert!(text.contains("replica_follower_leader_reachable 1"));
+        assert!(text.contains("replica_follower_last_metadata_success_timestamp_seconds 7\n"));
     }
 }

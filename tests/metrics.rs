@@ -5,7 +5,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 use support::http;
@@ -13,40 +12,9 @@ use support::test_leader::TestLeader;
 
 const TOPIC: &str = "prom";
 
-/// The samples of one scrape, parsed by prometheus_client: (name, sorted labels) → value.
+/// The samples of one scrape: `name{sorted labels}` → value.
 fn scrape(addr: &str) -> BTreeMap<String, f64> {
-    let resp = http(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
-    let script = r#"
-import sys, json
-from prometheus_client.parser import text_string_to_metric_families
-out = {}
-for fam in text_string_to_metric_families(sys.stdin.read()):
-    for s in fam.samples:
-        key = s.name + '{' + ','.join(f'{k}={v}' for k, v in sorted(s.labels.items())) + '}'
-        out[key] = s.value
-print(json.dumps(out))
-"#;
-    let mut child = std::process::Command::new(support::python())
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the Prometheus parser refused:\n{body}"
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    support::scrape::scrape(addr).keyed()
 }
 
 #[test]

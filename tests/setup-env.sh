@@ -19,15 +19,22 @@ fi
 # (procps) included; tests/unit_syscalls.rs traces the daemon with strace; tests/serve_clients.rs
 # reads the replica's listener with kcat; tests/tls.rs puts socat's OPENSSL-LISTEN in front of
 # the leaders (stunnel4 is the alternative terminator) with certificates the openssl CLI makes;
-# tests/man_page.rs rebuilds the man page with help2man and renders it with man (man-db).
+# tests/man_page.rs rebuilds the man page with help2man and renders it with man (man-db);
+# tests/alert_rules.rs checks and tests the shipped alert rules with promtool (prometheus; the
+# service the package may start is stopped and disabled: the tests run promtool alone).
 # Installed from
 # Debian when missing and when we may (root, as in CI); otherwise those tests fail saying what
 # is missing.
 if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command -v strace >/dev/null \
     || ! command -v kcat >/dev/null || ! command -v socat >/dev/null || ! command -v stunnel4 >/dev/null \
-    || ! command -v openssl >/dev/null || ! command -v help2man >/dev/null || ! command -v man >/dev/null; } \
+    || ! command -v openssl >/dev/null || ! command -v help2man >/dev/null || ! command -v man >/dev/null \
+    || ! command -v promtool >/dev/null; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing systemd, procps, strace, kcat, socat, stunnel4, openssl, help2man and man-db from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/man_page.rs, tests/install_block.rs)"
-    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl help2man man-db >/dev/null; } \
-        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/man_page.rs and tests/install_block.rs will say what is missing"
+    echo "== installing systemd, procps, strace, kcat, socat, stunnel4, openssl, help2man, man-db and prometheus (promtool) from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/man_page.rs, tests/install_block.rs, tests/alert_rules.rs)"
+    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl help2man man-db >/dev/null \
+        && if ! command -v promtool >/dev/null; then
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+                && { systemctl disable --now prometheus >/dev/null 2>&1 || true; }
+        fi; } \
+        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/man_page.rs, tests/install_block.rs and tests/alert_rules.rs will say what is missing"
 fi

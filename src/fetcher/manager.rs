@@ -609,6 +609,8 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             failed_written: None,
             hand_backs: BTreeMap::new(),
         };
+        crate::live::live().set_followed_topics(followed_topics(&m.cfg));
+        m.record_not_yet_logged();
         // Every loaded log is in the live figures from the start (the first STATUS= line and
         // `status` count it): followed ones as starting, the others as stopped.
         for (tp, log) in m.logs.all() {
@@ -675,7 +677,9 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
             }
-            let complete = match self.reconcile() {
+            let outcome = self.reconcile();
+            self.record_not_yet_logged();
+            let complete = match outcome {
                 Ok(c) => {
                     if failing_since.take().is_some() {
                         crate::log_info!("metadata refresh works again");
@@ -769,6 +773,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 let mut cfg = (*self.cfg).clone();
                 cfg.follow = follow;
                 self.cfg = Arc::new(cfg);
+                crate::live::live().set_followed_topics(followed_topics(&self.cfg));
                 // Partitions that were waiting to be reported are looked at anew.
                 self.reported
                     .retain(|k| !matches!(k, Said::TopicMissing(_) | Said::PartitionMissing(_)));
@@ -841,10 +846,66 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
         }
     }
 
+    /// Asks for the followed topics' metadata, and notes in the live state whether the
+    /// leader answered.
     fn refresh_metadata(&mut self) -> Result<()> {
         let topics: Vec<String> = self.cfg.follow.iter().map(|f| f.topic.clone()).collect();
-        self.metadata = self.source.metadata(&topics)?;
-        Ok(())
+        let now = crate::log::partition::now_ms();
+        match self.source.metadata(&topics) {
+            Ok(md) => {
+                self.metadata = md;
+                crate::live::live().metadata_answered(now);
+                Ok(())
+            }
+            Err(e) => {
+                if !self.stop.is_stopping() {
+                    crate::live::live().metadata_failed(
+                        metadata_error_kind(&e),
+                        &format!("{e:#}"),
+                        now,
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Publishes the followed partitions that have no local log: the configured ones, or for
+    /// a whole topic those the last metadata listed (the topic alone while it listed none and
+    /// no partition of it has a log).
+    fn record_not_yet_logged(&self) {
+        let mut out = Vec::new();
+        for f in &self.cfg.follow {
+            let known = f.partitions.clone().or_else(|| {
+                self.metadata
+                    .topics
+                    .get(&f.topic)
+                    .filter(|(err, parts)| err.is_ok() && !parts.is_empty())
+                    .map(|(_, parts)| parts.keys().copied().collect())
+            });
+            match known {
+                Some(ps) => out.extend(
+                    ps.into_iter()
+                        .filter(|p| {
+                            self.logs
+                                .get(&TopicPartition::new(f.topic.clone(), *p))
+                                .is_none()
+                        })
+                        .map(|p| crate::live::NotYetLogged {
+                            topic: f.topic.clone(),
+                            partition: Some(p),
+                        }),
+                ),
+                None if !self.logs.all().iter().any(|(tp, _)| tp.topic == f.topic) => {
+                    out.push(crate::live::NotYetLogged {
+                        topic: f.topic.clone(),
+                        partition: None,
+                    })
+                }
+                None => {}
+            }
+        }
+        crate::live::live().set_not_yet_logged(out);
     }
 
     /// The partitions the configuration asks for, as far as metadata knows them, and whether
@@ -1636,6 +1697,23 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
 
 /// Why a partition with a local log is not fetched, when the configuration does not follow it.
 const NOT_FOLLOWED: &str = "not in `follow`; its log and checkpoint entries stay";
+
+/// The topics `cfg` follows, each once.
+fn followed_topics(cfg: &Config) -> Vec<String> {
+    let topics: BTreeSet<String> = cfg.follow.iter().map(|f| f.topic.clone()).collect();
+    topics.into_iter().collect()
+}
+
+/// The `error` label a failed metadata refresh is counted under (see
+/// [`crate::live::METADATA_ERROR_KINDS`]): a broker refused our TLS or SASL settings, no
+/// broker answered, or the answer could not be used.
+fn metadata_error_kind(e: &anyhow::Error) -> &'static str {
+    match e.downcast_ref::<cluster::NoBrokerAnswered>() {
+        Some(none) if none.refused() > 0 => "refused",
+        Some(_) => "unreachable",
+        None => "failed",
+    }
+}
 
 fn log_figures(log: &crate::log::partition::PartitionLog) -> crate::live::LogFigures {
     crate::live::LogFigures {

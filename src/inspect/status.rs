@@ -130,6 +130,78 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
     }
 }
 
+/// The followed partitions without a local log: the running daemon's list (it knows what
+/// the leader's metadata lists for a whole topic), else what `follow` and the logs say.
+pub fn not_yet(
+    dd: &DataDirStatus,
+    follow: &[crate::config::Follow],
+    parts: &[PartitionStatus],
+) -> Vec<(String, Option<i32>)> {
+    match dd.live.as_ref().and_then(|l| l.leader.as_ref()) {
+        Some(leader) => leader
+            .not_yet_logged
+            .iter()
+            .map(|n| (n.topic.clone(), n.partition))
+            .collect(),
+        None => not_yet_logged(follow, parts),
+    }
+}
+
+/// The top-level line on the leader: whether it answers metadata, since when it does not,
+/// how many refreshes failed and the last failure (`None` when no daemon runs).
+pub fn leader_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
+    let leader = dd.live.as_ref()?.leader.as_ref()?;
+    let errors = leader.error_count();
+    let ago = |ms: i64| {
+        crate::logging::Human(std::time::Duration::from_millis(
+            now_ms.saturating_sub(ms).max(0) as u64,
+        ))
+    };
+    Some(match (leader.reachable, leader.unreachable_since_ms) {
+        (true, _) => format!(
+            "leader: reachable, metadata answered {} ago ({errors} metadata errors since start)",
+            leader
+                .last_success_ms
+                .map_or_else(|| "-".to_string(), |t| ago(t).to_string())
+        ),
+        (false, Some(since)) => format!(
+            "leader: UNREACHABLE since {} (for {}; {errors} metadata errors{}; last: {})",
+            crate::logging::format_utc(since),
+            ago(since),
+            match leader.last_success_ms {
+                Some(t) => format!(", last answer {} ago", ago(t)),
+                None => ", never answered since start".to_string(),
+            },
+            leader.last_error.as_deref().unwrap_or("-")
+        ),
+        (false, None) => "leader: not asked yet".to_string(),
+    })
+}
+
+/// `status --json`'s `leader` object (`null` when no daemon runs).
+fn leader_json(dd: &DataDirStatus) -> String {
+    let Some(leader) = dd.live.as_ref().and_then(|l| l.leader.as_ref()) else {
+        return "null".to_string();
+    };
+    let errors: Vec<String> = leader
+        .errors
+        .iter()
+        .map(|(k, n)| format!("{}: {n}", json_string(k)))
+        .collect();
+    format!(
+        "{{\"reachable\": {}, \"last_metadata_success_ms\": {}, \"unreachable_since_ms\": {}, \"metadata_errors\": {}, \"metadata_errors_by_kind\": {{{}}}, \"last_metadata_error\": {}}}",
+        leader.reachable,
+        opt(leader.last_success_ms, "null"),
+        opt(leader.unreachable_since_ms, "null"),
+        leader.error_count(),
+        errors.join(", "),
+        leader
+            .last_error
+            .as_deref()
+            .map_or_else(|| "null".to_string(), json_string)
+    )
+}
+
 /// While the daemon runs, each partition gets its live figures, and its high watermark is
 /// the daemon's, not a checkpoint's that may not be written yet.
 pub fn apply_live(dd: &DataDirStatus, parts: &mut [PartitionStatus]) {
@@ -450,7 +522,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"missing_topics\": [{}], \"not_yet_logged\": [{}]}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"leader\": {}, \"missing_topics\": [{}], \"not_yet_logged\": [{}]}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
         opt(dd.free_bytes, "null"),
@@ -459,6 +531,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         failed.join(", "),
         str_or_null(&dd.disk_full),
         dd.live.is_some(),
+        leader_json(dd),
         dd.live
             .as_ref()
             .map(|l| l
@@ -533,6 +606,10 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             "not running, not stopped cleanly: figures from the checkpoint files and the logs past them\n",
         ),
         (None, None) => s.push_str("not running: figures from the checkpoint files\n"),
+    }
+    if let Some(line) = leader_line(dd, crate::log::partition::now_ms()) {
+        s.push_str(&line);
+        s.push('\n');
     }
     render_unflushed(&mut s, parts);
     if let Some(c) = &dd.cluster_id {

@@ -11,6 +11,7 @@ pub mod batches;
 pub mod docs;
 pub mod fetch_session;
 pub mod sasl;
+pub mod scrape;
 pub mod test_leader;
 pub mod tls;
 
