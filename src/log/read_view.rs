@@ -115,7 +115,21 @@ impl LogView {
         tp: &TopicPartition,
         checkpoints: &StoppedCheckpoints,
     ) -> Result<Option<LogView>> {
-        let dir = data_dir.join(tp.dir_name());
+        Self::open_stopped_dir(
+            &data_dir.join(tp.dir_name()),
+            checkpoints.log_start.get(tp).copied(),
+            checkpoints.high_watermark.get(tp).copied(),
+        )
+    }
+
+    /// The view of the stopped log in `dir` with the log start and high watermark its
+    /// checkpoints give (`None`: its first segment and its log end). An archived history,
+    /// which no checkpoint names, is read whole this way.
+    pub fn open_stopped_dir(
+        dir: &Path,
+        checkpointed_log_start: Option<i64>,
+        checkpointed_high_watermark: Option<i64>,
+    ) -> Result<Option<LogView>> {
         let bases = list_segment_bases(&dir)?;
         let (Some(&first), Some(&last)) = (bases.first(), bases.last()) else {
             return Ok(None);
@@ -135,16 +149,8 @@ impl LogView {
                 index_hint: None,
             });
         }
-        let log_start_offset = checkpoints
-            .log_start
-            .get(tp)
-            .copied()
-            .unwrap_or(first)
-            .max(first);
-        let high_watermark = checkpoints
-            .high_watermark
-            .get(tp)
-            .copied()
+        let log_start_offset = checkpointed_log_start.unwrap_or(first).max(first);
+        let high_watermark = checkpointed_high_watermark
             .unwrap_or(log_end)
             .clamp(log_start_offset, log_end.max(log_start_offset));
         let last_stable_offset =
