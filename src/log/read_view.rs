@@ -130,11 +130,11 @@ impl LogView {
         checkpointed_log_start: Option<i64>,
         checkpointed_high_watermark: Option<i64>,
     ) -> Result<Option<LogView>> {
-        let bases = list_segment_bases(&dir)?;
+        let bases = list_segment_bases(dir)?;
         let (Some(&first), Some(&last)) = (bases.first(), bases.last()) else {
             return Ok(None);
         };
-        let log_end = segment_end_offset(&dir, last)?.max(last);
+        let log_end = segment_end_offset(dir, last)?.max(last);
         let mut segments = Vec::with_capacity(bases.len());
         for (i, &base) in bases.iter().enumerate() {
             let log_path = dir.join(segment::file_name(base, "log"));
@@ -154,9 +154,9 @@ impl LogView {
             .unwrap_or(log_end)
             .clamp(log_start_offset, log_end.max(log_start_offset));
         let last_stable_offset =
-            last_stable_offset(&dir, &bases, high_watermark)?.min(high_watermark);
+            last_stable_offset(dir, &bases, high_watermark)?.min(high_watermark);
         Ok(Some(LogView {
-            topic_id: identity::read_topic_id(&dir).unwrap_or(None),
+            topic_id: identity::read_topic_id(dir).unwrap_or(None),
             log_start_offset,
             high_watermark,
             last_stable_offset,
