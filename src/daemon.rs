@@ -669,7 +669,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     // Readers are served what was loaded from here on; the listener's threads are not
     // watched by the watchdog (a slow client must not restart the daemon).
     let mut server = crate::serve::ServeOptions::from_section(&cfg.serve)?
-        .map(|o| crate::serve::Server::start(o, crate::serve::source::Source::Live(logs.clone())))
+        .map(|o| crate::serve::Server::start(o, crate::serve::source::Source::live(logs.clone())))
         .transpose()?;
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;
     let manager = FetcherManager::new(cfg.clone(), logs.clone(), security);

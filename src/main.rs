@@ -18,8 +18,8 @@ Usage: replica-follower run --config FILE
   or:  replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET] [--count N] [--records]
   or:  replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]
   or:  replica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339
-  or:  replica-follower verify --data-dir DIR [--all]
-  or:  replica-follower verify --config FILE [--against-leader | --all]
+  or:  replica-follower verify --data-dir DIR [--all] [--topic T [--partition P]]
+  or:  replica-follower verify --config FILE [--against-leader | --all] [--topic T [--partition P]]
   or:  replica-follower repair --config FILE
   or:  replica-follower serve --data-dir DIR --listen ADDR [--advertised ADDR]
   or:  replica-follower serve --config FILE [--data-dir DIR] [--listen ADDR] [--advertised ADDR]
@@ -39,6 +39,10 @@ Commands:
   check-config  validate a configuration file
   add-user      write a user's SCRAM credentials into the serve listener's users file
 
+An archived history (a re-created topic's old data, `<topic>-<p>.<old id>.archived/`) is read
+as topic `<topic>.<old id>.archived` by dump, offsets, verify --topic and serve; `status`
+prints the name.
+
 Exit codes:
   0  success
   1  runtime failure
@@ -54,22 +58,22 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower run --config FILE\n\nRuns the daemon in the foreground. SIGTERM or SIGINT: stop fetching, flush, write\ncheckpoints, exit 0. SIGHUP: re-read FILE (partitions added to `follow` start, removed\nones stop; a broken file is refused and the running configuration stays). Exit 1 at start-up when the brokers report another cluster id\nthan the data dir recorded (nothing is changed), exit 2 on a bad config. Log level from\nRF_LOG (error|warn|info|debug).\n"
         }
         "status" => {
-            "replica-follower status --data-dir DIR [--json]\nreplica-follower status --config FILE [--json]\n\nWith --config: that configuration's data dir, and the followed partitions (or topics)\nthat have no local log yet.\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics. Read-only; works while\nthe daemon runs, and then also says whether the leader answers metadata (`leader:`\nline: since when it does not, how many refreshes failed, the last error), the followed\ntopics missing on the leader and the followed partitions with no local log yet.\n"
+            "replica-follower status --data-dir DIR [--json]\nreplica-follower status --config FILE [--json]\n\nWith --config: that configuration's data dir, and the followed partitions (or topics)\nthat have no local log yet.\n\nPer partition: log start, log end, high watermark, last stable offset, recovery point,\nleader epoch, segments and bytes; ranges lost upstream and kept in diverged/; the\nsource cluster id and archived histories of re-created topics, each with the topic name\nit is read under (`<topic>.<old id>.archived`: give it to dump, offsets, verify --topic\nand Kafka clients of serve). Read-only; works while\nthe daemon runs, and then also says whether the leader answers metadata (`leader:`\nline: since when it does not, how many refreshes failed, the last error), the followed\ntopics missing on the leader and the followed partitions with no local log yet. Stopped\nuncleanly, the high watermark shown is the end of the whole, CRC-valid batches past each\nrecovery point (what serve serves and the next start keeps), and a tail past it that is\nnot whole batches is named.\n"
         }
         "dump" => {
-            "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET]\n                      [--count N] [--records]\n\nPrints the batches holding an offset from --from (default 0) to --to (inclusive,\ndefault the log end), one line each: offsets, position, size, magic, leader epoch,\ncodec, record count, max timestamp and timestamp type (CreateTime/LogAppendTime),\ntransactional and control flags, producer id, epoch and base sequence, the marker of\na control batch, CRC status. Under each, the records in the range (offset, timestamp,\nkey, value, headers; a control record as `COMMIT marker` or `ABORT marker (coordinator\nepoch N)`): of uncompressed batches only, or with --records of every v2 batch,\ndecompressed (gzip, snappy, lz4, zstd; at most 64 MiB a batch).\n--count N: at most N records with --records, at most N batches without.\nExit 1 when a damaged batch or tail was shown or records could not be decompressed or\ndecoded (`cannot …` lines name the segment and batch); 2 on a bad flag value.\n"
+            "replica-follower dump --data-dir DIR --topic T --partition P [--from OFFSET] [--to OFFSET]\n                      [--count N] [--records]\n\nPrints the batches holding an offset from --from (default 0) to --to (inclusive,\ndefault the log end), one line each: offsets, position, size, magic, leader epoch,\ncodec, record count, max timestamp and timestamp type (CreateTime/LogAppendTime),\ntransactional and control flags, producer id, epoch and base sequence, the marker of\na control batch, CRC status. Under each, the records in the range (offset, timestamp,\nkey, value, headers; a control record as `COMMIT marker` or `ABORT marker (coordinator\nepoch N)`): of uncompressed batches only, or with --records of every v2 batch,\ndecompressed (gzip, snappy, lz4, zstd; at most 64 MiB a batch).\nAn archived history (`<T>-<P>.<old id>.archived/`, see `status`) is read as topic\n`<T>.<old id>.archived`, partition P.\n--count N: at most N records with --records, at most N batches without.\nExit 1 when a damaged batch or tail was shown or records could not be decompressed or\ndecoded (`cannot …` lines name the segment and batch); 2 on a bad flag value.\n"
         }
         "offsets" => {
-            "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\nreplica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339\n\n--time: Kafka's classic answer from segment times: offsets before time MS (-1 latest,\n-2 earliest) from the local log, one a line, newest first, at most N (default 1).\nNothing when no segment is as old as MS (Kafka's answer is empty then too).\n\n--timestamp: the modern ListOffsets answer by record timestamp: the first offset (at or\nafter the log start) whose record timestamp is at or after T, found through the time\nindex and decompressing batches as needed; T in ms since the epoch or an RFC 3339\ndate-time with a zone (2026-11-30T07:12:03Z). Prints `offset=O timestamp=MS (UTC)`,\nor a line starting `none:` with the log end when no record qualifies (Kafka answers\n-1). Exit 1 when a damaged batch lies where the answer is sought; 2 on a bad T.\n"
+            "replica-follower offsets --data-dir DIR --topic T --partition P --time MS|-1|-2 [--max N]\nreplica-follower offsets --data-dir DIR --topic T --partition P --timestamp MS|RFC3339\n\n--time: Kafka's classic answer from segment times: offsets before time MS (-1 latest,\n-2 earliest) from the local log, one a line, newest first, at most N (default 1).\nNothing when no segment is as old as MS (Kafka's answer is empty then too).\n\n--timestamp: the modern ListOffsets answer by record timestamp: the first offset (at or\nafter the log start) whose record timestamp is at or after T, found through the time\nindex and decompressing batches as needed; T in ms since the epoch or an RFC 3339\ndate-time with a zone (2026-11-30T07:12:03Z). Prints `offset=O timestamp=MS (UTC)`,\nor a line starting `none:` with the log end when no record qualifies (Kafka answers\n-1). Exit 1 when a damaged batch lies where the answer is sought; 2 on a bad T.\n\nAn archived history (`<T>-<P>.<old id>.archived/`, see `status`) is read as topic\n`<T>.<old id>.archived`, partition P: its log start is its first segment, its end (and\nhigh watermark) its last batch.\n"
         }
         "verify" => {
-            "replica-follower verify --data-dir DIR [--all]\nreplica-follower verify --config FILE [--against-leader | --all]\n\nWhile a daemon runs on the data dir, each partition is checked up to its checkpointed\nrecovery point (fsynced, so stable) and what lies past it is reported as in flight, so a\ncheck from a timer raises no false alarm. A replica stopped uncleanly (kill -9, power\nloss: no clean-shutdown marker) is checked whole below each recovery point and, past it,\nas the next start will judge it: whole, CRC-valid batches are kept, and a tail that is not\nwhole batches (a torn write) is reported as a `note:` line, not a problem, since the next\nstart cuts it; damage below a recovery point is a problem. --all checks every byte and\ncounts such a tail as a problem. Checks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). A partition that cannot be compared (no\nleader, another topic id, a leader answering no batch below its high watermark even when\nasked again) is named and is a failure. Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
+            "replica-follower verify --data-dir DIR [--all] [--topic T [--partition P]]\nreplica-follower verify --config FILE [--against-leader | --all] [--topic T [--partition P]]\n\nWhile a daemon runs on the data dir, each partition is checked up to its checkpointed\nrecovery point (fsynced, so stable) and what lies past it is reported as in flight, so a\ncheck from a timer raises no false alarm. A replica stopped uncleanly (kill -9, power\nloss: no clean-shutdown marker) is checked whole below each recovery point and, past it,\nas the next start will judge it: whole, CRC-valid batches are kept, and a tail that is not\nwhole batches (a torn write) is reported as a `note:` line, not a problem, since the next\nstart cuts it; damage below a recovery point is a problem. --all checks every byte and\ncounts such a tail as a problem. Checks every batch CRC and the offset order (gaps are fine, overlaps are not), every\nindex entry, .txnindex entries against the ABORT markers, partition.metadata,\nmeta.properties, the diverged/ copies, archived histories and the checkpoint files.\nExit 1 and one line per problem when anything is wrong. --config FILE: the data dir\nof that configuration.\n\n--topic T [--partition P]: only the partitions of topic T (only P), their logs and\ncheckpoint entries. An archived history is selected by the name `status` prints,\n`<topic>.<old id>.archived`. Exit 1 when nothing has that name.\n\n--against-leader (needs --config: its bootstrap brokers): instead compares each\nfollowed partition with a local log with its leader, over the offsets the leader still\nholds (its log start to min(its high watermark, the local log end)): batch offsets,\nCRC and leader epoch, and each local batch's own CRC. One line per hole (offsets the\nleader has and the replica lacks, with the segments before and after it), per damaged\nor differing batch, and, as `info`, per local batch the leader no longer has\n(compaction, retention: kept, not a failure). A partition that cannot be compared (no\nleader, another topic id, a leader answering no batch below its high watermark even when\nasked again) is named and is a failure. Read-only. Exit 0 when nothing is wrong,\n1 otherwise; `replica-follower repair` re-fetches what it names.\n"
         }
         "repair" => {
             "replica-follower repair --config FILE\n\nWith the daemon stopped (it takes the data-dir lock as `run` does), compares each\nfollowed partition with its leader as `verify --against-leader` does and re-fetches\nexactly what is missing or damaged: a hole becomes a segment of its own, named by its\nfirst offset; a segment with damaged or differing batches is rewritten from the\nleader's batches for its offset range (its old bytes kept in damaged/). Every fetched\nbatch is CRC-checked before it is written; files are written to a staging folder,\nfsynced and renamed into place; no other segment is touched. Prints one line per step.\nExit 0 when everything was repaired or nothing needed it, 1 when something could not\nbe (the leader no longer has it, the leader is unreachable, ...), 2 on a bad config.\n"
         }
         "serve" => {
-            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark; after an unclean stop (no clean-shutdown\nmarker), up to the end of the whole, CRC-valid batches past each recovery point, as the\nnext start keeps them, saying once what it found there and never serving a torn tail. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS and SASL (serve.protocol = \"SASL_SSL\" in FILE, or SSL, or\nSASL_PLAINTEXT), listen on loopback or a trusted network.\n"
+            "replica-follower serve --data-dir DIR --listen HOST:PORT [--advertised HOST:PORT]\nreplica-follower serve --config FILE [--data-dir DIR] [--listen HOST:PORT] [--advertised HOST:PORT]\n\nServes the stopped replica in DIR as a read-only Kafka broker (node 0) until SIGTERM or\nSIGINT (exit 0): ApiVersions, Metadata, ListOffsets, Fetch and OffsetForLeaderEpoch, up\nto each partition's checkpointed high watermark; each archived history of a re-created\ntopic whole, as topic `<topic>.<old id>.archived` (the name `status` prints; hidden if\na live topic has that name). After an unclean stop (no clean-shutdown marker), each\npartition is served up to the end of the whole, CRC-valid batches past its recovery point,\nas the next start keeps them; it says once what it found there and never serves a torn\ntail. Takes the data-dir lock as `run` does\n(exit 1 while a daemon holds it) and changes nothing in DIR. --advertised: the address\nMetadata gives clients (default: the one listened on). Exit 1 when ADDR cannot be bound.\n--config FILE: the data dir and the whole [serve] section of that daemon configuration\n(listen, advertised, node_id, limits, protocol and TLS files); the flags given override\nit. Without TLS and SASL (serve.protocol = \"SASL_SSL\" in FILE, or SSL, or\nSASL_PLAINTEXT), listen on loopback or a trusted network.\n"
         }
         "check-config" => {
             "replica-follower check-config --config FILE\n\nValidates FILE; exit 2 with the key and line of the first problem. Then checks that\nthe user running it can create files in data_dir (or, when it does not exist yet, in the\nnearest existing directory above it, where `run` creates it) by creating and removing a\nfile `.check-config-<pid>.tmp` there; exit 1 when it cannot (a read-only file system,\nno permission). Run it as the service's user: as root it says nothing of that user.\n"
@@ -217,7 +221,10 @@ fn main() -> ExitCode {
             &["data-dir", "topic", "partition", "time", "max", "timestamp"],
             &[],
         ),
-        "verify" => spec(&["data-dir", "config"], &["against-leader", "all"]),
+        "verify" => spec(
+            &["data-dir", "config", "topic", "partition"],
+            &["against-leader", "all"],
+        ),
         "repair" => spec(&["config"], &[]),
         "serve" => spec(&["data-dir", "listen", "advertised", "config"], &[]),
         "add-user" => Spec {
@@ -427,6 +434,12 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
         }
         "verify" => {
             let against_leader = args.flags.iter().any(|f| f == "against-leader");
+            if against_leader && args.values.contains_key("topic") {
+                return Err(
+                    "--against-leader compares every followed partition; it takes no --topic"
+                        .into(),
+                );
+            }
             let dir = match (args.values.get("data-dir"), args.values.get("config")) {
                 (Some(_), Some(_)) => {
                     return Err("`verify` takes --data-dir or --config, not both".into());
@@ -445,7 +458,16 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 },
             };
             let all = args.flags.iter().any(|f| f == "all");
-            let verified = inspect::verify::verify_with(&dir, all);
+            let only = match (args.values.get("topic"), args.num::<i32>("partition")?) {
+                (None, None) => None,
+                (None, Some(_)) => return Err("--partition needs --topic".into()),
+                (Some(_), Some(p)) if p < 0 => return Err("--partition must be ≥ 0".into()),
+                (Some(t), partition) => Some(inspect::verify::Selection {
+                    topic: t.clone(),
+                    partition,
+                }),
+            };
+            let verified = inspect::verify::verify_selected(&dir, all, only.as_ref());
             if let Ok(r) = &verified {
                 for (tp, t) in r.unflushed.iter().filter(|(_, t)| t.damage.is_some()) {
                     println!("note: {tp}: not stopped cleanly: {}", t.describe());
@@ -453,13 +475,21 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             }
             match verified {
                 Ok(r) if r.problems.is_empty() => {
-                    let archived = if r.archived > 0 {
-                        format!(
-                            " (segments and batches include {})",
-                            count(r.archived, "archived history", "archived histories")
+                    let histories = count(r.archived, "archived history", "archived histories");
+                    // Only archived histories selected (`--topic <topic>.<id>.archived`):
+                    // they are what was verified.
+                    let (what, archived) = if r.partitions == 0 && r.archived > 0 {
+                        (histories, String::new())
+                    } else if r.archived > 0 {
+                        (
+                            count(r.partitions, "partition", "partitions"),
+                            format!(" (segments and batches include {histories})"),
                         )
                     } else {
-                        String::new()
+                        (
+                            count(r.partitions, "partition", "partitions"),
+                            String::new(),
+                        )
                     };
                     let in_flight = if r.in_flight_bytes > 0 {
                         format!(
@@ -480,8 +510,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                         )
                     };
                     println!(
-                        "ok: {}, {}, {} verified{archived}{in_flight}{unflushed}",
-                        count(r.partitions, "partition", "partitions"),
+                        "ok: {what}, {}, {} verified{archived}{in_flight}{unflushed}",
                         count(r.segments, "segment", "segments"),
                         count(r.batches, "batch", "batches")
                     );

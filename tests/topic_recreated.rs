@@ -219,7 +219,8 @@ fn a_recreated_topic_archives_the_old_history_intact_and_follows_the_new_one() {
     let want: Vec<serde_json::Value> = (0..PARTITIONS)
         .map(|p| {
             json!({"topic": TOPIC, "partition": p, "topic_id": old_id,
-                "path": expected[p as usize].display().to_string()})
+                "path": expected[p as usize].display().to_string(),
+                "read_as_topic": format!("{TOPIC}.{old_id}.archived")})
         })
         .collect();
     assert_eq!(archived, want, "{st}");

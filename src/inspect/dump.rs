@@ -142,7 +142,7 @@ pub fn dump(
     out: &mut impl Write,
 ) -> Result<DumpSummary> {
     let mut summary = DumpSummary::default();
-    let dir = super::partition_dir(data_dir, tp)?;
+    let dir = super::partition_dir(data_dir, tp)?.path;
     let DumpRange {
         from,
         to,

@@ -22,6 +22,7 @@
 //! and the segment scanned from its start. Every batch scanned has its CRC checked: an answer
 //! never rests on a damaged batch (that is an error naming the segment and byte).
 
+use super::PartitionDir;
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::partition::list_segment_bases;
 use crate::log::segment;
@@ -64,9 +65,26 @@ pub fn offsets_before(
     picked
 }
 
+/// `tp`'s entry in the data dir's checkpoint file `name`; none for an archived history,
+/// which the checkpoints do not name.
+fn checkpointed(
+    data_dir: &Path,
+    at: &PartitionDir,
+    tp: &TopicPartition,
+    name: &str,
+) -> Option<i64> {
+    if at.archived.is_some() {
+        return None;
+    }
+    checkpoint::read_offsets(&data_dir.join(name))
+        .ok()
+        .and_then(|m| m.get(tp).copied())
+}
+
 pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> Result<Vec<i64>> {
-    let dir = super::partition_dir(data_dir, tp)?;
-    let bases = list_segment_bases(&dir)?;
+    let at = super::partition_dir(data_dir, tp)?;
+    let dir = &at.path;
+    let bases = list_segment_bases(dir)?;
     let mut entries = Vec::new();
     let mut last_size = 0;
     for b in &bases {
@@ -82,15 +100,13 @@ pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> R
         last_size = meta.len();
     }
     let leo = match bases.last() {
-        Some(b) => crate::log::read_view::segment_end_offset(&dir, *b)?,
+        Some(b) => crate::log::read_view::segment_end_offset(dir, *b)?,
         None => 0,
     };
     if last_size > 0 {
         entries.push((leo, crate::log::partition::now_ms()));
     }
-    let hw = checkpoint::read_offsets(&data_dir.join(checkpoint::REPLICATION_OFFSET))
-        .ok()
-        .and_then(|m| m.get(tp).copied())
+    let hw = checkpointed(data_dir, &at, tp, checkpoint::REPLICATION_OFFSET)
         .unwrap_or(leo)
         .min(leo);
     Ok(offsets_before(&entries, hw, time, max))
@@ -125,19 +141,18 @@ pub fn offset_for_timestamp(
     target: i64,
     notes: &mut Vec<String>,
 ) -> Result<TimestampAnswer> {
-    let dir = super::partition_dir(data_dir, tp)?;
-    let bases = list_segment_bases(&dir)?;
-    let log_start = checkpoint::read_offsets(&data_dir.join(checkpoint::LOG_START_OFFSET))
-        .ok()
-        .and_then(|m| m.get(tp).copied())
+    let at = super::partition_dir(data_dir, tp)?;
+    let dir = &at.path;
+    let bases = list_segment_bases(dir)?;
+    let log_start = checkpointed(data_dir, &at, tp, checkpoint::LOG_START_OFFSET)
         .or_else(|| bases.first().copied())
         .unwrap_or(0);
     let spans: Vec<(i64, Option<u64>)> = bases.iter().map(|&b| (b, None)).collect();
-    if let Some(found) = find_by_timestamp(&dir, &spans, log_start, i64::MAX, target, notes)? {
+    if let Some(found) = find_by_timestamp(dir, &spans, log_start, i64::MAX, target, notes)? {
         return Ok(found);
     }
     let log_end = match bases.last() {
-        Some(b) => crate::log::read_view::segment_end_offset(&dir, *b)?,
+        Some(b) => crate::log::read_view::segment_end_offset(dir, *b)?,
         None => 0,
     };
     Ok(TimestampAnswer::None { log_end })

@@ -51,8 +51,8 @@ pub struct PartitionStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DataDirStatus {
     pub cluster_id: Option<String>,
-    /// (topic, partition, old topic id, path) of each archived history.
-    pub archived: Vec<(String, i32, String, String)>,
+    /// Each archived history, with the topic name it is read and served under.
+    pub archived: Vec<identity::Archived>,
     /// Why fetching is stopped for the whole data dir, when it is.
     pub fetching_stopped: Option<String>,
     /// Bytes free on the data dir's filesystem (appends pause below `log.min_free_bytes`).
@@ -105,11 +105,7 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         notes.push(format!("{e:#}"));
         None
     });
-    let archived = identity::list_archived(data_dir)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(p, t, part, id)| (t, part, id, p.display().to_string()))
-        .collect();
+    let archived = identity::list_archived(data_dir).unwrap_or_default();
     let fetching_stopped = std::fs::read_to_string(data_dir.join(FETCH_STOPPED_FILE))
         .ok()
         .map(|s| s.trim().to_string());
@@ -498,12 +494,14 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let archived: Vec<String> = dd
         .archived
         .iter()
-        .map(|(t, p, id, path)| {
+        .map(|a| {
             format!(
-                "{{\"topic\": {}, \"partition\": {p}, \"topic_id\": {}, \"path\": {}}}",
-                json_string(t),
-                json_string(id),
-                json_string(path)
+                "{{\"topic\": {}, \"partition\": {}, \"topic_id\": {}, \"path\": {}, \"read_as_topic\": {}}}",
+                json_string(&a.topic),
+                a.partition,
+                json_string(&a.topic_id),
+                json_string(&a.path.display().to_string()),
+                json_string(&a.name)
             )
         })
         .collect();
@@ -760,9 +758,13 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             ));
         }
     }
-    for (t, p, id, path) in &dd.archived {
+    for a in &dd.archived {
+        let (name, p) = (&a.name, a.partition);
         s.push_str(&format!(
-            "{t}-{p}: history of topic id {id} archived in {path}\n"
+            "{}-{p}: history of topic id {} archived in {}\n  read it as topic {name} partition {p}: dump|offsets|verify --topic {name} --partition {p}; `serve` serves it as topic {name}, read-only\n",
+            a.topic,
+            a.topic_id,
+            a.path.display()
         ));
     }
     s

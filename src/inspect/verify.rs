@@ -460,7 +460,34 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport> {
 /// reported, not a problem: damage below the recovery point still is. Otherwise everything
 /// is checked.
 pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
+    verify_selected(data_dir, all, None)
+}
+
+/// The partitions `verify --topic T [--partition P]` checks: those of topic T, live ones
+/// by their name, archived histories by the name they are read under
+/// (`<topic>.<old id>.archived`), and of those only partition P when given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub topic: String,
+    pub partition: Option<i32>,
+}
+
+impl Selection {
+    fn holds(&self, tp: &TopicPartition) -> bool {
+        tp.topic == self.topic && self.partition.is_none_or(|p| p == tp.partition)
+    }
+}
+
+/// [`verify_with`] of the partitions `only` selects (all of them when `None`). A selection
+/// checks their logs and their checkpoint entries, not the data dir's other files; one that
+/// selects nothing is an error naming it.
+pub fn verify_selected(
+    data_dir: &Path,
+    all: bool,
+    only: Option<&Selection>,
+) -> Result<VerifyReport> {
     crate::log::manager::existing_data_dir(data_dir)?;
+    let selected = |tp: &TopicPartition| only.is_none_or(|s| s.holds(tp));
     let running = if all {
         None
     } else {
@@ -482,7 +509,7 @@ pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
     } else {
         BTreeMap::new()
     };
-    for tp in partition_dirs(data_dir)? {
+    for tp in partition_dirs(data_dir)?.into_iter().filter(selected) {
         // A directory without segments holds no local state (status leaves it out too);
         // running, one archived or removed meanwhile is skipped.
         let bases = match list_segment_bases(&data_dir.join(tp.dir_name())) {
@@ -527,19 +554,38 @@ pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
         }
         r.unflushed.push((tp, tail));
     }
-    if let Err(e) = identity::read_cluster_id(data_dir) {
+    if only.is_none()
+        && let Err(e) = identity::read_cluster_id(data_dir)
+    {
         r.problems.push(format!("{e:#}"));
     }
     // Archived histories are checked like live logs; they are not in the checkpoints.
-    for (path, _, _, _) in identity::list_archived(data_dir)? {
+    for a in identity::list_archived(data_dir)? {
+        if !selected(&a.tp()) {
+            continue;
+        }
         r.archived += 1;
-        verify_log_dir(&path, None, &mut r)?;
-        for (file, first, last) in diverged::list(&path)? {
+        verify_log_dir(&a.path, None, &mut r)?;
+        for (file, first, last) in diverged::list(&a.path)? {
             verify_record_file(&file, first, last, &mut r);
         }
     }
-    r.problems
-        .extend(super::not_a_data_dir(data_dir, r.partitions));
+    match only {
+        None => r
+            .problems
+            .extend(super::not_a_data_dir(data_dir, r.partitions)),
+        Some(s) if r.partitions + r.archived == 0 => {
+            let what = s.partition.map_or_else(
+                || format!("topic {}", s.topic),
+                |p| format!("{}-{p}", s.topic),
+            );
+            anyhow::bail!(
+                "{what}: no partition directory and no archived history read under that name in `{}` (`status` lists them)",
+                data_dir.display()
+            );
+        }
+        Some(_) => {}
+    }
     // Running, the checkpoints move on while this reads the logs (retention moves the log
     // start, new partitions appear): they are judged on a stopped replica only.
     let checkpoints: &[(&str, &str)] = if live {
@@ -554,7 +600,7 @@ pub fn verify_with(data_dir: &Path, all: bool) -> Result<VerifyReport> {
     for &(name, what) in checkpoints {
         match checkpoint::read_offsets(&data_dir.join(name)) {
             Ok(m) => {
-                for (tp, off) in m {
+                for (tp, off) in m.into_iter().filter(|(tp, _)| selected(tp)) {
                     match r.extents.get(&tp) {
                         None => r
                             .problems

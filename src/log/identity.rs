@@ -156,29 +156,73 @@ pub fn archive_path(data_dir: &Path, dir_name: &str, old_id: Option<Uuid>) -> Pa
     p
 }
 
-/// Archived partition directories: (path, topic, partition, old topic id text).
-pub fn list_archived(data_dir: &Path) -> Result<Vec<(PathBuf, String, i32, String)>> {
+/// An archived history: a partition directory moved aside when its topic was re-created.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Archived {
+    /// The topic and partition it was the history of.
+    pub topic: String,
+    pub partition: i32,
+    /// The old topic id as written in the directory name (`unknown-id` without one).
+    pub topic_id: String,
+    /// `<topic>.<old id>.archived` (`….archived.N` for the Nth copy of the same id): the
+    /// directory name without its `-<partition>`. The topic name `dump`, `offsets`,
+    /// `verify --topic` and `serve` read it under: Kafka's legal characters only, since the
+    /// topic and the id (URL-safe base64) are.
+    pub name: String,
+    pub path: PathBuf,
+}
+
+impl Archived {
+    /// The address of this history as a partition: (its read name, its partition).
+    pub fn tp(&self) -> crate::protocol::TopicPartition {
+        crate::protocol::TopicPartition::new(self.name.clone(), self.partition)
+    }
+
+    /// The old topic id, when the directory name holds one (not `unknown-id`).
+    pub fn old_id(&self) -> Option<Uuid> {
+        Uuid::parse(&self.topic_id)
+    }
+
+    /// Parses `<topic>-<partition>.<id>.archived[.N]`; `None` for any other name.
+    pub fn parse(data_dir: &Path, dir_name: &str) -> Option<Archived> {
+        // The last `.archived`: a topic may hold the word too.
+        let at = dir_name.rfind(ARCHIVED_SUFFIX)?;
+        let (stem, suffix) = dir_name.split_at(at);
+        let copy = suffix.get(ARCHIVED_SUFFIX.len()..).unwrap_or_default();
+        if !(copy.is_empty()
+            || copy
+                .strip_prefix('.')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+        {
+            return None;
+        }
+        // `<topic>-<partition>.<id>`: the id is the 22 characters after the last dot.
+        let (tp, id) = stem
+            .rsplit_once('.')
+            .filter(|(_, id)| id.len() == 22 || *id == "unknown-id")?;
+        let tp = crate::protocol::TopicPartition::parse_dir_name(tp)?;
+        Some(Archived {
+            name: format!("{}.{id}{suffix}", tp.topic),
+            topic: tp.topic,
+            partition: tp.partition,
+            topic_id: id.to_string(),
+            path: data_dir.join(dir_name),
+        })
+    }
+}
+
+/// Archived partition directories, sorted by topic, partition, id.
+pub fn list_archived(data_dir: &Path) -> Result<Vec<Archived>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(data_dir)
         .with_context(|| format!("failed to list `{}`", data_dir.display()))?
     {
         let entry = entry.with_context(|| format!("failed to list `{}`", data_dir.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(at) = name.find(ARCHIVED_SUFFIX) else {
-            continue;
-        };
-        let stem = &name[..at];
-        // `<topic>-<partition>.<id>`: the id is the last 22 characters after a dot.
-        let Some((tp, id)) = stem
-            .rsplit_once('.')
-            .filter(|(_, id)| id.len() == 22 || *id == "unknown-id")
-        else {
-            continue;
-        };
-        if let Some(tp) = crate::protocol::TopicPartition::parse_dir_name(tp)
+        if let Some(a) = Archived::parse(data_dir, &name)
             && entry.path().is_dir()
         {
-            out.push((entry.path(), tp.topic, tp.partition, id.to_string()));
+            out.push(a);
         }
     }
     out.sort();
@@ -236,7 +280,41 @@ mod tests {
         std::fs::create_dir(&b).unwrap();
         let listed = list_archived(d.path()).unwrap();
         assert_eq!(listed.len(), 2);
-        assert_eq!((listed[0].1.as_str(), listed[0].2), ("t", 0));
-        assert_eq!(listed[0].3, id.to_string());
+        assert_eq!((listed[0].topic.as_str(), listed[0].partition), ("t", 0));
+        assert_eq!(listed[0].topic_id, id.to_string());
+        assert_eq!(listed[0].name, format!("t.{id}.archived"));
+        assert_eq!(listed[1].name, format!("t.{id}.archived.2"));
+        assert_eq!(listed[1].path, b);
+    }
+
+    #[test]
+    fn archived_names_drop_the_partition_and_nothing_else_parses() {
+        let d = Path::new("/d");
+        let id = Uuid([7; 16]).to_string();
+        let a = Archived::parse(d, &format!("my-topic.archived-12.{id}.archived")).unwrap();
+        assert_eq!(
+            (a.topic.as_str(), a.partition, a.name.as_str()),
+            (
+                "my-topic.archived",
+                12,
+                format!("my-topic.archived.{id}.archived").as_str()
+            )
+        );
+        assert_eq!(a.old_id(), Some(Uuid([7; 16])));
+        let u = Archived::parse(d, "t-0.unknown-id.archived").unwrap();
+        assert_eq!(
+            (u.name.as_str(), u.old_id()),
+            ("t.unknown-id.archived", None)
+        );
+        for other in [
+            "t-0",
+            "t.archived-0",
+            &format!("t-0.{id}.archived.tmp"),
+            &format!("t-0.{id}.archived."),
+            &format!("t.{id}.archived"),
+            "t-0.short.archived",
+        ] {
+            assert_eq!(Archived::parse(d, other), None, "{other}");
+        }
     }
 }

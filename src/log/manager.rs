@@ -491,6 +491,23 @@ impl LogManager {
             .cloned()
     }
 
+    /// Whether any partition of `topic` has a log.
+    pub fn holds_topic(&self, topic: &str) -> bool {
+        let logs = self
+            .logs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        logs.range(TopicPartition::new(topic, i32::MIN)..)
+            .next()
+            .is_some_and(|(tp, _)| tp.topic == topic)
+    }
+
+    /// Changes whenever a log is added or removed (archived, deleted): a reader that caches
+    /// what the data dir holds looks again when it moved.
+    pub fn structure(&self) -> u64 {
+        self.structure.load(Ordering::SeqCst)
+    }
+
     pub fn all(&self) -> Vec<(TopicPartition, SharedLog)> {
         let logs = self
             .logs
@@ -873,6 +890,9 @@ impl LogManager {
         }
         // Anyone still holding this log (a checkpoint in progress) leaves it alone from now on.
         log.retired = true;
+        // Moved again now that the archive is there: a reader that listed the data dir
+        // between the first bump and the rename looks again.
+        self.structure.fetch_add(1, Ordering::SeqCst);
         drop(log);
         drop(logs);
         // The move has happened: what follows can only be reported, not undone.

@@ -154,19 +154,40 @@ impl LogView {
         checkpoints: &StoppedCheckpoints,
     ) -> Result<Option<(LogView, Option<UnflushedTail>)>> {
         let dir = data_dir.join(tp.dir_name());
-        let mut bases = list_segment_bases(&dir)?;
-        let unflushed = checkpoints.unflushed(&dir, tp, &bases)?;
+        let unflushed = checkpoints.unflushed(&dir, tp, &list_segment_bases(&dir)?)?;
+        let view = Self::open_stopped_dir(
+            &dir,
+            checkpoints.log_start.get(tp).copied(),
+            checkpoints.high_watermark.get(tp).copied(),
+            unflushed.as_ref(),
+        )?;
+        Ok(view.map(|v| (v, unflushed)))
+    }
+
+    /// The view of the stopped log in `dir` with the log start and high watermark its
+    /// checkpoints give (`None`: its first segment and its log end). An archived history,
+    /// which no checkpoint names, is read whole this way. With `unflushed` (a stop that was
+    /// not clean), the log ends at its whole, CRC-valid batches, and so does the high
+    /// watermark.
+    pub fn open_stopped_dir(
+        dir: &Path,
+        checkpointed_log_start: Option<i64>,
+        checkpointed_high_watermark: Option<i64>,
+        unflushed: Option<&UnflushedTail>,
+    ) -> Result<Option<LogView>> {
+        let mut bases = list_segment_bases(dir)?;
         // Segments past damage in the unflushed tail are not read: a reader would see a gap
         // where the damage is.
-        if let Some(d) = unflushed.as_ref().and_then(|t| t.damage.as_ref()) {
+        let damage = unflushed.and_then(|t| t.damage.as_ref());
+        if let Some(d) = damage {
             bases.retain(|&b| b <= d.base_offset);
         }
         let (Some(&first), Some(&last)) = (bases.first(), bases.last()) else {
             return Ok(None);
         };
-        let log_end = match &unflushed {
+        let log_end = match unflushed {
             Some(t) => t.valid_end,
-            None => segment_end_offset(&dir, last)?.max(last),
+            None => segment_end_offset(dir, last)?.max(last),
         };
         let mut segments = Vec::with_capacity(bases.len());
         for (i, &base) in bases.iter().enumerate() {
@@ -174,7 +195,7 @@ impl LogView {
             let mut size = std::fs::metadata(&log_path)
                 .with_context(|| format!("failed to stat `{}`", log_path.display()))?
                 .len();
-            if let Some(d) = unflushed.as_ref().and_then(|t| t.damage.as_ref())
+            if let Some(d) = damage
                 && d.base_offset == base
             {
                 size = size.min(d.position);
@@ -187,25 +208,16 @@ impl LogView {
                 index_hint: None,
             });
         }
-        let log_start_offset = checkpoints
-            .log_start
-            .get(tp)
-            .copied()
-            .unwrap_or(first)
-            .max(first);
-        let high_watermark = match &unflushed {
+        let log_start_offset = checkpointed_log_start.unwrap_or(first).max(first);
+        let high_watermark = match unflushed {
             Some(_) => log_end,
-            None => checkpoints
-                .high_watermark
-                .get(tp)
-                .copied()
-                .unwrap_or(log_end),
+            None => checkpointed_high_watermark.unwrap_or(log_end),
         }
         .clamp(log_start_offset, log_end.max(log_start_offset));
         let last_stable_offset =
-            last_stable_offset(&dir, &bases, high_watermark)?.min(high_watermark);
-        let view = LogView {
-            topic_id: identity::read_topic_id(&dir).unwrap_or(None),
+            last_stable_offset(dir, &bases, high_watermark)?.min(high_watermark);
+        Ok(Some(LogView {
+            topic_id: identity::read_topic_id(dir).unwrap_or(None),
             log_start_offset,
             high_watermark,
             last_stable_offset,
@@ -213,8 +225,7 @@ impl LogView {
             epochs: checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH))
                 .unwrap_or_default(),
             segments,
-        };
-        Ok(Some((view, unflushed)))
+        }))
     }
 }
 

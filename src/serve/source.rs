@@ -1,14 +1,17 @@
 //! Where the served partitions come from: the running daemon's logs (each snapshot taken
 //! under the partition lock, which is then released before any file or socket I/O) or a
-//! stopped data dir read once at start. And the walk that turns a snapshot into the byte
+//! stopped data dir read once at start; in both, the archived histories of re-created topics
+//! under their read names, read-only. And the walk that turns a snapshot into the byte
 //! ranges of whole batches a Fetch returns.
 
 use super::response::FileRange;
 use crate::checkpoint::TopicPartition;
+use crate::log::identity::{self, Archived};
 use crate::log::manager::{AppendSignal, LogManager, lock_log};
 use crate::log::read_view::{LogView, SegmentSpan, UnflushedTail};
 use crate::log::{offset_index, txn_index};
 use crate::protocol::fetch::AbortedTransaction;
+use crate::protocol::uuid::Uuid;
 use crate::record::BatchHeader;
 use crate::record::batch::{LOG_OVERHEAD, V2_HEADER_SIZE};
 use anyhow::{Context, Result};
@@ -16,21 +19,93 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug)]
 pub enum Source {
-    Live(Arc<LogManager>),
+    /// The running daemon's logs, and the archived histories beside them (looked for again
+    /// whenever the set of logs changed, as an archive is made then).
+    Live {
+        logs: Arc<LogManager>,
+        archived: Mutex<(Option<u64>, ArchivedViews)>,
+    },
     /// A stopped replica: nothing changes while it is served.
     Stopped {
         data_dir: PathBuf,
         views: BTreeMap<TopicPartition, LogView>,
+        archived: ArchivedViews,
         appended: Arc<AppendSignal>,
     },
 }
 
+/// The archived histories of a data dir, served read-only under their read names
+/// (`<topic>.<old id>.archived`, [`Archived::name`]), each whole: from its first segment to
+/// its last batch. They never change once made.
+#[derive(Debug, Default)]
+pub struct ArchivedViews {
+    views: BTreeMap<TopicPartition, (Archived, LogView)>,
+}
+
+impl ArchivedViews {
+    /// Reads the archived histories of `data_dir`, reusing the views of `known` for the
+    /// directories it already read. One that cannot be read is said and left out.
+    fn scan(data_dir: &Path, known: &ArchivedViews) -> ArchivedViews {
+        let listed = identity::list_archived(data_dir).unwrap_or_else(|e| {
+            crate::log_warn!("archived histories are not served: {e:#}");
+            Vec::new()
+        });
+        let mut views = BTreeMap::new();
+        for a in listed {
+            let tp = a.tp();
+            if let Some(v) = known.views.get(&tp).filter(|(k, _)| k.path == a.path) {
+                views.insert(tp, v.clone());
+                continue;
+            }
+            match LogView::open_stopped_dir(&a.path, None, None, None) {
+                Ok(Some(mut view)) => {
+                    // Only the first copy of an old id carries it: a topic id names one topic.
+                    if !a.name.ends_with(identity::ARCHIVED_SUFFIX) {
+                        view.topic_id = None;
+                    }
+                    views.insert(tp, (a, view));
+                }
+                Ok(None) => {}
+                Err(e) => crate::log_warn!(
+                    "archived history `{}` is not served: {e:#}",
+                    a.path.display()
+                ),
+            }
+        }
+        ArchivedViews { views }
+    }
+
+    /// The view of `tp`, without its topic id when the live log of the topic it was the
+    /// history of has that id again (a topic id names one topic).
+    fn view(
+        &self,
+        tp: &TopicPartition,
+        live_id: impl Fn(&TopicPartition) -> Option<Uuid>,
+    ) -> Option<LogView> {
+        let (a, view) = self.views.get(tp)?;
+        let mut view = view.clone();
+        if view.topic_id.is_some()
+            && live_id(&TopicPartition::new(a.topic.clone(), a.partition)) == view.topic_id
+        {
+            view.topic_id = None;
+        }
+        Some(view)
+    }
+}
+
 impl Source {
-    /// Reads every partition of a stopped data dir, changing nothing.
+    pub fn live(logs: Arc<LogManager>) -> Source {
+        Source::Live {
+            logs,
+            archived: Mutex::default(),
+        }
+    }
+
+    /// Reads every partition and archived history of a stopped data dir, changing nothing.
     pub fn stopped(data_dir: &Path) -> Result<Source> {
         let mut views = BTreeMap::new();
         let checkpoints = crate::log::read_view::StoppedCheckpoints::read(data_dir);
@@ -51,41 +126,93 @@ impl Source {
         Ok(Source::Stopped {
             data_dir: data_dir.to_path_buf(),
             views,
+            archived: ArchivedViews::scan(data_dir, &ArchivedViews::default()),
             appended: Arc::default(),
         })
     }
 
     pub fn data_dir(&self) -> &Path {
         match self {
-            Source::Live(logs) => logs.data_dir(),
+            Source::Live { logs, .. } => logs.data_dir(),
             Source::Stopped { data_dir, .. } => data_dir,
         }
     }
 
     pub fn appended(&self) -> &Arc<AppendSignal> {
         match self {
-            Source::Live(logs) => logs.appended(),
+            Source::Live { logs, .. } => logs.appended(),
             Source::Stopped { appended, .. } => appended,
         }
     }
 
-    pub fn partitions(&self) -> Vec<TopicPartition> {
+    /// Calls `f` with the archived histories, looked for again when the daemon's set of
+    /// logs changed since the last look.
+    fn with_archived<T>(&self, f: impl FnOnce(&ArchivedViews) -> T) -> T {
         match self {
-            Source::Live(logs) => logs.all().into_iter().map(|(tp, _)| tp).collect(),
-            Source::Stopped { views, .. } => views.keys().cloned().collect(),
+            Source::Stopped { archived, .. } => f(archived),
+            Source::Live { logs, archived } => {
+                let mut cached = archived
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let now = logs.structure();
+                if cached.0 != Some(now) {
+                    let fresh = ArchivedViews::scan(logs.data_dir(), &cached.1);
+                    *cached = (Some(now), fresh);
+                }
+                f(&cached.1)
+            }
         }
     }
 
-    /// A snapshot for reading from `from` (`i64::MIN`: every segment).
-    pub fn view(&self, tp: &TopicPartition, from: i64) -> Option<LogView> {
+    /// Whether a live partition of `topic` is served: it hides an archived history read
+    /// under the same name.
+    fn holds_live_topic(&self, topic: &str) -> bool {
         match self {
-            Source::Live(logs) => {
+            Source::Live { logs, .. } => logs.holds_topic(topic),
+            Source::Stopped { views, .. } => views
+                .range(TopicPartition::new(topic, i32::MIN)..)
+                .next()
+                .is_some_and(|(tp, _)| tp.topic == topic),
+        }
+    }
+
+    /// The served partitions: the logs, then the archived histories under their read names.
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        let mut out: Vec<TopicPartition> = match self {
+            Source::Live { logs, .. } => logs.all().into_iter().map(|(tp, _)| tp).collect(),
+            Source::Stopped { views, .. } => views.keys().cloned().collect(),
+        };
+        let archived: Vec<TopicPartition> =
+            self.with_archived(|a| a.views.keys().cloned().collect());
+        out.extend(
+            archived
+                .into_iter()
+                .filter(|tp| !self.holds_live_topic(&tp.topic)),
+        );
+        out
+    }
+
+    /// The log view of `tp` when it is a log (not an archived history).
+    fn log_view(&self, tp: &TopicPartition, from: i64) -> Option<LogView> {
+        match self {
+            Source::Live { logs, .. } => {
                 let log = logs.get(tp)?;
                 let log = lock_log(&log);
                 Some(log.read_view(from))
             }
             Source::Stopped { views, .. } => views.get(tp).cloned(),
         }
+    }
+
+    /// A snapshot for reading from `from` (`i64::MIN`: every segment).
+    pub fn view(&self, tp: &TopicPartition, from: i64) -> Option<LogView> {
+        if let Some(v) = self.log_view(tp, from) {
+            return Some(v);
+        }
+        if self.holds_live_topic(&tp.topic) {
+            return None;
+        }
+        self.with_archived(|a| a.view(tp, |live| self.log_view(live, i64::MAX)?.topic_id))
     }
 }
 

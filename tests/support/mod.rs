@@ -1189,3 +1189,81 @@ pub fn spawn_serve(data_dir: &Path, listen: &str) -> Child {
     });
     child
 }
+
+/// What [`recreate_followed_topic`] leaves: the daemon still running, the old topic's id and
+/// its records per partition as a consumer read them before the deletion, and the new
+/// topic's log end.
+pub struct Recreated {
+    pub daemon: Daemon,
+    pub old_id: String,
+    pub old_records: Vec<Vec<Value>>,
+    pub new_end: i64,
+}
+
+/// A topic of `partitions` partitions on a Tansu `leader` (300 records uncompressed then 100
+/// zstd in each), followed by a daemon configured with the `extra` sections until caught up,
+/// then deleted and re-created with 120 records a partition: returns once every partition's
+/// old history is in `<topic>-<p>.<old id>.archived/` and the new topic is caught up.
+pub fn recreate_followed_topic(
+    leader: &mut Leader,
+    dir: &Path,
+    data: &Path,
+    topic: &str,
+    partitions: i32,
+    extra: &str,
+) -> Recreated {
+    leader.create_topic(topic, partitions);
+    let mut old_records = Vec::new();
+    for p in 0..partitions {
+        leader.produce(topic, p, 300, "none", 10 + p as u64);
+        let end = leader.produce(topic, p, 100, "zstd", 20 + p as u64).1 + 1;
+        let records = consume_all(&leader.bootstrap, topic, p, "read_uncommitted");
+        assert_eq!(records.len() as i64, end, "{topic}-{p} on the leader");
+        old_records.push(records);
+    }
+    let cfg = topic_config(
+        dir,
+        data,
+        &leader.bootstrap,
+        topic,
+        &format!(
+            "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n\
+             [log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n{extra}"
+        ),
+    );
+    let daemon = Daemon::start(&cfg);
+    let old_id = leader.topic_id(topic).expect("tansu reports topic ids");
+    for p in 0..partitions {
+        let want = old_records[p as usize].len() as i64;
+        wait_until(
+            Duration::from_secs(30),
+            &format!("{topic}-{p} at {want}"),
+            || log_end(data, topic, i64::from(p)) == want,
+        );
+        let md = data.join(format!("{topic}-{p}/partition.metadata"));
+        wait_until(Duration::from_secs(10), "partition.metadata", || {
+            std::fs::read_to_string(&md).ok() == Some(format!("version: 0\ntopic_id: {old_id}\n"))
+        });
+    }
+    leader.delete_topic(topic);
+    leader.create_topic(topic, partitions);
+    let mut new_end = 0;
+    for p in 0..partitions {
+        new_end = leader.produce(topic, p, 120, "none", 50 + p as u64).1 + 1;
+    }
+    for p in 0..partitions {
+        let archived = data.join(format!("{topic}-{p}.{old_id}.archived"));
+        wait_until(Duration::from_secs(60), "the archived history", || {
+            archived.is_dir()
+        });
+        wait_until(Duration::from_secs(30), "the new topic", || {
+            log_end(data, topic, i64::from(p)) == new_end
+        });
+    }
+    Recreated {
+        daemon,
+        old_id,
+        old_records,
+        new_end,
+    }
+}
