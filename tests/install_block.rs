@@ -165,7 +165,14 @@ fn translate(words: &[&str], root: &Path, tree: &Path) -> Result<Option<String>,
             let edited: Vec<String> = text
                 .lines()
                 .map(|l| {
-                    if l.starts_with("bootstrap_servers = ") {
+                    if let Some((dir, rest)) = l
+                        .strip_prefix("data_dir = \"")
+                        .and_then(|v| v.split_once('"'))
+                    {
+                        // The configuration names a path of the machine: in the temporary
+                        // root it lies under the root, as every path of the block does.
+                        format!("data_dir = \"{}\"{rest}", rooted(root, dir))
+                    } else if l.starts_with("bootstrap_servers = ") {
                         format!("bootstrap_servers = [\"{BROKERS}\"]")
                     } else if l.starts_with("topic = ") && !topic_done {
                         topic_done = true;
