@@ -469,8 +469,18 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             };
             let verified = inspect::verify::verify_selected(&dir, all, only.as_ref());
             if let Ok(r) = &verified {
-                for (tp, t) in r.unflushed.iter().filter(|(_, t)| t.damage.is_some()) {
-                    println!("note: {tp}: not stopped cleanly: {}", t.describe());
+                for (tp, d) in r
+                    .unflushed
+                    .iter()
+                    .flat_map(|(tp, t)| t.damage.iter().filter(|d| d.torn).map(move |d| (tp, d)))
+                {
+                    println!(
+                        "note: {tp}: not stopped cleanly: {} bytes from byte {} of `{}` are a write torn by the crash ({}), past the recovery point: the next start cuts them",
+                        d.bytes,
+                        d.position,
+                        d.log_path.display(),
+                        d.reason
+                    );
                 }
             }
             match verified {

@@ -348,10 +348,15 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
                 None => hw.get(&tp).copied(),
             },
             recovery_point: rp.get(&tp).copied(),
-            leader_epoch: epochs.last().map(|&(e, _)| e),
+            leader_epoch: match &unflushed {
+                Some(t) => t.epochs_after(epochs, first).last().map(|&(e, _)| e),
+                None => epochs.last().map(|&(e, _)| e),
+            },
             segments: bases.len(),
             size_bytes: size,
-            last_stable_offset: lso,
+            // Stopped uncleanly, the end of the whole batches bounds it, as the high
+            // watermark shown.
+            last_stable_offset: unflushed.as_ref().map_or(lso, |t| lso.min(t.valid_end)),
             topic_id,
             aborted_transactions: aborted,
             diverged,
@@ -406,9 +411,10 @@ fn opt<T: std::fmt::Display>(v: Option<T>, null: &str) -> String {
 
 /// `status --json`'s `unflushed` object of a partition stopped uncleanly.
 fn unflushed_json(t: &UnflushedTail) -> String {
-    let damage = t.damage.as_ref().map_or_else(
-        || "null".to_string(),
-        |d| {
+    let damage: Vec<String> = t
+        .damage
+        .iter()
+        .map(|d| {
             format!(
                 "{{\"path\": {}, \"position\": {}, \"size_bytes\": {}, \"torn\": {}, \"reason\": {}}}",
                 json_string(&d.log_path.display().to_string()),
@@ -417,11 +423,15 @@ fn unflushed_json(t: &UnflushedTail) -> String {
                 d.torn,
                 json_string(&d.reason)
             )
-        },
-    );
+        })
+        .collect();
     format!(
-        "{{\"recovery_point\": {}, \"valid_end\": {}, \"valid_batches\": {}, \"valid_bytes\": {}, \"not_served\": {damage}}}",
-        t.recovery_point, t.valid_end, t.valid_batches, t.valid_bytes
+        "{{\"recovery_point\": {}, \"valid_end\": {}, \"valid_batches\": {}, \"valid_bytes\": {}, \"not_served\": [{}]}}",
+        t.recovery_point,
+        t.valid_end,
+        t.valid_batches,
+        t.valid_bytes,
+        damage.join(", ")
     )
 }
 
@@ -572,23 +582,25 @@ fn render_unflushed(s: &mut String, parts: &[PartitionStatus]) {
             )
         ));
     }
-    let torn: Vec<_> = tails.iter().filter(|(_, t)| t.damage.is_some()).collect();
-    for (tp, t) in torn.iter().take(NAMED) {
-        if let Some(d) = &t.damage {
-            s.push_str(&format!(
-                "{tp}: UNFLUSHED TAIL: {} bytes from byte {} of `{}` past offset {} ({}): not served; the next start cuts them\n",
-                d.bytes,
-                d.position,
-                d.log_path.display(),
-                t.valid_end,
-                d.reason
-            ));
-        }
-    }
-    if torn.len() > NAMED {
+    let damaged: Vec<_> = tails
+        .iter()
+        .flat_map(|(tp, t)| t.damage.iter().map(move |d| (tp, d)))
+        .collect();
+    for (tp, d) in damaged.iter().take(NAMED) {
         s.push_str(&format!(
-            "… and {} more with an unflushed tail (`status --json` names each)\n",
-            count(torn.len() - NAMED, "partition", "partitions")
+            "{tp}: {}: {} bytes from byte {} of `{}` ({}): not served; the next start cuts them{}\n",
+            if d.torn { "TORN TAIL" } else { "DAMAGE PAST THE RECOVERY POINT" },
+            d.bytes,
+            d.position,
+            d.log_path.display(),
+            d.reason,
+            if d.torn { "" } else { " after keeping them in damaged/" }
+        ));
+    }
+    if damaged.len() > NAMED {
+        s.push_str(&format!(
+            "… and {} more past the recovery points (`status --json` names each, under `unflushed`)\n",
+            count(damaged.len() - NAMED, "stretch", "stretches")
         ));
     }
 }

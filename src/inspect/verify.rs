@@ -168,10 +168,35 @@ fn verify_record_file(path: &Path, first: i64, last: i64, r: &mut VerifyReport) 
     }
 }
 
+/// How much of a log `verify` judges itself.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    /// A daemon writes past this offset: what lies there is in flight, not judged, and
+    /// files may come and go meanwhile.
+    Running(i64),
+    /// Stopped uncleanly: checked in full below the recovery point. The tail past it, which
+    /// ends at `log_end` once recovered, is judged by [`crate::log::read_view::scan_unflushed`]
+    /// as recovery will judge it.
+    Unflushed { recovery_point: i64, log_end: i64 },
+}
+
+impl Limit {
+    fn below(self) -> i64 {
+        match self {
+            Limit::Running(o) => o,
+            Limit::Unflushed { recovery_point, .. } => recovery_point,
+        }
+    }
+
+    fn running(self) -> bool {
+        matches!(self, Limit::Running(_))
+    }
+}
+
 fn verify_partition(
     data_dir: &Path,
     tp: &TopicPartition,
-    limit: Option<i64>,
+    limit: Option<Limit>,
     r: &mut VerifyReport,
 ) -> Result<()> {
     let dir = data_dir.join(tp.dir_name());
@@ -201,11 +226,13 @@ fn verify_partition(
 }
 
 /// Checks the segments of one log directory (a partition's, or an archived one); returns its
-/// first segment base and log end (`i64::MAX` with a `limit`).
+/// first segment base and log end (with a `limit`: `i64::MAX` while running, else the end
+/// the unflushed tail gives).
 /// With `limit`, only batches ending below it are checked, and index entries for them: what
-/// lies past it is being written and counts as in flight.
-fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Result<(i64, i64)> {
-    let below = |offset: i64| limit.is_none_or(|l| offset < l);
+/// lies past it is being written and counts as in flight, or is judged apart.
+fn verify_log_dir(dir: &Path, limit: Option<Limit>, r: &mut VerifyReport) -> Result<(i64, i64)> {
+    let below = |offset: i64| limit.is_none_or(|l| offset < l.below());
+    let running = limit.is_some_and(Limit::running);
     let bases = list_segment_bases(dir)?;
     let mut prev_last: Option<i64> = None;
     let mut first_base = None;
@@ -223,12 +250,14 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
         first_base.get_or_insert(base);
         let log_path = dir.join(segment::file_name(base, "log"));
         if !below(base) {
-            r.in_flight_bytes += std::fs::metadata(&log_path).map_or(0, |m| m.len());
+            if running {
+                r.in_flight_bytes += std::fs::metadata(&log_path).map_or(0, |m| m.len());
+            }
             continue;
         }
         // Running, retention or a truncation may delete a segment between the listing and
         // here: gone is not damage then.
-        if limit.is_some() && !log_path.exists() {
+        if running && !log_path.exists() {
             continue;
         }
         let Some(mut reader) = open_log(&log_path, r) else {
@@ -269,7 +298,9 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
                 }
             };
             if !below(h.last_offset) {
-                r.in_flight_bytes += reader.size() - pos;
+                if running {
+                    r.in_flight_bytes += reader.size() - pos;
+                }
                 stopped = true;
                 break;
             }
@@ -361,7 +392,7 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
                 None => bad.push(format!("entry {i} (offset {off}) points at byte {pos}, which is not a batch start")),
             }
         }
-        if !(limit.is_some() && idx.gone()) {
+        if !(running && idx.gone()) {
             idx.report(bad, &mut r.problems);
         }
         let txn_path = dir.join(segment::file_name(base, "txnindex"));
@@ -410,7 +441,7 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
                 None => bad.push(format!("entry {i}: offset {off} is not the last offset of a whole batch")),
             }
         }
-        if !(limit.is_some() && tix.gone()) {
+        if !(running && tix.gone()) {
             tix.report(bad, &mut r.problems);
         }
     }
@@ -442,7 +473,12 @@ fn verify_log_dir(dir: &Path, limit: Option<i64>, r: &mut VerifyReport) -> Resul
         .max(bases.last().copied().unwrap_or(start));
     // Checked against a running daemon's checkpoints, which move on while this runs, a log
     // end proves nothing: the checkpoints are judged only on a stopped replica.
-    Ok((start, if limit.is_some() { i64::MAX } else { end }))
+    let end = match limit {
+        Some(Limit::Running(_)) => i64::MAX,
+        Some(Limit::Unflushed { log_end, .. }) => log_end,
+        None => end,
+    };
+    Ok((start, end))
 }
 
 /// Checks everything (exact on a stopped replica).
@@ -534,7 +570,8 @@ pub fn verify_selected(
                     )
                 })
         });
-        let limit = written.then(|| recovery_points.get(&tp).copied().unwrap_or(i64::MIN));
+        let limit =
+            written.then(|| Limit::Running(recovery_points.get(&tp).copied().unwrap_or(i64::MIN)));
         let tail = match &unclean {
             Some(c) => c.unflushed(&data_dir.join(tp.dir_name()), &tp, &bases)?,
             None => None,
@@ -544,13 +581,24 @@ pub fn verify_selected(
             continue;
         };
         // Checked in full below the recovery point; past it, the scan above judged every
-        // batch as recovery will (its indexes are rebuilt by recovery): none is in flight.
-        let in_flight = r.in_flight_bytes;
-        verify_partition(data_dir, &tp, Some(tail.recovery_point), &mut r)?;
-        r.in_flight_bytes = in_flight;
+        // batch as recovery will (which rebuilds their indexes). A torn write there is what
+        // the crash left and is only reported; any other damage is a problem, as it is to
+        // recovery, which keeps those bytes in damaged/ with an ERROR.
+        let limit = Limit::Unflushed {
+            recovery_point: tail.recovery_point,
+            log_end: tail.valid_end,
+        };
+        verify_partition(data_dir, &tp, Some(limit), &mut r)?;
         r.batches += tail.valid_batches;
-        if let Some(e) = r.extents.get_mut(&tp) {
-            e.1 = tail.valid_end;
+        for d in tail.damage.iter().filter(|d| !d.torn) {
+            r.problems.push(format!(
+                "{}: byte {}: {} past the recovery point {}, and not a torn write: the next start keeps these {} bytes in damaged/ and cuts the segment there",
+                d.log_path.display(),
+                d.position,
+                d.reason,
+                tail.recovery_point,
+                d.bytes
+            ));
         }
         r.unflushed.push((tp, tail));
     }

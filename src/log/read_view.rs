@@ -154,7 +154,15 @@ impl LogView {
         checkpoints: &StoppedCheckpoints,
     ) -> Result<Option<(LogView, Option<UnflushedTail>)>> {
         let dir = data_dir.join(tp.dir_name());
-        let unflushed = checkpoints.unflushed(&dir, tp, &list_segment_bases(&dir)?)?;
+        let unflushed = match checkpoints.unflushed(&dir, tp, &list_segment_bases(&dir)?) {
+            Ok(u) => u,
+            Err(e) => {
+                crate::log_warn!(
+                    "{tp}: its log past the recovery point cannot be read ({e:#}); read up to its checkpointed high watermark"
+                );
+                None
+            }
+        };
         let view = Self::open_stopped_dir(
             &dir,
             checkpoints.log_start.get(tp).copied(),
@@ -175,13 +183,7 @@ impl LogView {
         checkpointed_high_watermark: Option<i64>,
         unflushed: Option<&UnflushedTail>,
     ) -> Result<Option<LogView>> {
-        let mut bases = list_segment_bases(dir)?;
-        // Segments past damage in the unflushed tail are not read: a reader would see a gap
-        // where the damage is.
-        let damage = unflushed.and_then(|t| t.damage.as_ref());
-        if let Some(d) = damage {
-            bases.retain(|&b| b <= d.base_offset);
-        }
+        let bases = list_segment_bases(dir)?;
         let (Some(&first), Some(&last)) = (bases.first(), bases.last()) else {
             return Ok(None);
         };
@@ -195,8 +197,12 @@ impl LogView {
             let mut size = std::fs::metadata(&log_path)
                 .with_context(|| format!("failed to stat `{}`", log_path.display()))?
                 .len();
-            if let Some(d) = damage
-                && d.base_offset == base
+            // Damage in the unflushed tail ends its segment for readers, as recovery cuts
+            // it there; the segments after it are kept.
+            if let Some(d) = unflushed
+                .iter()
+                .flat_map(|t| t.damage.iter())
+                .find(|d| d.base_offset == base)
             {
                 size = size.min(d.position);
             }
@@ -222,8 +228,14 @@ impl LogView {
             high_watermark,
             last_stable_offset,
             log_end_offset: log_end,
-            epochs: checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH))
-                .unwrap_or_default(),
+            epochs: {
+                let checkpointed = checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH))
+                    .unwrap_or_default();
+                match unflushed {
+                    Some(t) => t.epochs_after(checkpointed, log_start_offset),
+                    None => checkpointed,
+                }
+            },
             segments,
         }))
     }
@@ -321,23 +333,29 @@ fn end_offset(mut reader: SegmentReader) -> Result<Option<i64>> {
 
 /// What a stopped log holds past its recovery point, found without changing anything: the
 /// bytes an unclean stop (kill -9, power loss) left unfsynced. The loader recovers the same
-/// bytes at the next start (see [`super::loader`]): it keeps every whole, CRC-valid batch
-/// and cuts at the first that is not. Readers of a stopped data dir (`serve`, `status`,
-/// `verify`) judge the tail the same way, so what they show is what the next start keeps.
+/// bytes at the next start (see [`super::loader`] and [`super::segment::Segment::recover`]),
+/// and this scan judges them as it does: the same segments, from the same batch, with the
+/// same checks. So what `serve`, `status` and `verify` show of a stopped data dir is what the
+/// next start keeps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnflushedTail {
+    /// Where the scan began: the checkpointed recovery point, or the first segment's base
+    /// when that point lies past the log end (then the whole log is judged, as recovery does).
     pub recovery_point: i64,
-    /// The offset after the last whole, CRC-valid batch before the first damage past the
-    /// recovery point (the log end when there is none): every batch below it may be served.
+    /// The log end once recovered: the offset after the last whole, CRC-valid batch of the
+    /// last segment (its base when it keeps none).
     pub valid_end: i64,
-    /// Whole, CRC-valid batches past the recovery point, and their bytes.
+    /// Whole, CRC-valid batches scanned, and their bytes.
     pub valid_batches: usize,
     pub valid_bytes: u64,
-    /// The first bytes past the recovery point that are not a whole valid batch.
-    pub damage: Option<TailDamage>,
+    /// (leader epoch, base offset) of each batch scanned, for the leader-epoch cache.
+    pub epochs: Vec<(i32, i64)>,
+    /// Each stretch that is not whole valid batches, in offset order. Each ends its segment:
+    /// recovery cuts the segment there and keeps the segments after it.
+    pub damage: Vec<TailDamage>,
 }
 
-/// Where the bytes that are not whole valid batches begin, and what they are.
+/// Where bytes that are not whole valid batches begin in a segment, and what they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TailDamage {
     pub log_path: PathBuf,
@@ -346,59 +364,86 @@ pub struct TailDamage {
     pub position: u64,
     /// From `position` to the end of `log_path`.
     pub bytes: u64,
-    /// Segments after the damaged one (recovery keeps them; readers of the stopped log stop
-    /// at the damage).
-    pub later_segments: usize,
     pub reason: String,
-    /// A batch cut short by the end of its file: what a crash mid-append leaves.
+    /// A write torn by a crash: one partial batch (at most [`TORN_TAIL_MAX`] bytes) at the
+    /// end of the segment that was being written. Recovery cuts it; anything else it keeps
+    /// in `damaged/` with an ERROR before cutting, since intact data may lie behind it.
     pub torn: bool,
 }
 
 impl UnflushedTail {
+    /// The leader-epoch history once recovered: the checkpointed entries with the epochs of
+    /// the scanned batches assigned, cut at the log end and the log start (as the loader).
+    pub fn epochs_after(&self, checkpointed: Vec<(i32, i64)>, log_start: i64) -> Vec<(i32, i64)> {
+        let mut cache = super::epoch_cache::EpochCache::from_entries(checkpointed);
+        for &(e, o) in &self.epochs {
+            cache.assign(e, o);
+        }
+        cache.truncate_from_end(self.valid_end);
+        cache.truncate_from_start(log_start);
+        cache.entries().to_vec()
+    }
+
     /// One line for an operator: what lies past the recovery point and what becomes of it.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "{} ({} bytes) past the recovery point {} {} whole and CRC-valid, up to offset {}",
+            "{} ({} bytes) past the recovery point {} {} whole and CRC-valid; the log ends at offset {}",
             crate::logging::count(self.valid_batches, "batch", "batches"),
             self.valid_bytes,
             self.recovery_point,
             if self.valid_batches == 1 { "is" } else { "are" },
             self.valid_end
         );
-        if let Some(d) = &self.damage {
+        for d in &self.damage {
             s.push_str(&format!(
-                "; after it, {} bytes from byte {} of `{}` are {} ({}) and are not served: the next start cuts them{}",
+                "; {} bytes from byte {} of `{}` are {} ({}): not served, and the next start cuts them{}",
                 d.bytes,
                 d.position,
                 d.log_path.display(),
-                if d.torn { "a torn write" } else { "not whole batches" },
+                if d.torn {
+                    "a write torn by the crash"
+                } else {
+                    "not whole batches"
+                },
                 d.reason,
-                if d.torn { "" } else { ", keeping them in damaged/" }
+                if d.torn {
+                    ""
+                } else {
+                    " after keeping them in damaged/"
+                }
             ));
-            if d.later_segments > 0 {
-                s.push_str(&format!(
-                    " ({} after it kept, past a hole)",
-                    crate::logging::count(d.later_segments, "segment", "segments")
-                ));
-            }
         }
         s
     }
 }
 
-/// Scans the segments of the stopped log in `dir` (`bases` in order) past `recovery_point`:
-/// every batch there is checked whole (length, CRC-32C, offsets following each other) up to
-/// the first that is not. Segments wholly below the recovery point were fsynced and are
-/// trusted, as recovery trusts them; the segment holding it is scanned from its last
-/// offset-index entry below it when that entry checks out, else from its start. The cost is
-/// the unflushed tail, not the log.
+/// The largest tail recovery cuts as a torn write (see [`super::segment`]).
+pub use super::segment::TORN_TAIL_MAX;
+
+/// Scans the segments of the stopped log in `dir` (`bases` in order) past `recovery_point`
+/// as recovery does after an unclean stop: segments wholly below it were fsynced and are
+/// trusted; the segment holding it is checked from the batch its last offset-index entry
+/// below the point names, when that batch is there (index files carry no checksum), else
+/// whole; every later segment is checked whole. Each batch checked must be whole, CRC-valid
+/// and follow the one before; at the first that is not, the rest of that segment is damage
+/// and the scan goes on with the next segment. A recovery point past the log end proves
+/// nothing, and the whole log is checked. The cost is the unflushed tail, not the log.
 pub fn scan_unflushed(dir: &Path, bases: &[i64], recovery_point: i64) -> Result<UnflushedTail> {
+    let tail = scan_from_point(dir, bases, recovery_point)?;
+    match bases.first() {
+        Some(&first) if recovery_point > tail.valid_end && recovery_point > first => {
+            scan_from_point(dir, bases, first)
+        }
+        _ => Ok(tail),
+    }
+}
+
+fn scan_from_point(dir: &Path, bases: &[i64], recovery_point: i64) -> Result<UnflushedTail> {
     let mut tail = UnflushedTail {
         recovery_point,
         valid_end: bases.first().copied().unwrap_or(recovery_point),
         ..Default::default()
     };
-    let mut last: Option<i64> = None;
     for (i, &base) in bases.iter().enumerate() {
         tail.valid_end = tail.valid_end.max(base);
         let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
@@ -409,70 +454,77 @@ pub fn scan_unflushed(dir: &Path, bases: &[i64], recovery_point: i64) -> Result<
         let reader = SegmentReader::open(&log_path)?;
         let start = durable_start(dir, base, recovery_point, &log_path, reader.size());
         let mut reader = reader.starting_at(start);
-        let mut damage: Option<(u64, String, bool)> = None;
+        // The batch at a durable start was fsynced: it is trusted and only followed.
+        let mut last: Option<i64> = None;
+        if start > 0
+            && let Some((h, _)) = reader.next_batch()?
+        {
+            last = Some(h.last_offset);
+            tail.valid_end = tail.valid_end.max(h.last_offset + 1);
+        }
+        let mut bad: Option<(u64, String)> = None;
         while let Some((h, pos)) = reader.next_batch()? {
-            if h.last_offset < recovery_point {
-                last = Some(h.last_offset);
-                tail.valid_end = tail.valid_end.max(h.last_offset + 1);
-                continue;
-            }
             if let Err(e) = reader.check_crc()? {
-                damage = Some((pos, e.to_string(), false));
+                bad = Some((pos, e.to_string()));
                 break;
             }
             if let Err(e) = crate::record::check_follows(last, &h) {
-                damage = Some((pos, e, false));
+                bad = Some((pos, e));
                 break;
             }
             if h.last_offset < base {
-                damage = Some((
-                    pos,
-                    format!("batch ends below the segment base {base}"),
-                    false,
-                ));
+                bad = Some((pos, format!("batch ends below the segment base {base}")));
                 break;
+            }
+            if h.partition_leader_epoch >= 0 {
+                tail.epochs.push((h.partition_leader_epoch, h.base_offset));
             }
             last = Some(h.last_offset);
             tail.valid_end = tail.valid_end.max(h.last_offset + 1);
             tail.valid_batches += 1;
             tail.valid_bytes += h.size_in_bytes as u64;
         }
-        if damage.is_none() {
+        let mut torn = false;
+        if bad.is_none() {
             let at = reader.position();
-            damage = match reader.end() {
+            let present = reader.size() - at;
+            bad = match reader.end() {
+                Some(_) if present > 0 && present < 17 => {
+                    torn = true;
+                    Some((at, format!("a batch header cut short at {present} bytes")))
+                }
                 Some(crate::record::SetEnd::Partial { .. }) => {
-                    let present = reader.size() - at;
-                    let why = match reader.announced_size() {
-                        Some(n) => format!("a batch of {n} bytes with {present} present"),
-                        None => format!("a batch header cut short at {present} bytes"),
-                    };
-                    Some((at, why, true))
+                    torn = true;
+                    let n = reader.announced_size().unwrap_or(present);
+                    Some((at, format!("a batch of {n} bytes with {present} present")))
                 }
                 Some(crate::record::SetEnd::Corrupt { reason, .. }) => {
-                    Some((at, format!("malformed batch header: {reason}"), false))
+                    Some((at, format!("malformed batch header: {reason}")))
                 }
                 _ => None,
             };
         }
-        if let Some((position, reason, torn)) = damage {
-            tail.damage = Some(TailDamage {
-                bytes: reader.size() - position,
+        if let Some((position, reason)) = bad {
+            let bytes = reader.size() - position;
+            // As recovery: only the segment being written (the last, or the one holding
+            // the recovery point) can hold a torn write.
+            let may_be_torn = i + 1 == bases.len() || base < recovery_point;
+            tail.damage.push(TailDamage {
                 log_path,
                 base_offset: base,
                 position,
-                later_segments: bases.len() - i - 1,
+                bytes,
                 reason,
-                torn,
+                torn: torn && may_be_torn && bytes <= TORN_TAIL_MAX,
             });
-            break;
         }
     }
     Ok(tail)
 }
 
-/// Where a scan past `recovery_point` may begin in the segment at `base`: after the batch
-/// its last offset-index entry below the recovery point names, when that batch is there and
-/// ends at the entry's offset (index files carry no checksum); else the segment's start.
+/// Where the scan of the segment at `base` begins: at the batch its last offset-index entry
+/// below `recovery_point` names, when that batch is there and ends at the entry's offset
+/// (as [`super::segment::Segment::open_recovering_from`] resumes); else at its start.
 fn durable_start(dir: &Path, base: i64, recovery_point: i64, log_path: &Path, size: u64) -> u64 {
     if base >= recovery_point {
         return 0;
@@ -493,5 +545,177 @@ fn durable_start(dir: &Path, base: i64, recovery_point: i64, log_path: &Path, si
     match reader.starting_at(pos).next_batch() {
         Ok(Some((h, _))) if h.last_offset == entry => pos,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The scan of a stopped log's unflushed tail against the loader's recovery of the same
+    //! files: what `serve` and `status` show of a log stopped uncleanly must be what the next
+    //! start keeps, byte for byte, with the same log end and leader epochs.
+    use super::*;
+    use crate::log::loader::load;
+    use crate::log::partition_tests::{batches, cfg, hints, new_log, tp};
+
+    /// A log of several 2 KiB segments: 30 batches of epoch 3 fsynced and their epochs
+    /// checkpointed (the recovery point is then 120), then 20 batches of epoch 5 written
+    /// after it. Returns the data dir and the recovery point.
+    fn crashed_log() -> (tempfile::TempDir, i64) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = new_log(dir.path(), 2048);
+        let (bytes, headers) = batches(0, 30, 3);
+        log.append(&bytes, &headers).unwrap();
+        let rp = log.flush().unwrap();
+        log.checkpoint_epochs().unwrap();
+        let (bytes, headers) = batches(120, 20, 5);
+        log.append(&bytes, &headers).unwrap();
+        drop(log);
+        (dir, rp)
+    }
+
+    fn segment_paths(dir: &Path) -> Vec<PathBuf> {
+        list_segment_bases(dir)
+            .unwrap()
+            .into_iter()
+            .map(|b| dir.join(segment::file_name(b, "log")))
+            .collect()
+    }
+
+    /// Every byte a reader of the stopped view may serve, in offset order.
+    fn served_bytes(view: &LogView) -> Vec<u8> {
+        let mut out = Vec::new();
+        for s in &view.segments {
+            let all = std::fs::read(&s.log_path).unwrap();
+            out.extend_from_slice(&all[..s.size as usize]);
+        }
+        out
+    }
+
+    /// Scans a copy of `data` past `rp`, loads another copy as an unclean start does, and
+    /// asserts both agree: log end, high watermark, leader epochs and the bytes served.
+    fn assert_scan_matches_recovery(data: &Path, rp: i64) -> UnflushedTail {
+        let scanned = tempfile::tempdir().unwrap();
+        let loaded = tempfile::tempdir().unwrap();
+        for to in [scanned.path(), loaded.path()] {
+            let part = to.join(tp().dir_name());
+            std::fs::create_dir_all(&part).unwrap();
+            for e in std::fs::read_dir(data.join(tp().dir_name())).unwrap() {
+                let e = e.unwrap();
+                if e.file_type().unwrap().is_file() {
+                    std::fs::copy(e.path(), part.join(e.file_name())).unwrap();
+                }
+            }
+        }
+        let part = scanned.path().join(tp().dir_name());
+        let tail = scan_unflushed(&part, &list_segment_bases(&part).unwrap(), rp).unwrap();
+        let view = LogView::open_stopped_dir(&part, None, None, Some(&tail))
+            .unwrap()
+            .unwrap();
+        let (log, _) = load(loaded.path(), &tp(), cfg(2048), hints(Some(rp)), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(tail.valid_end, log.log_end_offset(), "log end: {tail:?}");
+        assert_eq!(view.log_end_offset, log.log_end_offset());
+        assert_eq!(view.high_watermark, log.high_watermark(), "high watermark");
+        assert_eq!(view.epochs, log.epochs.entries().to_vec(), "leader epochs");
+        assert_eq!(
+            served_bytes(&view),
+            log.read_all().unwrap(),
+            "the bytes served are the bytes recovery keeps"
+        );
+        tail
+    }
+
+    #[test]
+    fn a_clean_tail_past_the_recovery_point_is_served_whole_with_its_epochs() {
+        let (dir, rp) = crashed_log();
+        let tail = assert_scan_matches_recovery(dir.path(), rp);
+        assert_eq!(tail.valid_end, 200);
+        assert_eq!(
+            tail.valid_batches, 20,
+            "only the batches past the recovery point"
+        );
+        assert!(tail.damage.is_empty());
+        assert_eq!(tail.epochs.first(), Some(&(5, 120)));
+    }
+
+    #[test]
+    fn a_torn_write_at_the_end_is_not_served_and_is_called_torn() {
+        let (dir, rp) = crashed_log();
+        let part = dir.path().join(tp().dir_name());
+        let last = segment_paths(&part).pop().unwrap();
+        let (extra, _) = batches(200, 1, 5);
+        crate::log::segment::append_raw(&last, &extra[..extra.len() - 9]).unwrap();
+        let tail = assert_scan_matches_recovery(dir.path(), rp);
+        assert_eq!(tail.valid_end, 200);
+        let [d] = &tail.damage[..] else {
+            panic!("one damage: {tail:?}")
+        };
+        assert!(d.torn, "{d:?}");
+        assert_eq!(d.bytes, (extra.len() - 9) as u64);
+    }
+
+    #[test]
+    fn damage_in_an_earlier_segment_ends_that_segment_only_and_is_not_torn() {
+        let (dir, rp) = crashed_log();
+        let part = dir.path().join(tp().dir_name());
+        let segs = segment_paths(&part);
+        // A segment past the recovery point that is not the last: its second batch's
+        // records damaged (the CRC fails).
+        let bases = list_segment_bases(&part).unwrap();
+        let i = bases.iter().position(|&b| b >= rp).unwrap();
+        assert!(i + 1 < segs.len(), "the test needs a later segment");
+        let mut bytes = std::fs::read(&segs[i]).unwrap();
+        let first = BatchHeaderSize::of(&bytes);
+        bytes[first + 80] ^= 0x55;
+        std::fs::write(&segs[i], &bytes).unwrap();
+        let tail = assert_scan_matches_recovery(dir.path(), rp);
+        let [d] = &tail.damage[..] else {
+            panic!("one damage: {tail:?}")
+        };
+        assert!(!d.torn, "a CRC failure is not a torn write: {d:?}");
+        assert_eq!(d.position, first as u64);
+        assert_eq!(
+            tail.valid_end, 200,
+            "the segments after the damage are kept"
+        );
+    }
+
+    #[test]
+    fn the_scan_resumes_inside_the_segment_holding_the_recovery_point() {
+        // A recovery point inside a segment: the batches below it are trusted (a damaged
+        // one there is not looked at, as recovery does not), those after it checked.
+        let (dir, _) = crashed_log();
+        let part = dir.path().join(tp().dir_name());
+        let bases = list_segment_bases(&part).unwrap();
+        let holding = bases[bases.len() - 2];
+        let rp = holding + 8;
+        let tail = assert_scan_matches_recovery(dir.path(), rp);
+        assert!(tail.damage.is_empty());
+        assert_eq!(tail.valid_end, 200);
+    }
+
+    #[test]
+    fn a_recovery_point_past_the_log_end_judges_the_whole_log() {
+        let (dir, _) = crashed_log();
+        let part = dir.path().join(tp().dir_name());
+        let segs = segment_paths(&part);
+        let mut bytes = std::fs::read(&segs[0]).unwrap();
+        bytes[100] ^= 0x55;
+        std::fs::write(&segs[0], &bytes).unwrap();
+        let tail = assert_scan_matches_recovery(dir.path(), 10_000);
+        assert_eq!(tail.recovery_point, 0, "judged from the first segment");
+        assert_eq!(tail.damage.len(), 1, "{tail:?}");
+        assert_eq!(tail.damage[0].position, 0);
+    }
+
+    /// The byte length of the first batch in `bytes`.
+    struct BatchHeaderSize;
+    impl BatchHeaderSize {
+        fn of(bytes: &[u8]) -> usize {
+            crate::record::BatchHeader::parse_header_of(bytes, bytes.len() as u64, usize::MAX)
+                .unwrap()
+                .size_in_bytes
+        }
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 /// The largest tail recovery cuts as a torn write without keeping it aside: a crash tears at
 /// most the batch being appended (Kafka's default `max.message.bytes` is 1 MiB).
-const TORN_TAIL_MAX: u64 = 1 << 20;
+pub const TORN_TAIL_MAX: u64 = 1 << 20;
 
 /// Largest batch accepted from disk or network (Kafka's int32 size field).
 pub const MAX_BATCH_SIZE: usize = i32::MAX as usize;

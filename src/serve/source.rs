@@ -111,13 +111,16 @@ impl Source {
         let checkpoints = crate::log::read_view::StoppedCheckpoints::read(data_dir);
         let mut unflushed = Vec::new();
         for tp in crate::inspect::partition_dirs(data_dir)? {
-            if let Some((v, tail)) = LogView::open_stopped_with(data_dir, &tp, &checkpoints)
-                .with_context(|| format!("{tp}: cannot read its log"))?
-            {
-                if let Some(t) = tail {
-                    unflushed.push((tp.clone(), t));
+            // One unreadable partition is not served; the others still are.
+            match LogView::open_stopped_with(data_dir, &tp, &checkpoints) {
+                Ok(Some((v, tail))) => {
+                    if let Some(t) = tail {
+                        unflushed.push((tp.clone(), t));
+                    }
+                    views.insert(tp, v);
                 }
-                views.insert(tp, v);
+                Ok(None) => {}
+                Err(e) => crate::log_error!("{tp}: cannot read its log, not served: {e:#}"),
             }
         }
         if !checkpoints.clean_shutdown {
@@ -233,7 +236,7 @@ fn say_unflushed(data_dir: &Path, tails: &[(TopicPartition, UnflushedTail)]) {
             count(holding, "partition", "partitions"),
         );
     }
-    let damaged: Vec<_> = tails.iter().filter(|(_, t)| t.damage.is_some()).collect();
+    let damaged: Vec<_> = tails.iter().filter(|(_, t)| !t.damage.is_empty()).collect();
     for (tp, t) in damaged.iter().take(NAMED) {
         crate::log_warn!("{tp}: {}", t.describe());
     }
