@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use support::run_cli as run;
 
 /// The heading of the README section this test holds the program to.
-const SECTION: &str = "### Bad input and what it says";
+const SECTION: &str = "#### Bad input and what it says";
 
 /// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `CMD`, `PID`, `line N`
 /// not yet filled in) and where the message goes.

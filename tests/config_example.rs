@@ -72,7 +72,7 @@ fn dotted(section: &str, key: &str) -> String {
 /// Every key the README's configuration reference table names (`fetch.max_bytes`, …).
 fn reference_keys() -> BTreeSet<String> {
     let readme = docs::readme();
-    let section = docs::section(&readme, "## Configuration");
+    let section = docs::section(&readme, "### Configuration");
     let keys: BTreeSet<String> = section
         .lines()
         .filter(|l| l.starts_with("| `"))

@@ -229,7 +229,7 @@ fn translate(words: &[&str], root: &Path, tree: &Path) -> Result<Option<String>,
 /// Runs the README's install block into `root`; the first line that fails fails the test.
 fn run_block(root: &Path, tree: &Path) -> String {
     let readme = docs::readme();
-    let section = docs::section(&readme, "## Installing as a service");
+    let section = docs::section(&readme, "### Installing as a service");
     let block = docs::first_fenced_block(docs::after_line(section, MARKER));
     assert!(
         block.len() >= 10,
