@@ -501,9 +501,13 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
         )
     }),
     ("`verify` finding a problem (one line per problem)", |s| {
+        // Stopped cleanly: the garbage is damage, not the torn tail of an unclean stop (a note).
         let garbage: &[u8] = &[b'x'; 100];
         s.data_dir(
-            Some(&[("orders-0/00000000000000000000.log", garbage)]),
+            Some(&[
+                (".kafka_cleanshutdown", b""),
+                ("orders-0/00000000000000000000.log", garbage),
+            ]),
             &["verify --data-dir DIR"],
         )
     }),
