@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use support::run_cli as run;
 
 /// The heading of the README section this test holds the program to.
-const SECTION: &str = "### Bad input and what it says";
+const SECTION: &str = "#### Bad input and what it says";
 
 /// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `CMD`, `PID`, `line N`
 /// not yet filled in) and where the message goes.
@@ -501,9 +501,13 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
         )
     }),
     ("`verify` finding a problem (one line per problem)", |s| {
+        // Stopped cleanly: the garbage is damage, not the torn tail of an unclean stop (a note).
         let garbage: &[u8] = &[b'x'; 100];
         s.data_dir(
-            Some(&[("orders-0/00000000000000000000.log", garbage)]),
+            Some(&[
+                (".kafka_cleanshutdown", b""),
+                ("orders-0/00000000000000000000.log", garbage),
+            ]),
             &["verify --data-dir DIR"],
         )
     }),

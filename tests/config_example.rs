@@ -1,7 +1,8 @@
 //! `systemd/follower.toml.example` claims every configuration key: it names each key of the
 //! README's configuration reference, in its section, and no other; as shipped it passes
 //! `check-config`; and each key it leaves commented out is one the configuration accepts
-//! there (uncommented, it is never refused as unknown).
+//! there (uncommented, it is never refused as unknown). The README's quick-start
+//! configuration passes `check-config` as written.
 
 mod support;
 
@@ -72,7 +73,7 @@ fn dotted(section: &str, key: &str) -> String {
 /// Every key the README's configuration reference table names (`fetch.max_bytes`, …).
 fn reference_keys() -> BTreeSet<String> {
     let readme = docs::readme();
-    let section = docs::section(&readme, "## Configuration");
+    let section = docs::section(&readme, "### Configuration");
     let keys: BTreeSet<String> = section
         .lines()
         .filter(|l| l.starts_with("| `"))
@@ -120,6 +121,22 @@ fn the_example_names_every_key_of_the_reference_and_no_other() {
 fn the_example_as_shipped_passes_check_config() {
     let (code, said) = check_config(&example_path());
     assert_eq!(code, Some(0), "check-config on the example: {said}");
+}
+
+#[test]
+fn the_quick_start_configuration_passes_check_config() {
+    let readme = docs::readme();
+    let block = docs::first_fenced_block(docs::section(&readme, "### A minimal configuration"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("follower.toml");
+    std::fs::write(&path, block.join("\n")).unwrap();
+    let (code, said) = check_config(&path);
+    assert_eq!(
+        code,
+        Some(0),
+        "check-config on the README's minimal configuration:\n{}\n{said}",
+        block.join("\n")
+    );
 }
 
 #[test]

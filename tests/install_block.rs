@@ -1,4 +1,4 @@
-//! The README's install block (section "Installing as a service", the fenced block after the
+//! The README's install block (section "Install" of the quick start, the fenced block after the
 //! `<!-- install-block … -->` line) works on a fresh Debian 12: its lines, read from the README as an operator
 //! copies them, are run for real into a temporary root that holds what a fresh Debian 12
 //! holds there, and the result is checked: the user and group exist, the binary, man page,
@@ -229,7 +229,7 @@ fn translate(words: &[&str], root: &Path, tree: &Path) -> Result<Option<String>,
 /// Runs the README's install block into `root`; the first line that fails fails the test.
 fn run_block(root: &Path, tree: &Path) -> String {
     let readme = docs::readme();
-    let section = docs::section(&readme, "## Installing as a service");
+    let section = docs::section(&readme, "### Install");
     let block = docs::first_fenced_block(docs::after_line(section, MARKER));
     assert!(
         block.len() >= 10,

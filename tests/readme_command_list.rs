@@ -46,7 +46,7 @@ fn the_readme_command_list_names_every_form_of_every_subcommand() {
     }
 
     let readme = docs::readme();
-    let listed: Vec<String> = docs::first_fenced_block(docs::section(&readme, "## Command line"))
+    let listed: Vec<String> = docs::first_fenced_block(docs::section(&readme, "### Command line"))
         .iter()
         // What follows `#` is a comment for the reader.
         .map(|l| l.split(" #").next().unwrap_or_default().trim().to_string())
