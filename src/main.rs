@@ -511,7 +511,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                     };
                     let tail_batches: usize =
                         r.unflushed.iter().map(|(_, t)| t.valid_batches).sum();
-                    let unflushed = if r.unflushed.is_empty() {
+                    let unflushed = if tail_batches == 0 {
                         String::new()
                     } else {
                         format!(

@@ -944,8 +944,8 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Every regular file under `dir`, recursively: path relative to `dir` → (inode,
 /// FNV-1a hash of the contents, length). Compare two snapshots to assert a data dir was
-/// left unchanged (same files, same contents, not rewritten under new inodes).
-/// Directories and symlinks are walked or skipped, not listed.
+/// left unchanged (same files, same contents, not rewritten under new inodes); `.lock` by
+/// its inode only. Directories and symlinks are walked or skipped, not listed.
 pub fn hash_tree(dir: &Path) -> BTreeMap<PathBuf, (u64, u64, u64)> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, (u64, u64, u64)>) {
         use std::os::unix::fs::MetadataExt;
@@ -960,6 +960,13 @@ pub fn hash_tree(dir: &Path) -> BTreeMap<PathBuf, (u64, u64, u64)> {
                 let bytes =
                     std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
                 let rel = path.strip_prefix(root).expect("under root").to_path_buf();
+                // `.lock` holds the pid of the last process that took the data-dir lock
+                // (README: Data directory): every start rewrites it in place, refused or
+                // not. It is no data: only its inode counts.
+                if rel == Path::new(".lock") {
+                    out.insert(rel, (md.ino(), 0, 0));
+                    continue;
+                }
                 out.insert(rel, (md.ino(), fnv1a(&bytes), bytes.len() as u64));
             }
         }
