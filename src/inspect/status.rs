@@ -631,7 +631,20 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         }
     }
     for (t, p) in &dd.not_yet {
+        // A partition the daemon looked for and the leader's topic does not have.
+        let not_found = |p: i32| {
+            dd.live.as_ref().is_some_and(|l| {
+                l.partitions.iter().any(|r| {
+                    &r.topic == t
+                        && r.partition == p
+                        && r.live.state == crate::live::State::NotFound
+                })
+            })
+        };
         match p {
+            Some(p) if not_found(*p) => s.push_str(&format!(
+                "{t}-{p}: followed, not found on the leader (no local log)\n"
+            )),
             Some(p) => s.push_str(&format!("{t}-{p}: followed, no local log yet\n")),
             None => s.push_str(&format!("topic {t}: followed, no local log yet\n")),
         }
