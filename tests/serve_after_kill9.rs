@@ -82,20 +82,7 @@ fn after_kill9_and_the_leader_gone_every_whole_batch_is_served_and_no_torn_tail(
         ),
     );
     let mut d = support::Daemon::start(&cfg);
-    for p in 0..2 {
-        support::wait_until(Duration::from_secs(60), "catch-up", || {
-            support::log_end(&data, TOPIC, p) == ends[p as usize]
-        });
-    }
-    let from_leader: Vec<_> = (0..2)
-        .map(|p| support::consume_all(&leader.bootstrap, TOPIC, p, "read_uncommitted"))
-        .collect();
-    for p in 0..2 {
-        assert_eq!(
-            support::offsets_of(&from_leader[p]),
-            (0..ends[p]).collect::<Vec<_>>()
-        );
-    }
+    let from_leader = support::caught_up_records(&leader.bootstrap, &data, TOPIC, &ends);
     d.kill9();
     drop(leader);
 

@@ -19,20 +19,7 @@ fn the_replica_serves_everything_it_holds_after_the_leader_and_the_daemon_stop()
         ends[p] = leader.produce(TOPIC, p as i32, 400, codec, p as u64).1 + 1;
     }
     let (_dir, data, addr, mut d) = support::serving_follower(&leader.bootstrap, TOPIC);
-    for p in 0..2 {
-        support::wait_until(Duration::from_secs(30), "catch-up", || {
-            support::log_end(&data, TOPIC, p) == ends[p as usize]
-        });
-    }
-    let from_leader: Vec<_> = (0..2)
-        .map(|p| support::consume_all(&leader.bootstrap, TOPIC, p, "read_uncommitted"))
-        .collect();
-    for p in 0..2 {
-        assert_eq!(
-            support::offsets_of(&from_leader[p]),
-            (0..ends[p]).collect::<Vec<_>>()
-        );
-    }
+    let from_leader = support::caught_up_records(&leader.bootstrap, &data, TOPIC, &ends);
     // The replica's high watermark comes with the next fetch round.
     support::wait_until(Duration::from_secs(10), "the served high watermark", || {
         support::consume_all(&addr, TOPIC, 1, "read_uncommitted").len() == from_leader[1].len()

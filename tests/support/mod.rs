@@ -1127,6 +1127,34 @@ pub fn consume_all(bootstrap: &str, topic: &str, partition: i32, isolation: &str
     v["records"].as_array().expect("records").clone()
 }
 
+/// Waits until the replica in `data_dir` ends where the leader at `bootstrap` ends for each
+/// partition of `topic` (`ends[p]`), then returns every record the leader serves of each,
+/// checked to be offsets `0..ends[p]`.
+pub fn caught_up_records(
+    bootstrap: &str,
+    data_dir: &Path,
+    topic: &str,
+    ends: &[i64],
+) -> Vec<Vec<Value>> {
+    for (p, &end) in ends.iter().enumerate() {
+        wait_until(Duration::from_secs(60), "catch-up", || {
+            log_end(data_dir, topic, p as i64) == end
+        });
+    }
+    ends.iter()
+        .enumerate()
+        .map(|(p, &end)| {
+            let records = consume_all(bootstrap, topic, p as i32, "read_uncommitted");
+            assert_eq!(
+                offsets_of(&records),
+                (0..end).collect::<Vec<_>>(),
+                "{topic}-{p} on the leader"
+            );
+            records
+        })
+        .collect()
+}
+
 /// The offsets of `records` as [`consume_all`] returns them.
 pub fn offsets_of(records: &[Value]) -> Vec<i64> {
     records
