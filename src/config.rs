@@ -486,6 +486,19 @@ pub struct ServeSection {
     /// Connections beyond this are accepted and closed at once.
     #[serde(deserialize_with = "positive_usize")]
     pub max_connections: usize,
+    /// Connections from one client address beyond this are accepted and closed at once
+    /// (Kafka's `max.connections.per.ip`).
+    #[serde(deserialize_with = "positive_usize")]
+    pub max_connections_per_ip: usize,
+    /// The memory every connection shares for requests being read and responses being
+    /// built or sent, beyond each one's own allowance (Kafka's `queued.max.request.bytes`).
+    #[serde(deserialize_with = "positive_usize")]
+    pub max_memory_bytes: usize,
+    /// Addresses and networks whose Fetch requests with a replica id ≥ 0 are a follower's
+    /// (their sessions have priority); anyone else's is a consumer's.
+    pub follower_addresses: Vec<String>,
+    /// SASL users whose Fetch requests with a replica id ≥ 0 are a follower's.
+    pub follower_principals: Vec<String>,
     /// A request frame larger than this closes its connection (Kafka's
     /// `socket.request.max.bytes`, 100 MiB there; a read-only broker's requests are small).
     #[serde(deserialize_with = "positive_i32")]
@@ -520,6 +533,10 @@ impl Default for ServeSection {
             advertised: None,
             node_id: 0,
             max_connections: 256,
+            max_connections_per_ip: 64,
+            max_memory_bytes: 64 << 20,
+            follower_addresses: Vec::new(),
+            follower_principals: Vec::new(),
             max_request_bytes: 1 << 20,
             idle_timeout_ms: 600_000,
             max_fetch_sessions: 1000,
@@ -680,6 +697,28 @@ impl Config {
                     at(&["serve.advertised"])
                 );
             }
+        }
+        for (i, a) in self.serve.follower_addresses.iter().enumerate() {
+            if let Err(e) = crate::serve::limits::Cidr::parse(a) {
+                bail!(
+                    "{}key `serve.follower_addresses`: entry {i} `{a}`: {e}",
+                    at(&["serve.follower_addresses"])
+                );
+            }
+        }
+        let charge =
+            crate::serve::limits::request_charge(self.serve.max_request_bytes.max(0) as usize);
+        let pool_share = charge.saturating_sub(
+            crate::serve::limits::CONNECTION_ALLOWANCE - crate::serve::limits::CONNECTION_BASE,
+        );
+        if pool_share > self.serve.max_memory_bytes {
+            bail!(
+                "{}key `serve.max_memory_bytes`: {} is too little for a request of serve.max_request_bytes ({}): answering one takes up to {} bytes of it; raise serve.max_memory_bytes to at least {pool_share} or lower serve.max_request_bytes",
+                at(&["serve.max_memory_bytes", "serve.max_request_bytes"]),
+                self.serve.max_memory_bytes,
+                self.serve.max_request_bytes,
+                pool_share
+            );
         }
         self.validate_security(keys)?;
         keys.at_most(

@@ -309,6 +309,8 @@ struct Monitor {
     next_status: Instant,
     /// The last STATUS= line, and the generation and the disk state it was made from.
     status: Option<(u64, Option<String>, String)>,
+    /// When a failed write of `.live-status` was last said.
+    publish_warned: Option<Instant>,
 }
 
 impl Monitor {
@@ -318,6 +320,7 @@ impl Monitor {
             progress: Progress::default(),
             next_status: now,
             status: None,
+            publish_warned: None,
         }
     }
 
@@ -330,7 +333,17 @@ impl Monitor {
         now: Instant,
     ) -> Option<String> {
         if let Err(e) = self.publisher.publish(live) {
-            crate::log_debug!("cannot write `{}`: {e}", self.publisher.path().display());
+            // Each second would be too many lines: once a minute, with what `status` misses.
+            if self
+                .publish_warned
+                .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+            {
+                self.publish_warned = Some(now);
+                crate::log_warn!(
+                    "cannot write `{}` (`status` shows the last one written): {e}",
+                    self.publisher.path().display()
+                );
+            }
         }
         let _ = self.progress.tick(live, now);
         let mut status = None;

@@ -21,7 +21,12 @@ const PARTITIONS: i32 = 30;
 fn a_chained_follower_fetches_in_a_session_and_recovers_when_it_is_evicted() {
     let leader = fetch_session::leader_of(TOPIC, PARTITIONS, 40, 4);
     let (_a_dir, a_data, addr, mut a) =
-        fetch_session::serving(&leader, TOPIC, "max_fetch_sessions = 1\n");
+        // Only clients the config trusts get a follower's session priority.
+        fetch_session::serving(
+            &leader,
+            TOPIC,
+            "max_fetch_sessions = 1\nfollower_addresses = [\"127.0.0.1\"]\n",
+        );
     let caught_up = |data: &std::path::Path| {
         (0..PARTITIONS).all(|p| log_end(data, TOPIC, i64::from(p)) == leader.log_end(p))
     };
@@ -61,7 +66,8 @@ fn a_chained_follower_fetches_in_a_session_and_recovers_when_it_is_evicted() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // A client fetching as a follower takes the only session slot from B's (a consumer's).
+    // A client fetching as a trusted follower takes the only session slot from B's (a
+    // consumer's).
     let mut c = fetch_session::connect(&addr);
     let id = Uuid(leader.topic_id());
     let open = fetch_session::send(

@@ -9,16 +9,23 @@
 /// Descriptors kept free for checkpoint files, index flushes and broker connections.
 pub const RESERVE: u64 = 64;
 
-/// The soft `RLIMIT_NOFILE` ("Max open files" in `/proc/self/limits`); `None` when unknown
-/// or unlimited.
+/// The soft `RLIMIT_NOFILE`, asked of the kernel (no descriptor needed, so it is known even
+/// when none is left); `None` when unlimited.
 pub fn soft_limit() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    line.trim_start_matches("Max open files")
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+/// The soft limit as it was when the process started ([`remember_limit_at_start`]), or now.
+pub fn limit_at_start() -> Option<u64> {
+    *LIMIT_AT_START.get_or_init(soft_limit)
+}
+
+static LIMIT_AT_START: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+
+/// Reads the open-file limit once, at start, for the budgets made from it and the messages
+/// that name it.
+pub fn remember_limit_at_start() -> Option<u64> {
+    limit_at_start()
 }
 
 /// Descriptors open in this process now.
@@ -59,8 +66,8 @@ pub fn is_exhausted_io(e: &std::io::Error) -> bool {
         .is_some_and(|code| code == 24 || code == 23)
 }
 
-/// Says that the limit was reached (with `what` met it and how to raise it) at most once a
-/// minute, whoever meets it.
+/// Says that the limit was reached: with `what` met it and how to raise it at most once a
+/// minute (ERROR), and each other time in a WARN line of its own.
 pub fn report(what: &str) {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
@@ -72,13 +79,16 @@ pub fn report(what: &str) {
         *last = Some(Instant::now());
         crate::log_error!("{what}; {}", advice());
     } else {
-        crate::log_debug!("{what}");
+        // Every failure is seen: a flush, checkpoint or accept that failed is never quiet.
+        crate::log_warn!("{what} (out of descriptors)");
     }
 }
 
 /// What an operator reads when the limit is reached.
 pub fn advice() -> String {
-    let limit = soft_limit().map_or_else(|| "unknown".to_string(), |l| l.to_string());
+    let limit = soft_limit()
+        .or_else(limit_at_start)
+        .map_or_else(|| "unlimited".to_string(), |l| l.to_string());
     format!(
         "the open-file limit ({limit}, with {RESERVE} kept free) is reached: segment files are held open up to log.max_open_files ({}); raise the limit (LimitNOFILE= in the systemd unit, `ulimit -n`, or `prlimit --pid`) or lower log.max_open_files; what waited (a partition to create, a fetch to serve) is retried by itself",
         budget_text()

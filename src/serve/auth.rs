@@ -301,6 +301,23 @@ fn shown(name: &str) -> String {
     format!("{s:?}")
 }
 
+/// The answer Kafka's broker gives a SASL request on a listener without SASL
+/// (`KafkaApis.handleSaslHandshakeRequest` / `handleSaslAuthenticateRequest`): the request
+/// reaches the APIs, which answer ILLEGAL_SASL_STATE (no mechanism offered), and the
+/// connection stays open.
+pub fn not_a_sasl_listener(api: ApiKey, version: i16) -> Vec<u8> {
+    if api == ApiKey::SaslHandshake {
+        handshake_answer(ErrorCode::ILLEGAL_SASL_STATE, Vec::new(), false).body
+    } else {
+        authenticate_body(
+            version,
+            ErrorCode::ILLEGAL_SASL_STATE,
+            Some("SaslAuthenticate request received on a listener without SASL"),
+            Vec::new(),
+        )
+    }
+}
+
 fn handshake_answer(error: ErrorCode, mechanisms: Vec<String>, close: bool) -> Answer {
     let mut w = Writer::new();
     sasl::encode_handshake_response(&mut w, &sasl::HandshakeResponse { error, mechanisms });

@@ -31,17 +31,14 @@ pub const SERVED: [(ApiKey, i16, i16); 5] = [
 ];
 
 /// The most segment files one Fetch response holds open (one per partition and segment it
-/// sends from): a request naming a partition thousands of times, or thousands of
-/// partitions, must not take the process's descriptors. Partitions past it get no data in
-/// this response and are fetched again. An eighth of the open-file limit (beside a daemon,
-/// the descriptors `log.max_open_files` leaves free are at least a quarter), 16 to 256.
+/// sends from), beside the listener's share of descriptors that all responses and
+/// connections draw on ([`super::limits::Descriptors`]): one response does not take the
+/// share. Partitions past it get no data in this response and are fetched again. An eighth
+/// of the open-file limit read at start, 16 to 256.
 fn max_files_per_response() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        crate::log::descriptors::soft_limit()
-            .map_or(256, |l| usize::try_from(l / 8).unwrap_or(256))
-            .clamp(16, 256)
-    })
+    crate::log::descriptors::limit_at_start()
+        .map_or(256, |l| usize::try_from(l / 8).unwrap_or(256))
+        .clamp(16, 256)
 }
 
 /// What a Fetch response may still take.
@@ -58,6 +55,9 @@ struct Budget {
 /// client cannot park a thread for days (clients' own request timeouts are 30 s).
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
 
+/// How often a Fetch waiting for data looks at whether its client left.
+const GONE_LOOK_INTERVAL: Duration = Duration::from_millis(500);
+
 pub struct Context {
     pub source: Source,
     pub node_id: i32,
@@ -66,7 +66,33 @@ pub struct Context {
     pub stopping: AtomicBool,
     /// Incremental fetch sessions, shared by every connection.
     pub sessions: FetchSessionCache,
+    /// The descriptors the listener may hold ([`super::limits`]).
+    pub fds: std::sync::Arc<super::limits::Descriptors>,
 }
+
+/// Who asks: what a request's answer depends on beside the request.
+pub struct Client<'a> {
+    /// Whether the client left (or the listener stops): its answer is then not finished.
+    pub gone: &'a dyn Fn() -> bool,
+    /// Whether its replica id ≥ 0 is a follower's (`serve.follower_addresses`,
+    /// `serve.follower_principals`): only then does a session it opens have priority.
+    pub trusted_follower: bool,
+}
+
+/// How many items of a request are answered between two looks at whether its client left.
+const ITEMS_BETWEEN_LOOKS: usize = 256;
+
+/// Said when a client left before its answer was finished: the connection closes.
+#[derive(Debug)]
+pub struct ClientGone;
+
+impl std::fmt::Display for ClientGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client left before its answer was finished")
+    }
+}
+
+impl std::error::Error for ClientGone {}
 
 impl Context {
     pub(super) fn cluster_id(&self) -> Option<String> {
@@ -99,7 +125,7 @@ pub fn advertised() -> impl Iterator<Item = (i16, i16, i16)> {
     served.chain(refused)
 }
 
-/// The SASL APIs a SASL listener adds. SaslHandshake is listed from v0, as Kafka lists it
+/// The SASL APIs. SaslHandshake is listed from v0, as Kafka lists it
 /// (librdkafka before 2.2 takes a range without v0 for no SaslHandshake at all), but a v0
 /// handshake — after which Kafka expects bare SASL tokens, not SaslAuthenticate — is
 /// answered with UNSUPPORTED_SASL_MECHANISM and closed: only v1 is spoken.
@@ -108,10 +134,11 @@ pub const SASL_SERVED: [(ApiKey, i16, i16); 2] = [
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
-pub fn api_versions(version: i16, sasl: bool) -> Vec<u8> {
+/// Every listener lists the SASL APIs, as Kafka's does: one without SASL answers them with
+/// ILLEGAL_SASL_STATE.
+pub fn api_versions(version: i16) -> Vec<u8> {
     let sasl_apis = SASL_SERVED
         .iter()
-        .filter(|_| sasl)
         .map(|&(api, min, max)| (api.key(), min, max));
     let ranges: Vec<ApiVersionRange> = advertised()
         .chain(sasl_apis)
@@ -436,7 +463,14 @@ fn fetch_partition(
         return none(head);
     }
     let limit = budget.bytes.min(p.partition_max_bytes.max(0) as u64);
-    let read = match read_batches(&view, p.fetch_offset, below, limit, budget.first) {
+    let read = match read_batches(
+        &view,
+        p.fetch_offset,
+        below,
+        limit,
+        budget.first,
+        Some(&ctx.fds),
+    ) {
         Ok(r) => r,
         Err(e) if crate::log::descriptors::is_exhausted(&e) => {
             // Out of descriptors (other responses, the daemon's own files): no data this time,
@@ -483,7 +517,12 @@ fn fetch_partition(
 /// v7+ fetches may open and use incremental sessions ([`super::sessions`]): an incremental
 /// answer carries only the partitions with something new, and waits like a full one when
 /// none has.
-pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece>> {
+pub fn fetch(
+    ctx: &Context,
+    body: &[u8],
+    version: i16,
+    client: &Client<'_>,
+) -> anyhow::Result<Vec<Piece>> {
     let req = fetch::decode_request(body, version)?;
     // At v13 topics come as ids (their text, from the decoder): back to local names.
     let names: BTreeMap<String, String> = if version >= 13 {
@@ -534,7 +573,11 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
         };
         let answers: Vec<PartAnswer> = work
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(i, c)| {
+                if i % ITEMS_BETWEEN_LOOKS == ITEMS_BETWEEN_LOOKS - 1 && (client.gone)() {
+                    return Err(ClientGone);
+                }
                 let name = names.get(&c.topic).unwrap_or(&c.topic);
                 let mut a = fetch_partition(
                     ctx,
@@ -547,9 +590,9 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
                 if version >= 13 && !names.contains_key(&c.topic) {
                     a.head.error = ErrorCode(100); // UNKNOWN_TOPIC_ID
                 }
-                a
+                Ok(a)
             })
-            .collect();
+            .collect::<Result<_, ClientGone>>()?;
         let bytes: u64 = answers.iter().map(|a| a.bytes).sum();
         let settled = answers
             .iter()
@@ -563,7 +606,11 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
             break answers;
         }
         drop(answers);
-        signal.wait_past(seen, deadline - now);
+        // A long poll looks at its client between waits: one that left is not waited for.
+        signal.wait_past(seen, (deadline - now).min(GONE_LOOK_INTERVAL));
+        if (client.gone)() {
+            return Err(ClientGone.into());
+        }
     };
     let sent: Vec<bool> = work
         .iter_mut()
@@ -575,10 +622,12 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
             Ok(()) => id,
             Err(error) => return Ok(vec![Piece::Bytes(session_error(version, error))]),
         },
-        None if opens => {
-            ctx.sessions
-                .open(req.replica_id >= 0, version >= 13, work, Instant::now())
-        }
+        None if opens => ctx.sessions.open(
+            req.replica_id >= 0 && client.trusted_follower,
+            version >= 13,
+            work,
+            Instant::now(),
+        ),
         None => 0,
     };
     // A full answer carries every partition asked for; an incremental one only those with

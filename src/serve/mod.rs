@@ -41,6 +41,7 @@
 
 pub mod auth;
 pub mod handlers;
+pub mod limits;
 pub mod refusals;
 pub mod response;
 pub mod sessions;
@@ -56,7 +57,7 @@ use response::{Piece, write_frame};
 use source::Source;
 use std::collections::HashMap;
 use std::io::Read;
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -80,8 +81,16 @@ pub struct ServeOptions {
     pub advertised: Option<String>,
     pub node_id: i32,
     pub max_connections: usize,
+    /// Connections from one address beyond this are closed at once.
+    pub max_connections_per_ip: usize,
     pub max_request_bytes: i32,
+    /// The memory shared by every connection beyond their allowances ([`limits`]).
+    pub max_memory_bytes: usize,
     pub idle_timeout: Duration,
+    /// Whose replica id ≥ 0 is a follower's (session priority): these addresses...
+    pub follower_addresses: Vec<limits::Cidr>,
+    /// ... and these SASL users.
+    pub follower_principals: Vec<String>,
     /// Incremental fetch sessions held at most ([`sessions`]).
     pub max_fetch_sessions: usize,
     /// What clients must speak (TLS; loaded once, at start).
@@ -100,8 +109,19 @@ impl ServeOptions {
             advertised: s.advertised.clone(),
             node_id: s.node_id,
             max_connections: s.max_connections,
+            max_connections_per_ip: s.max_connections_per_ip,
             max_request_bytes: s.max_request_bytes,
+            max_memory_bytes: s.max_memory_bytes,
             idle_timeout: Duration::from_millis(s.idle_timeout_ms as u64),
+            follower_addresses: s
+                .follower_addresses
+                .iter()
+                .map(|a| {
+                    limits::Cidr::parse(a)
+                        .with_context(|| format!("serve.follower_addresses: `{a}`"))
+                })
+                .collect::<Result<_>>()?,
+            follower_principals: s.follower_principals.clone(),
             max_fetch_sessions: s.max_fetch_sessions,
             security: ListenerSecurity::from_section(s)?,
         }))
@@ -115,8 +135,11 @@ struct Shared {
     next_id: AtomicU64,
     /// A clone of each open connection, to shut it down on stop.
     conns: Mutex<HashMap<u64, TcpStream>>,
-    /// When the last "too many connections" WARN was said.
-    last_refusal_warn: Mutex<Option<Instant>>,
+    /// Open connections per client address.
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// When the last "too many connections" WARN was said, per reason.
+    last_refusal_warn: Mutex<HashMap<&'static str, Instant>>,
+    memory: Arc<limits::MemoryPool>,
 }
 
 impl Shared {
@@ -124,6 +147,39 @@ impl Shared {
         self.conns
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn per_ip(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.per_ip
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a connection from `ip` may open; counted if so.
+    fn admit_ip(&self, ip: IpAddr) -> bool {
+        let mut per_ip = self.per_ip();
+        let n = per_ip.entry(ip).or_insert(0);
+        if *n >= self.opts.max_connections_per_ip {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn release_ip(&self, ip: IpAddr) {
+        let mut per_ip = self.per_ip();
+        if let Some(n) = per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                per_ip.remove(&ip);
+            }
+        }
+    }
+
+    /// Whether a client at `ip`, authenticated as `principal`, is a follower the config trusts.
+    fn trusted_follower(&self, ip: IpAddr, principal: Option<&str>) -> bool {
+        self.opts.follower_addresses.iter().any(|c| c.contains(ip))
+            || principal.is_some_and(|p| self.opts.follower_principals.iter().any(|f| f == p))
     }
 }
 
@@ -145,6 +201,25 @@ impl Server {
             .rsplit_once(':')
             .map(|(h, p)| (h.to_string(), p.parse::<i32>().unwrap_or(0)))
             .unwrap_or((advertised.clone(), 0));
+        let limit = crate::log::descriptors::limit_at_start();
+        let log_files = match crate::log::open_files::shared().budget() {
+            usize::MAX => 0,
+            n => n,
+        };
+        let fds = limits::descriptor_share(
+            limit,
+            log_files,
+            crate::log::descriptors::open_count().unwrap_or(0),
+        );
+        if let Some(limit) = limit
+            && fds < opts.max_connections * limits::PER_CONNECTION
+        {
+            crate::log_warn!(
+                "serve: {fds} descriptors are left to the listener (open-file limit {limit}, log.max_open_files {log_files}, {} kept for the daemon's own files): fewer than serve.max_connections ({}) need; connections beyond them are closed at once — raise the limit (LimitNOFILE=) or lower log.max_open_files",
+                crate::log::descriptors::RESERVE,
+                opts.max_connections
+            );
+        }
         let shared = Arc::new(Shared {
             ctx: Context {
                 source,
@@ -156,12 +231,15 @@ impl Server {
                     opts.max_fetch_sessions,
                     opts.max_request_bytes,
                 ),
+                fds: limits::Descriptors::new(fds),
             },
+            memory: limits::MemoryPool::new(opts.max_memory_bytes),
             opts,
             open: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
-            last_refusal_warn: Mutex::new(None),
+            per_ip: Mutex::new(HashMap::new()),
+            last_refusal_warn: Mutex::new(HashMap::new()),
         });
         let s2 = shared.clone();
         let accept = std::thread::Builder::new()
@@ -256,11 +334,17 @@ impl Drop for Server {
 
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     while !shared.ctx.stopping.load(Ordering::SeqCst) {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors, mostly: wait, the connections that end free some.
-                crate::log_debug!("serve: accept failed: {e}");
+                if crate::log::descriptors::is_exhausted_io(&e) {
+                    crate::log::descriptors::report(&format!(
+                        "serve: accepting a connection failed: {e}"
+                    ));
+                } else {
+                    crate::log_debug!("serve: accept failed: {e}");
+                }
                 std::thread::sleep(ACCEPT_RETRY);
                 continue;
             }
@@ -268,12 +352,44 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         if shared.ctx.stopping.load(Ordering::SeqCst) {
             break;
         }
+        let ip = canonical(peer.ip());
         if shared.open.load(Ordering::SeqCst) >= shared.opts.max_connections {
-            refuse(shared, stream);
+            refuse(
+                shared,
+                stream,
+                "serve.max_connections",
+                format!("{} connections open", shared.opts.max_connections),
+            );
+            continue;
+        }
+        // The socket, its copy kept to shut it down, and a file opened for a moment.
+        let Some(permit) = shared.ctx.fds.take(limits::PER_CONNECTION) else {
+            refuse(
+                shared,
+                stream,
+                "descriptors",
+                format!(
+                    "the listener's {} descriptors are in use",
+                    shared.ctx.fds.capacity()
+                ),
+            );
+            continue;
+        };
+        if !shared.admit_ip(ip) {
+            refuse(
+                shared,
+                stream,
+                "serve.max_connections_per_ip",
+                format!(
+                    "{} connections open from {ip}",
+                    shared.opts.max_connections_per_ip
+                ),
+            );
             continue;
         }
         let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
         let Ok(handle) = stream.try_clone() else {
+            shared.release_ip(ip);
             continue;
         };
         shared.open.fetch_add(1, Ordering::SeqCst);
@@ -281,36 +397,52 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         let s2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("serve-conn-{id}"))
+            .stack_size(CONNECTION_STACK)
             .spawn(move || {
-                let peer = stream
-                    .peer_addr()
-                    .map_or_else(|_| "?".to_string(), |a| a.to_string());
-                if let Err(e) = serve_connection(&s2, stream) {
+                let _permit = permit;
+                if let Err(e) = serve_connection(&s2, stream, ip) {
                     crate::log_debug!("serve: connection from {peer} closed: {e:#}");
                 }
                 s2.conns().remove(&id);
+                s2.release_ip(ip);
                 s2.open.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
             shared.conns().remove(&id);
+            shared.release_ip(ip);
             shared.open.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
 
-/// Closes a connection beyond `max_connections` at once; says so once a minute at most.
-fn refuse(shared: &Shared, stream: TcpStream) {
+/// A connection's thread stack: its requests are answered with buffers on the heap, counted
+/// in its memory ([`limits`]), so a small stack does; it bounds the address space the
+/// listener reserves per connection.
+const CONNECTION_STACK: usize = 512 << 10;
+
+/// An IPv4 client reaching an IPv6 wildcard listener is still that IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Closes a connection a limit (`key`) does not admit, at once; says so once a minute at
+/// most per limit.
+fn refuse(shared: &Shared, stream: TcpStream, key: &'static str, why: String) {
     let _ = stream.shutdown(Shutdown::Both);
+    drop(stream);
     let mut last = shared
         .last_refusal_warn
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-        *last = Some(Instant::now());
-        crate::log_warn!(
-            "serve: {} connections open (serve.max_connections); refusing more (said once a minute)",
-            shared.opts.max_connections
-        );
+    if last
+        .get(key)
+        .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+    {
+        last.insert(key, Instant::now());
+        crate::log_warn!("serve: {why} ({key}); refusing more (said once a minute)");
     }
 }
 
@@ -329,53 +461,151 @@ impl std::fmt::Display for Closed {
 
 impl std::error::Error for Closed {}
 
-fn read_frame(stream: &mut Stream, max: i32, idle: Duration, buf: &mut Vec<u8>) -> Result<()> {
-    // Over TLS one read may take many socket reads (a record dripped a byte at a time): the
-    // deadlines bound the socket reads themselves. The size must come within the idle
-    // timeout, the rest within FRAME_DEADLINE of it.
-    stream.set_deadline(Some(Instant::now() + idle));
-    let framed = read_frame_within(stream, max, buf);
+/// Fills `buf` from the socket by `deadline` (every socket read, under TLS too, waits no
+/// longer); how many bytes came before the client closed (fewer than asked) or the deadline.
+fn read_by(stream: &mut Stream, buf: &mut [u8], deadline: Instant) -> Result<usize> {
+    let mut got = 0;
+    stream.set_deadline(Some(deadline));
+    let result = loop {
+        if got == buf.len() {
+            break Ok(got);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Ok(got);
+        }
+        if let Err(e) = stream.tcp().set_read_timeout(Some(left)) {
+            break Err(e.into());
+        }
+        match stream.read(buf.get_mut(got..).unwrap_or_default()) {
+            Ok(0) => break Ok(got),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => break Err(anyhow::Error::from(e).context("reading a request")),
+        }
+    };
     stream.set_deadline(None);
-    framed
+    result
 }
 
-fn read_frame_within(stream: &mut Stream, max: i32, buf: &mut Vec<u8>) -> Result<()> {
+/// A request frame read whole, and the memory it holds.
+struct Request {
+    lease: limits::Lease,
+}
+
+/// Reads the next request frame into `buf`: `None` when the client closed or stayed idle.
+///
+/// The whole request, however slowly it comes, must arrive within the idle timeout (and
+/// within [`FRAME_DEADLINE`] of its size). Its bytes are read only once the listener's memory
+/// holds them ([`limits`]): until then the connection is muted. The lease then grows to what
+/// answering it is charged, before a byte of it is decoded.
+fn read_request(
+    shared: &Shared,
+    stream: &mut Stream,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Request>> {
+    let max = shared.opts.max_request_bytes;
+    let idle_deadline = Instant::now() + shared.opts.idle_timeout;
     let mut size = [0u8; 4];
-    stream.read_exact(&mut size).map_err(|_| Closed::Eof)?;
+    match read_by(stream, &mut size, idle_deadline) {
+        Ok(4) => {}
+        Ok(0) => return Ok(None),
+        Ok(n) => anyhow::bail!(
+            "{n} of the 4 bytes of a request's size came within serve.idle_timeout_ms ({} ms)",
+            shared.opts.idle_timeout.as_millis()
+        ),
+        Err(_) => return Err(Closed::Eof.into()),
+    }
     let size = i32::from_be_bytes(size);
     if !(0..=max).contains(&size) {
         anyhow::bail!("a request frame of {size} bytes (serve.max_request_bytes is {max})");
     }
-    // The rest of the frame must arrive within FRAME_DEADLINE (a client dripping a byte per
-    // idle timeout does not keep its slot), and the buffer grows only as bytes arrive (an
-    // announced size costs nothing until it is sent).
-    let deadline = Instant::now() + FRAME_DEADLINE;
-    stream.set_deadline(Some(deadline));
     let want = size as usize;
+    let sized = Instant::now();
+    let mut lease = {
+        let tcp = stream.tcp();
+        shared
+            .memory
+            .lease(want, sized + FRAME_DEADLINE, &|| gone(shared, tcp))
+            .map_err(|e| muted_too_long(shared, e))?
+    };
+    // Time spent muted is the listener's, not the client's.
+    let muted = sized.elapsed();
+    let deadline = idle_deadline.min(sized + FRAME_DEADLINE) + muted;
     buf.clear();
-    let mut chunk = [0u8; 64 << 10];
     while buf.len() < want {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let start = buf.len();
+        let chunk = (want - start).min(64 << 10);
+        buf.resize(start + chunk, 0);
+        let got = read_by(stream, buf.get_mut(start..).unwrap_or_default(), deadline)?;
+        buf.truncate(start + got);
+        if got < chunk {
+            if Instant::now() >= deadline {
+                anyhow::bail!(
+                    "a request did not arrive whole within serve.idle_timeout_ms ({} ms) or {} s of its size ({} of {want} bytes)",
+                    shared.opts.idle_timeout.as_millis(),
+                    FRAME_DEADLINE.as_secs(),
+                    buf.len()
+                );
+            }
             anyhow::bail!(
-                "a request frame did not arrive within {}s ({} of {want} bytes)",
-                FRAME_DEADLINE.as_secs(),
+                "the request frame ended early ({} of {want} bytes)",
                 buf.len()
             );
         }
-        stream.tcp().set_read_timeout(Some(left))?;
-        let n = (want - buf.len()).min(chunk.len());
-        match stream.read(&mut chunk[..n]) {
-            Ok(0) => anyhow::bail!("the request frame ended early"),
-            Ok(got) => buf.extend_from_slice(&chunk[..got]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).context("the request frame ended early"),
-        }
     }
-    Ok(())
+    let charge = limits::request_charge(want) + metadata_charge(shared, buf);
+    let tcp = stream.tcp();
+    lease
+        .grow_to(charge, Instant::now() + FRAME_DEADLINE, &|| {
+            gone(shared, tcp)
+        })
+        .map_err(|e| muted_too_long(shared, e))?;
+    Ok(Some(Request { lease }))
 }
 
-fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
+/// Whether work for the client at `tcp` should stop: it left, or the listener stops.
+fn gone(shared: &Shared, tcp: &TcpStream) -> bool {
+    shared.ctx.stopping.load(Ordering::SeqCst) || limits::peer_gone(tcp)
+}
+
+/// What a Metadata answer about the local topics may take beyond what its request names: a
+/// request of a few bytes asks about every topic.
+fn metadata_charge(shared: &Shared, frame: &[u8]) -> usize {
+    if frame.get(..2) != Some(&ApiKey::Metadata.key().to_be_bytes()[..]) {
+        return 0;
+    }
+    shared
+        .ctx
+        .source
+        .partitions()
+        .iter()
+        .map(|tp| tp.topic.len() + METADATA_BYTES_PER_PARTITION)
+        .sum()
+}
+
+/// What one partition's Metadata answer takes, decoded and encoded, at most.
+const METADATA_BYTES_PER_PARTITION: usize = 192;
+
+fn muted_too_long(shared: &Shared, e: limits::NoMemory) -> anyhow::Error {
+    match e {
+        limits::NoMemory::GaveUp => anyhow::anyhow!(
+            "no memory for its request within {} s (serve.max_memory_bytes {} in use), or the client left",
+            FRAME_DEADLINE.as_secs(),
+            shared.memory.capacity()
+        ),
+        limits::NoMemory::TooLarge { wanted, capacity } => anyhow::anyhow!(
+            "its request would take {wanted} bytes of the listener's memory, more than serve.max_memory_bytes ({capacity})"
+        ),
+    }
+}
+
+fn serve_connection(shared: &Shared, tcp: TcpStream, ip: IpAddr) -> Result<()> {
     tcp.set_nodelay(true)?;
     tcp.set_read_timeout(Some(shared.opts.idle_timeout))?;
     tcp.set_write_timeout(Some(WRITE_TIMEOUT))?;
@@ -402,27 +632,33 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
         if shared.ctx.stopping.load(Ordering::SeqCst) || conn.close {
             return Ok(());
         }
-        stream
-            .tcp()
-            .set_read_timeout(Some(shared.opts.idle_timeout))?;
-        match read_frame(
-            &mut stream,
-            shared.opts.max_request_bytes,
-            shared.opts.idle_timeout,
-            &mut frame,
-        ) {
-            Ok(()) => {}
+        let mut request = match read_request(shared, &mut stream, &mut frame) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()),
             Err(e) if e.is::<Closed>() => return Ok(()),
             Err(e) => return Err(e),
+        };
+        let trusted = shared.trusted_follower(ip, conn.auth.as_ref().and_then(|a| a.principal()));
+        let answered = {
+            let tcp = stream.tcp();
+            let client = handlers::Client {
+                gone: &|| gone(shared, tcp),
+                trusted_follower: trusted,
+            };
+            answer(&shared.ctx, &frame, &mut conn, &client)?
+        };
+        // The request's bytes are not needed once answered: a large buffer is let go.
+        if frame.capacity() > KEPT_FRAME_CAPACITY {
+            frame = Vec::new();
         }
         // A request that wants no response (Produce with acks=0) gets none.
-        if let Some(mut pieces) = answer(&shared.ctx, &frame, &mut conn)? {
+        if let Some(mut pieces) = answered {
             // Refusals and Metadata answer per item of the request: a small request naming
             // many items could ask for a response many times its size, held per connection.
             let held: usize = pieces
                 .iter()
                 .map(|p| match p {
-                    Piece::Bytes(b) => b.len(),
+                    Piece::Bytes(b) => b.capacity(),
                     Piece::File(_) => 0,
                 })
                 .sum();
@@ -432,10 +668,16 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) -> Result<()> {
                     frame.len()
                 );
             }
+            // Until the client has taken it, the response holds what it takes, no more.
+            request.lease.shrink_to(held + frame.capacity());
             write_frame(&mut stream, &mut pieces)?;
         }
+        drop(request);
     }
 }
+
+/// The request buffer a connection keeps between requests.
+const KEPT_FRAME_CAPACITY: usize = 64 << 10;
 
 /// What a connection carries from one request to the next.
 struct ConnState {
@@ -448,12 +690,36 @@ struct ConnState {
 
 /// The response frame's pieces for one request frame (`None`: no response is due); an error
 /// closes the connection.
-fn answer(ctx: &Context, frame: &[u8], conn: &mut ConnState) -> Result<Option<Vec<Piece>>> {
+fn answer(
+    ctx: &Context,
+    frame: &[u8],
+    conn: &mut ConnState,
+    client: &handlers::Client<'_>,
+) -> Result<Option<Vec<Piece>>> {
     let mut r = Reader::new(frame);
     let api_key = r.i16("api_key")?;
     let version = r.i16("api_version")?;
     let correlation_id = r.i32("correlation_id")?;
     r.nullable_string(false, "client_id")?;
+    if conn.auth.is_none()
+        && let Some(&(api, min, max)) = handlers::SASL_SERVED
+            .iter()
+            .find(|(a, _, _)| a.key() == api_key)
+    {
+        unsupported_version(api.name(), version, (min, max))?;
+        let flexible = api.is_flexible(version);
+        let mut head = Writer::new();
+        head.i32(correlation_id).empty_tags(flexible);
+        crate::log_debug!(
+            "serve: client {} sent {} to a listener without SASL; answered ILLEGAL_SASL_STATE",
+            conn.peer,
+            api.name()
+        );
+        return Ok(Some(vec![
+            Piece::Bytes(head.buf),
+            Piece::Bytes(auth::not_a_sasl_listener(api, version)),
+        ]));
+    }
     if let Some(a) = &conn.auth {
         a.admit(api_key, &conn.peer)?;
         if let Some(&(api, min, max)) = handlers::SASL_SERVED
@@ -496,10 +762,7 @@ fn answer(ctx: &Context, frame: &[u8], conn: &mut ConnState) -> Result<Option<Ve
     if api == ApiKey::ApiVersions {
         // Answered even at a version it does not know, so the client can learn ours.
         let mut pieces = vec![Piece::Bytes(head.buf)];
-        pieces.push(Piece::Bytes(handlers::api_versions(
-            version,
-            conn.auth.is_some(),
-        )));
+        pieces.push(Piece::Bytes(handlers::api_versions(version)));
         return Ok(Some(pieces));
     }
     unsupported_version(api.name(), version, (min, max))?;
@@ -511,7 +774,7 @@ fn answer(ctx: &Context, frame: &[u8], conn: &mut ConnState) -> Result<Option<Ve
     let body = frame.get(r.position()..).unwrap_or_default();
     let mut pieces = vec![Piece::Bytes(head.buf)];
     match api {
-        ApiKey::Fetch => pieces.extend(handlers::fetch(ctx, body, version)?),
+        ApiKey::Fetch => pieces.extend(handlers::fetch(ctx, body, version, client)?),
         ApiKey::Metadata => pieces.push(Piece::Bytes(handlers::metadata(ctx, body, version)?)),
         ApiKey::ListOffsets => {
             pieces.push(Piece::Bytes(handlers::list_offsets(ctx, body, version)?))

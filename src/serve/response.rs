@@ -20,6 +20,8 @@ pub struct FileRange {
     pub path: PathBuf,
     pub pos: u64,
     pub len: u64,
+    /// The listener's descriptor it holds, if it counts against one.
+    pub _permit: Option<super::limits::DescriptorPermit>,
 }
 
 #[derive(Debug)]
@@ -101,7 +103,7 @@ impl Sink for Stream {
 }
 
 /// How much of a file range is read at a time to go out over TLS.
-pub const TLS_CHUNK: usize = 256 << 10;
+pub const TLS_CHUNK: usize = 64 << 10;
 
 /// For tests: file ranges are read into the buffer.
 impl Sink for Vec<u8> {
@@ -166,6 +168,7 @@ mod tests {
             path: path.to_path_buf(),
             pos,
             len,
+            _permit: None,
         })
     }
 

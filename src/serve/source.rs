@@ -4,6 +4,7 @@
 //! under their read names, read-only. And the walk that turns a snapshot into the byte
 //! ranges of whole batches a Fetch returns.
 
+use super::limits::Descriptors;
 use super::response::FileRange;
 use crate::checkpoint::TopicPartition;
 use crate::log::identity::{self, Archived};
@@ -281,6 +282,7 @@ pub fn read_batches(
     below: i64,
     max_bytes: u64,
     min_one: bool,
+    fds: Option<&Arc<Descriptors>>,
 ) -> Result<Read> {
     let mut out = Read::default();
     for seg in view.segments_from(from) {
@@ -290,6 +292,13 @@ pub fn read_batches(
         if seg.next_offset <= from || seg.size == 0 {
             continue;
         }
+        // Each file sent from holds a descriptor of the listener's until it is sent: none
+        // free, and what was read so far is served.
+        let permit = match fds.map(|f| f.take(1)) {
+            Some(None) => break,
+            Some(Some(p)) => Some(p),
+            None => None,
+        };
         let file = match File::open(&seg.log_path) {
             Ok(f) => f,
             // Deleted by retention or truncation since the snapshot: what is left is served.
@@ -345,6 +354,7 @@ pub fn read_batches(
                 path: seg.log_path.clone(),
                 pos,
                 len,
+                _permit: permit,
             });
         }
         if full {
