@@ -66,6 +66,9 @@ pub struct Context {
     pub stopping: AtomicBool,
     /// Incremental fetch sessions, shared by every connection.
     pub sessions: FetchSessionCache,
+    /// The most record bytes one Fetch response carries (`serve.fetch_max_bytes`, Kafka's
+    /// `fetch.max.bytes`), whatever the request's max_bytes.
+    pub fetch_max_bytes: i32,
 }
 
 impl Context {
@@ -522,12 +525,15 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
         }
     };
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+    // Kafka's KafkaApis: the broker's fetch.max.bytes caps the request's, and min_bytes.
+    let max_bytes = req.max_bytes.clamp(0, ctx.fetch_max_bytes.max(0));
+    let min_bytes = req.min_bytes.clamp(0, max_bytes);
     let deadline = Instant::now() + wait;
     let signal = ctx.source.appended().clone();
     let answers = loop {
         let seen = signal.current();
         let mut budget = Budget {
-            bytes: req.max_bytes.max(0) as u64,
+            bytes: max_bytes as u64,
             first: true,
             files: max_files_per_response(),
             warned: false,
@@ -555,7 +561,7 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
             .iter()
             .any(|a| !a.head.error.is_ok() || a.head.diverging_epoch.is_some());
         let now = Instant::now();
-        if bytes >= req.min_bytes.max(0) as u64
+        if bytes >= min_bytes as u64
             || settled
             || now >= deadline
             || ctx.stopping.load(Ordering::SeqCst)

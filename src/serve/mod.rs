@@ -84,6 +84,8 @@ pub struct ServeOptions {
     pub idle_timeout: Duration,
     /// Incremental fetch sessions held at most ([`sessions`]).
     pub max_fetch_sessions: usize,
+    /// The most record bytes in one Fetch response (`serve.fetch_max_bytes`).
+    pub fetch_max_bytes: i32,
     /// What clients must speak (TLS; loaded once, at start).
     pub security: ListenerSecurity,
 }
@@ -103,6 +105,7 @@ impl ServeOptions {
             max_request_bytes: s.max_request_bytes,
             idle_timeout: Duration::from_millis(s.idle_timeout_ms as u64),
             max_fetch_sessions: s.max_fetch_sessions,
+            fetch_max_bytes: s.fetch_max_bytes,
             security: ListenerSecurity::from_section(s)?,
         }))
     }
@@ -156,6 +159,7 @@ impl Server {
                     opts.max_fetch_sessions,
                     opts.max_request_bytes,
                 ),
+                fetch_max_bytes: opts.fetch_max_bytes,
             },
             opts,
             open: AtomicUsize::new(0),
