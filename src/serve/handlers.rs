@@ -208,6 +208,20 @@ fn check_epoch(view: &LogView, current_leader_epoch: i32) -> ErrorCode {
 
 pub fn list_offsets(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
     let req = list_offsets::decode_request(body, version)?;
+    if !valid_isolation(req.isolation_level) {
+        // Kafka fails the whole request when it reads the isolation level (it throws, and
+        // the error response carries the error in every partition, as asked).
+        let topics = map_partitions(req.topics, |_, p| ListOffsetsPartitionResponse {
+            partition: p.partition,
+            error: ErrorCode::INVALID_REQUEST,
+            timestamp: -1,
+            offset: -1,
+            leader_epoch: -1,
+        });
+        let mut w = Writer::new();
+        list_offsets::encode_response(&mut w, version, &topics);
+        return Ok(w.buf);
+    }
     let mut topics = Vec::with_capacity(req.topics.len());
     for (name, parts) in req.topics {
         let mut out = Vec::with_capacity(parts.len());
@@ -263,6 +277,11 @@ pub fn list_offsets(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Ve
     let mut w = Writer::new();
     list_offsets::encode_response(&mut w, version, &topics);
     Ok(w.buf)
+}
+
+/// Kafka's `IsolationLevel.forId`: 0 (read_uncommitted) and 1 (read_committed) only.
+fn valid_isolation(level: i8) -> bool {
+    matches!(level, 0 | 1)
 }
 
 /// The first record at or after the log start, below `below`, with a timestamp ≥ `target`.
@@ -488,6 +507,13 @@ fn fetch_partition(
 /// none has.
 pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece>> {
     let req = fetch::decode_request(body, version)?;
+    if !valid_isolation(req.isolation_level) {
+        return Ok(vec![Piece::Bytes(fetch_error(
+            version,
+            &req,
+            ErrorCode::INVALID_REQUEST,
+        ))]);
+    }
     // At v13 topics come as ids (their text, from the decoder): back to local names.
     let names: BTreeMap<String, String> = if version >= 13 {
         ctx.topics()
@@ -622,6 +648,37 @@ pub fn fetch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<Piece
     fetch::encode_response_tail(&mut w, version);
     pieces.push(Piece::Bytes(w.buf));
     Ok(pieces)
+}
+
+/// Kafka's `FetchRequest.getErrorResponse`: `error` at the top level with the request's
+/// session id, and below v13 also in every partition as the request names them (no data,
+/// no positions), for clients older than the top-level error code. Nothing is read and no
+/// session is touched.
+fn fetch_error(version: i16, req: &fetch::FetchRequest, error: ErrorCode) -> Vec<u8> {
+    let topics: &[(String, Vec<FetchPartition>)] = if version < 13 { &req.topics } else { &[] };
+    let mut w = Writer::new();
+    fetch::encode_response_head(&mut w, version, error, req.session_id, topics.len());
+    for (topic, parts) in topics {
+        fetch::encode_topic_head(&mut w, version, topic, &Uuid::default(), parts.len());
+        for p in parts {
+            let head = FetchPartitionResponse {
+                partition: p.partition,
+                error,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                aborted_transactions: None,
+                diverging_epoch: None,
+                current_leader: None,
+                records: &[],
+            };
+            fetch::encode_partition_head(&mut w, version, &head, 0);
+            fetch::encode_partition_tail(&mut w, version, &head);
+        }
+        fetch::encode_topic_tail(&mut w, version);
+    }
+    fetch::encode_response_tail(&mut w, version);
+    w.buf
 }
 
 /// A Fetch answer that is only a session error (KIP-227: no partitions, session id 0).
