@@ -512,6 +512,10 @@ pub struct ServeSection {
     /// sessionless unless it may evict one ([`crate::serve::sessions`]).
     #[serde(deserialize_with = "positive_usize")]
     pub max_fetch_sessions: usize,
+    /// The most record bytes one Fetch response carries, whatever the request asks (Kafka's
+    /// `fetch.max.bytes`); the first batch is still sent whole (KIP-74).
+    #[serde(deserialize_with = "positive_i32")]
+    pub fetch_max_bytes: i32,
     /// What clients must speak: TLS (`SSL`, `SASL_SSL`) and/or SASL (`SASL_*`).
     pub protocol: SecurityProtocol,
     /// The listener's certificate chain (PEM), required with TLS.
@@ -540,6 +544,7 @@ impl Default for ServeSection {
             max_request_bytes: 1 << 20,
             idle_timeout_ms: 600_000,
             max_fetch_sessions: 1000,
+            fetch_max_bytes: 57_671_680,
             protocol: SecurityProtocol::Plaintext,
             ssl_cert_file: None,
             ssl_key_file: None,
@@ -1245,6 +1250,10 @@ interval_ms = 20
             (
                 "[serve]\nmax_fetch_sessions = 0\n",
                 "line 7: key `serve.max_fetch_sessions`",
+            ),
+            (
+                "[serve]\nfetch_max_bytes = 0\n",
+                "line 7: key `serve.fetch_max_bytes`",
             ),
             ("[serve]\nnode_id = -1\n", "line 7: key `serve.node_id`"),
             ("[serve]\nport = 9\n", "line 7: key `serve.port`"),

@@ -3,7 +3,7 @@
 //! itself), at the latest epoch of the partition's leader-epoch checkpoint.
 
 use super::response::Piece;
-use super::sessions::{CachedPartition, FetchSessionCache, Plan};
+use super::sessions::{CachedPartition, FetchSessionCache, Plan, dedup};
 use super::source::{Source, aborted_transactions, epoch_at, leader_epoch, read_batches};
 use crate::checkpoint::TopicPartition;
 use crate::log::read_view::LogView;
@@ -16,7 +16,7 @@ use crate::protocol::metadata::{self, Broker, MetadataResponse, PartitionMetadat
 use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset};
 use crate::protocol::uuid::Uuid;
 use crate::protocol::{ApiKey, map_partitions};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,9 @@ pub struct Context {
     pub sessions: FetchSessionCache,
     /// The descriptors the listener may hold ([`super::limits`]).
     pub fds: std::sync::Arc<super::limits::Descriptors>,
+    /// The most record bytes one Fetch response carries (`serve.fetch_max_bytes`, Kafka's
+    /// `fetch.max.bytes`), whatever the request's max_bytes.
+    pub fetch_max_bytes: i32,
 }
 
 /// Who asks: what a request's answer depends on beside the request.
@@ -174,20 +177,31 @@ pub fn metadata(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8
     };
     let topics = match requested {
         None => local.iter().map(|(t, p)| describe(t, p)).collect(),
-        Some(asked) => asked
-            .into_iter()
-            .map(|t| {
-                let by_name = t.name.clone().filter(|n| local.contains_key(n));
-                let by_id = || {
-                    local
-                        .iter()
-                        .find(|(n, p)| {
-                            t.topic_id != [0; 16]
-                                && ctx.topic_id(n, p).is_some_and(|id| id.0 == t.topic_id)
-                        })
-                        .map(|(n, _)| n.clone())
-                };
-                match by_name.or_else(by_id) {
+        Some(asked) => {
+            // The local topics by id, looked up once, and only when some topic is asked
+            // for by id.
+            let ids: HashMap<[u8; 16], &String> = if asked.iter().any(|t| t.topic_id != [0; 16]) {
+                local
+                    .iter()
+                    .filter_map(|(n, p)| ctx.topic_id(n, p).map(|id| (id.0, n)))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+            // Kafka reads the topics asked for as a set: each is answered once.
+            let mut seen: HashSet<(Option<String>, [u8; 16])> = HashSet::new();
+            asked
+                .into_iter()
+                .filter_map(|t| {
+                    let by_name = t.name.clone().filter(|n| local.contains_key(n));
+                    let found = by_name.or_else(|| ids.get(&t.topic_id).map(|n| (*n).clone()));
+                    let key = match &found {
+                        Some(n) => (Some(n.clone()), [0; 16]),
+                        None => (t.name.clone(), t.topic_id),
+                    };
+                    seen.insert(key).then_some((t, found))
+                })
+                .map(|(t, found)| match found {
                     Some(n) => describe(&n, local.get(&n).map_or(&[][..], Vec::as_slice)),
                     None => TopicMetadata {
                         // Asked for by id alone (v10+): Kafka says UNKNOWN_TOPIC_ID.
@@ -200,9 +214,9 @@ pub fn metadata(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8
                         topic_id: t.topic_id,
                         partitions: Vec::new(),
                     },
-                }
-            })
-            .collect(),
+                })
+                .collect()
+        }
     };
     let resp = MetadataResponse {
         brokers: vec![Broker {
@@ -232,61 +246,117 @@ fn check_epoch(view: &LogView, current_leader_epoch: i32) -> ErrorCode {
 
 pub fn list_offsets(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
     let req = list_offsets::decode_request(body, version)?;
-    let mut topics = Vec::with_capacity(req.topics.len());
-    for (name, parts) in req.topics {
-        let mut out = Vec::with_capacity(parts.len());
+    if !valid_isolation(req.isolation_level) {
+        // Kafka fails the whole request when it reads the isolation level (it throws, and
+        // the error response carries the error in every partition, as asked).
+        let topics = map_partitions(req.topics, |_, p| ListOffsetsPartitionResponse {
+            partition: p.partition,
+            error: ErrorCode::INVALID_REQUEST,
+            timestamp: -1,
+            offset: -1,
+            leader_epoch: -1,
+        });
+        let mut w = Writer::new();
+        list_offsets::encode_response(&mut w, version, &topics);
+        return Ok(w.buf);
+    }
+    // Kafka (ListOffsetsRequest.duplicatePartitions, ReplicaManager.fetchOffset) answers
+    // by partition: one named more than once is answered once, with INVALID_REQUEST and
+    // nothing looked up; the answers are grouped by topic.
+    let mut named: HashMap<(&str, i32), usize> = HashMap::new();
+    for (name, parts) in &req.topics {
         for p in parts {
-            let tp = TopicPartition::new(name.clone(), p.partition);
-            let answer = |error, timestamp, offset, leader_epoch| ListOffsetsPartitionResponse {
-                partition: p.partition,
-                error,
-                timestamp,
-                offset,
-                leader_epoch: if version >= 4 { leader_epoch } else { -1 },
-            };
-            let Some(view) = ctx.source.view(&tp, i64::MIN) else {
-                out.push(answer(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1));
-                continue;
-            };
-            let fenced = check_epoch(&view, p.current_leader_epoch);
-            if !fenced.is_ok() {
-                out.push(answer(fenced, -1, -1, -1));
-                continue;
-            }
-            let below = if req.isolation_level == 1 {
-                view.last_stable_offset
-            } else {
-                view.high_watermark
-            };
-            out.push(match p.timestamp {
-                list_offsets::EARLIEST => answer(
-                    ErrorCode::NONE,
-                    -1,
-                    view.log_start_offset,
-                    epoch_at(&view, view.log_start_offset),
-                ),
-                list_offsets::LATEST => answer(ErrorCode::NONE, -1, below, leader_epoch(&view)),
-                // Asked for at v7 and later, as Kafka serves it.
-                list_offsets::MAX_TIMESTAMP if version >= 7 => match max_timestamp(&view, below) {
-                    Some((offset, timestamp)) => {
-                        answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
-                    }
-                    None => answer(ErrorCode::NONE, -1, -1, -1),
-                },
-                t if t < 0 => answer(ErrorCode::NONE, -1, -1, -1),
-                t => match by_timestamp(&view, below, t) {
-                    Some((offset, timestamp)) => {
-                        answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
-                    }
-                    None => answer(ErrorCode::NONE, -1, -1, -1),
-                },
-            });
+            *named.entry((name.as_str(), p.partition)).or_default() += 1;
         }
-        topics.push((name, out));
+    }
+    let mut topic_at: HashMap<&str, usize> = HashMap::new();
+    let mut topics: Vec<(String, Vec<ListOffsetsPartitionResponse>)> = Vec::new();
+    for (name, parts) in &req.topics {
+        for p in parts {
+            let Some(times) = named.remove(&(name.as_str(), p.partition)) else {
+                continue; // a repeat, answered where first named
+            };
+            let answer = if times > 1 {
+                ListOffsetsPartitionResponse {
+                    partition: p.partition,
+                    error: ErrorCode::INVALID_REQUEST,
+                    timestamp: -1,
+                    offset: -1,
+                    leader_epoch: -1,
+                }
+            } else {
+                list_offset(ctx, version, req.isolation_level, name, p)
+            };
+            let at = *topic_at.entry(name.as_str()).or_insert_with(|| {
+                topics.push((name.clone(), Vec::new()));
+                topics.len() - 1
+            });
+            if let Some((_, out)) = topics.get_mut(at) {
+                out.push(answer);
+            }
+        }
     }
     let mut w = Writer::new();
     list_offsets::encode_response(&mut w, version, &topics);
     Ok(w.buf)
+}
+
+/// One partition's ListOffsets answer.
+fn list_offset(
+    ctx: &Context,
+    version: i16,
+    isolation_level: i8,
+    topic: &str,
+    p: &list_offsets::ListOffsetsPartition,
+) -> ListOffsetsPartitionResponse {
+    let answer = |error, timestamp, offset, leader_epoch| ListOffsetsPartitionResponse {
+        partition: p.partition,
+        error,
+        timestamp,
+        offset,
+        leader_epoch: if version >= 4 { leader_epoch } else { -1 },
+    };
+    let tp = TopicPartition::new(topic, p.partition);
+    let Some(view) = ctx.source.view(&tp, i64::MIN) else {
+        return answer(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1);
+    };
+    let fenced = check_epoch(&view, p.current_leader_epoch);
+    if !fenced.is_ok() {
+        return answer(fenced, -1, -1, -1);
+    }
+    let below = if isolation_level == 1 {
+        view.last_stable_offset
+    } else {
+        view.high_watermark
+    };
+    match p.timestamp {
+        list_offsets::EARLIEST => answer(
+            ErrorCode::NONE,
+            -1,
+            view.log_start_offset,
+            epoch_at(&view, view.log_start_offset),
+        ),
+        list_offsets::LATEST => answer(ErrorCode::NONE, -1, below, leader_epoch(&view)),
+        // Asked for at v7 and later, as Kafka serves it.
+        list_offsets::MAX_TIMESTAMP if version >= 7 => match max_timestamp(&view, below) {
+            Some((offset, timestamp)) => {
+                answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
+            }
+            None => answer(ErrorCode::NONE, -1, -1, -1),
+        },
+        t if t < 0 => answer(ErrorCode::NONE, -1, -1, -1),
+        t => match by_timestamp(&view, below, t) {
+            Some((offset, timestamp)) => {
+                answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
+            }
+            None => answer(ErrorCode::NONE, -1, -1, -1),
+        },
+    }
+}
+
+/// Kafka's `IsolationLevel.forId`: 0 (read_uncommitted) and 1 (read_committed) only.
+fn valid_isolation(level: i8) -> bool {
+    matches!(level, 0 | 1)
 }
 
 /// The first record at or after the log start, below `below`, with a timestamp ≥ `target`.
@@ -338,6 +408,9 @@ fn max_timestamp(view: &LogView, below: i64) -> Option<(i64, i64)> {
 
 pub fn offset_for_leader_epoch(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
     let req = offset_for_leader_epoch::decode_request(body, version)?;
+    // Kafka answers every partition as named, repeats included; each partition's log is
+    // looked at once.
+    let mut views: HashMap<TopicPartition, Option<LogView>> = HashMap::new();
     let topics = map_partitions(req, |name, p| {
         let answer = |error, leader_epoch, end_offset| EpochEndOffset {
             error,
@@ -346,14 +419,17 @@ pub fn offset_for_leader_epoch(ctx: &Context, body: &[u8], version: i16) -> Deco
             end_offset,
         };
         let tp = TopicPartition::new(name, p.partition);
-        let Some(view) = ctx.source.view(&tp, i64::MAX) else {
+        let view = views
+            .entry(tp)
+            .or_insert_with_key(|tp| ctx.source.view(tp, i64::MAX));
+        let Some(view) = view else {
             return answer(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
         };
-        let fenced = check_epoch(&view, p.current_leader_epoch);
+        let fenced = check_epoch(view, p.current_leader_epoch);
         if !fenced.is_ok() {
             return answer(fenced, -1, -1);
         }
-        let (e, o) = end_offset_for(&view, p.leader_epoch);
+        let (e, o) = end_offset_for(view, p.leader_epoch);
         answer(ErrorCode::NONE, e, o)
     });
     let mut w = Writer::new();
@@ -524,6 +600,13 @@ pub fn fetch(
     client: &Client<'_>,
 ) -> anyhow::Result<Vec<Piece>> {
     let req = fetch::decode_request(body, version)?;
+    if !valid_isolation(req.isolation_level) {
+        return Ok(vec![Piece::Bytes(fetch_error(
+            version,
+            &req,
+            ErrorCode::INVALID_REQUEST,
+        ))]);
+    }
     // At v13 topics come as ids (their text, from the decoder): back to local names.
     let names: BTreeMap<String, String> = if version >= 13 {
         ctx.topics()
@@ -547,26 +630,29 @@ pub fn fetch(
             (partitions, runs, Some((id, epoch)))
         }
         Plan::Sessionless | Plan::Open => {
-            let work: Vec<CachedPartition> = req
-                .topics
-                .iter()
-                .flat_map(|(t, ps)| ps.iter().map(|p| CachedPartition::new(t, p.clone())))
-                .collect();
-            let runs = req
-                .topics
-                .iter()
-                .map(|(t, ps)| (t.clone(), ps.len()))
-                .collect();
+            // Kafka reads a full fetch's partitions into a map (FetchRequest.fetchData): a
+            // partition named more than once is answered once, where first named, with what
+            // it was last asked; the answers of one topic that follow each other are one
+            // topic of the response (FetchResponse.toMessage).
+            let work = dedup(
+                req.topics
+                    .iter()
+                    .flat_map(|(t, ps)| ps.iter().map(|p| CachedPartition::new(t, p.clone()))),
+            );
+            let runs = topic_runs(&work);
             (work, runs, None)
         }
     };
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+    // Kafka's KafkaApis: the broker's fetch.max.bytes caps the request's, and min_bytes.
+    let max_bytes = req.max_bytes.clamp(0, ctx.fetch_max_bytes.max(0));
+    let min_bytes = req.min_bytes.clamp(0, max_bytes);
     let deadline = Instant::now() + wait;
     let signal = ctx.source.appended().clone();
     let answers = loop {
         let seen = signal.current();
         let mut budget = Budget {
-            bytes: req.max_bytes.max(0) as u64,
+            bytes: max_bytes as u64,
             first: true,
             files: max_files_per_response(),
             warned: false,
@@ -598,7 +684,7 @@ pub fn fetch(
             .iter()
             .any(|a| !a.head.error.is_ok() || a.head.diverging_epoch.is_some());
         let now = Instant::now();
-        if bytes >= req.min_bytes.max(0) as u64
+        if bytes >= min_bytes as u64
             || settled
             || now >= deadline
             || ctx.stopping.load(Ordering::SeqCst)
@@ -665,6 +751,37 @@ pub fn fetch(
     fetch::encode_response_tail(&mut w, version);
     pieces.push(Piece::Bytes(w.buf));
     Ok(pieces)
+}
+
+/// Kafka's `FetchRequest.getErrorResponse`: `error` at the top level with the request's
+/// session id, and below v13 also in every partition as the request names them (no data,
+/// no positions), for clients older than the top-level error code. Nothing is read and no
+/// session is touched.
+fn fetch_error(version: i16, req: &fetch::FetchRequest, error: ErrorCode) -> Vec<u8> {
+    let topics: &[(String, Vec<FetchPartition>)] = if version < 13 { &req.topics } else { &[] };
+    let mut w = Writer::new();
+    fetch::encode_response_head(&mut w, version, error, req.session_id, topics.len());
+    for (topic, parts) in topics {
+        fetch::encode_topic_head(&mut w, version, topic, &Uuid::default(), parts.len());
+        for p in parts {
+            let head = FetchPartitionResponse {
+                partition: p.partition,
+                error,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                aborted_transactions: None,
+                diverging_epoch: None,
+                current_leader: None,
+                records: &[],
+            };
+            fetch::encode_partition_head(&mut w, version, &head, 0);
+            fetch::encode_partition_tail(&mut w, version, &head);
+        }
+        fetch::encode_topic_tail(&mut w, version);
+    }
+    fetch::encode_response_tail(&mut w, version);
+    w.buf
 }
 
 /// A Fetch answer that is only a session error (KIP-227: no partitions, session id 0).

@@ -93,6 +93,8 @@ pub struct ServeOptions {
     pub follower_principals: Vec<String>,
     /// Incremental fetch sessions held at most ([`sessions`]).
     pub max_fetch_sessions: usize,
+    /// The most record bytes in one Fetch response (`serve.fetch_max_bytes`).
+    pub fetch_max_bytes: i32,
     /// What clients must speak (TLS; loaded once, at start).
     pub security: ListenerSecurity,
 }
@@ -123,6 +125,7 @@ impl ServeOptions {
                 .collect::<Result<_>>()?,
             follower_principals: s.follower_principals.clone(),
             max_fetch_sessions: s.max_fetch_sessions,
+            fetch_max_bytes: s.fetch_max_bytes,
             security: ListenerSecurity::from_section(s)?,
         }))
     }
@@ -232,6 +235,7 @@ impl Server {
                     opts.max_request_bytes,
                 ),
                 fds: limits::Descriptors::new(fds),
+                fetch_max_bytes: opts.fetch_max_bytes,
             },
             memory: limits::MemoryPool::new(opts.max_memory_bytes),
             opts,

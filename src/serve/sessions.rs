@@ -278,7 +278,7 @@ impl FetchSessionCache {
 
     /// Opens a session of `partitions` (what a full fetch answered, their last-sent
     /// positions set) if the cache admits it; its id, or 0 (answer sessionless). A
-    /// partition named twice is kept once, as last named.
+    /// partition named twice is kept once, where first named, as last named.
     pub fn open(
         &self,
         privileged: bool,
@@ -470,21 +470,25 @@ fn updated(cached: &[CachedPartition], req: &FetchRequest) -> Vec<CachedPartitio
     out
 }
 
-/// Each (topic, partition) once, where it was last named.
-fn dedup(partitions: Vec<CachedPartition>) -> Vec<CachedPartition> {
-    let mut last: HashMap<(String, i32), usize> = HashMap::new();
-    for (i, p) in partitions.iter().enumerate() {
-        last.insert((p.topic.clone(), p.fetch.partition), i);
+/// Each (topic, partition) once: where it was first named, as it was last named (Kafka's
+/// `LinkedHashMap` of a request's partitions).
+pub fn dedup(partitions: impl IntoIterator<Item = CachedPartition>) -> Vec<CachedPartition> {
+    let mut at: HashMap<(String, i32), usize> = HashMap::new();
+    let mut out: Vec<CachedPartition> = Vec::new();
+    for p in partitions {
+        match at.entry((p.topic.clone(), p.fetch.partition)) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                if let Some(first) = out.get_mut(*e.get()) {
+                    *first = p;
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(out.len());
+                out.push(p);
+            }
+        }
     }
-    if last.len() == partitions.len() {
-        return partitions;
-    }
-    partitions
-        .into_iter()
-        .enumerate()
-        .filter(|(i, p)| last.get(&(p.topic.clone(), p.fetch.partition)) == Some(i))
-        .map(|(_, p)| p)
-        .collect()
+    out
 }
 
 #[cfg(test)]
@@ -778,6 +782,6 @@ mod tests {
             .iter()
             .map(|p| (p.fetch.partition, p.fetch.fetch_offset))
             .collect();
-        assert_eq!(got, [(1, 0), (0, 9)]);
+        assert_eq!(got, [(0, 9), (1, 0)]);
     }
 }
