@@ -61,8 +61,15 @@ const CPU_SLACK: u64 = 20;
 /// Bounds of the acceptance: back to idle, the consumer's latency, recovery point stalls.
 const BACK_WITHIN: f64 = 5.0;
 const LATENCY_BOUND: f64 = 5.0;
-/// How long after the attackers leave the figures are watched.
-const OBSERVE: Duration = Duration::from_secs(12);
+/// How long after the attackers leave the figures are watched (longer with
+/// `HOSTILE_CLIENTS_OBSERVE_SECS`, to measure how long an older build takes).
+fn observe() -> Duration {
+    let secs = std::env::var("HOSTILE_CLIENTS_OBSERVE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    Duration::from_secs(secs)
+}
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -282,9 +289,9 @@ impl Fixture {
         let sent = sent.load(std::sync::atomic::Ordering::SeqCst);
         let left = attackers.leave();
         let target = self.producer().end();
-        // Watch until both are back and the replica caught up, or for OBSERVE.
+        // Watch until both are back and the replica caught up, or for observe().
         let mut back = (None, None, None);
-        while Instant::now() < left + OBSERVE {
+        while Instant::now() < left + observe() {
             std::thread::sleep(Duration::from_millis(200));
             let after = self.monitor.between(left, Instant::now());
             back = back_to_idle(&after, left, idle, target);
@@ -420,7 +427,7 @@ struct Figures {
 
 fn secs(v: Option<f64>) -> String {
     v.map_or_else(
-        || format!("not within {} s", OBSERVE.as_secs()),
+        || format!("not within {} s", observe().as_secs()),
         |s| format!("{s:.1} s"),
     )
 }
