@@ -140,18 +140,26 @@ impl Fixture {
         // per core, as threads first allocate; two arenas keep that reservation small and
         // fixed, so that the address-space limit measures memory used, not arenas reserved.
         let nofile = format!("--nofile={NOFILE}");
-        let daemon = Daemon::start_wrapped(
+        let mut daemon = Daemon::start_wrapped(
             &cfg,
             &[("RF_LOG", "debug"), ("MALLOC_ARENA_MAX", "2")],
             &["prlimit", &nofile, "--"],
         );
         let monitor = Monitor::start(daemon.pid(), data.clone());
         let hw = data.join("replication-offset-checkpoint");
-        support::wait_until(
-            Duration::from_secs(90),
-            &format!("the replica to reach the preloaded end {end}"),
-            || hostile::checkpoint_offset(&hw) >= end,
-        );
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while hostile::checkpoint_offset(&hw) < end {
+            assert!(
+                daemon.is_running(),
+                "the daemon exited at start; its log ends:\n{}",
+                tail_of(&daemon.log_text(), 5)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not reach the preloaded end {end} within 90 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let producer = Producer::start(leader, TOPIC, 20);
         let tail = Tail::start(&addr.to_string(), TOPIC, end);
         support::wait_until(
