@@ -8,6 +8,7 @@ Usage
     python clients.py consume --bootstrap ADDR --topic T --partition P
                               [--isolation read_uncommitted|read_committed] [--timeout S]
     python clients.py metadata --bootstrap ADDR [--timeout S]
+    python clients.py tail --bootstrap ADDR --topic T --partition P [--from OFFSET]
 
 ``consume`` reads one partition the way a consumer of the replica must: ``assign()`` from
 offset 0, a ``group.id`` only because the Python client insists on one, never a commit
@@ -20,6 +21,12 @@ non-fatal error event the consumer saw on the way (the tests assert it is empty)
 
 ``metadata`` prints ``{"topics": {"T": [0, 1, 2], ...}, "brokers": ["host:port", ...]}``
 from ``AdminClient.list_topics``.
+
+``tail`` is a well-behaved consumer that never stops: ``assign()`` at ``--from`` (default 0),
+polling until the process is killed, and prints one line
+``{"offset": O}`` (flushed at once) for every record whose offset passes the highest printed
+so far, so that the reader can time when each record arrived; an error event prints
+``{"error": "..."}``.
 
 Exit status 0 with the JSON on stdout; 1 with the reason on stderr.
 """
@@ -82,6 +89,30 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
     return {"records": out, "errors": errors}
 
 
+def tail(args: argparse.Namespace) -> None:
+    c = Consumer({
+        "bootstrap.servers": args.bootstrap,
+        "broker.address.family": "v4",
+        "group.id": "replica-tail",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "log_level": 0,
+        "error_cb": lambda e: print(json.dumps({"error": str(e)}), flush=True),
+    })
+    highest = -1
+    try:
+        c.assign([TopicPartition(args.topic, args.partition, args.start)])
+        while True:
+            msg = c.poll(0.1)
+            if msg is None or msg.error() is not None:
+                continue
+            if msg.offset() > highest:
+                highest = msg.offset()
+                print(json.dumps({"offset": highest}), flush=True)
+    finally:
+        c.close()
+
+
 def metadata(args: argparse.Namespace) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": args.bootstrap,
                          "broker.address.family": "v4", "log_level": 3})
@@ -105,10 +136,21 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--conf", default=None,
                    help="JSON object of more librdkafka settings (security.protocol, ...)")
+    t = sub.add_parser("tail")
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--topic", required=True)
+    t.add_argument("--partition", type=int, required=True)
+    t.add_argument("--from", dest="start", type=int, default=0)
     m = sub.add_parser("metadata")
     m.add_argument("--bootstrap", required=True)
     m.add_argument("--timeout", type=float, default=15)
     args = parser.parse_args()
+    if args.command == "tail":
+        try:
+            tail(args)
+        except (KeyboardInterrupt, BrokenPipeError):
+            pass
+        return 0
     try:
         result = consume(args) if args.command == "consume" else metadata(args)
     except Exception as e:  # noqa: BLE001 - the test prints the reason

@@ -10,6 +10,7 @@
 pub mod batches;
 pub mod docs;
 pub mod fetch_session;
+pub mod hostile;
 pub mod sasl;
 pub mod scrape;
 pub mod test_leader;
