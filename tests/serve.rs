@@ -321,8 +321,8 @@ fn bad_clients_cost_only_their_own_connection_and_a_stopped_replica_is_served() 
     let tp = TopicPartition::new(TOPIC, 0);
     assert!(served == support::local_log_bytes(&data, &tp));
 
-    // One Fetch naming the partition 3,000 times, no byte limits: each answer with data holds
-    // a segment file open while it is sent, so only so many get data in one response.
+    // One Fetch naming the partition 3,000 times, no byte limits: answered once, as Kafka
+    // answers a partition a full fetch names more than once.
     let mut flood: FetchRequest = support::one_partition_fetch(&tp, end - 5, 1 << 20);
     flood.max_bytes = i32::MAX;
     let one = flood.topics[0].1[0].clone();
@@ -334,12 +334,8 @@ fn bad_clients_cost_only_their_own_connection_and_a_stopped_replica_is_served() 
         .unwrap();
     let resp = fetch::decode_response(body, 4).unwrap();
     let answered = &resp.topics[0].1;
-    assert_eq!(answered.len(), 3000);
-    let with_data = answered.iter().filter(|p| !p.records.is_empty()).count();
-    assert!(
-        (1..=256).contains(&with_data),
-        "{with_data} answers carry records"
-    );
+    assert_eq!(answered.len(), 1);
+    assert!(!answered[0].records.is_empty());
 
     // While the daemon holds the lock, `serve --data-dir` is refused.
     let other = support::free_port().to_string();

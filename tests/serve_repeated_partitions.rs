@@ -39,11 +39,14 @@ fn fetch_repeated(conn: &mut BrokerConnection, id: Uuid, version: i16, epoch: i3
     fetch_session::send(conn, version, &req)
 }
 
+/// (partition, error, offset) of a ListOffsets answer.
+type Answered = (i32, ErrorCode, i64);
+
 fn list_offsets_of(
     conn: &mut BrokerConnection,
     version: i16,
     topics: &[(String, Vec<ListOffsetsPartition>)],
-) -> Vec<(String, Vec<(i32, ErrorCode, i64)>)> {
+) -> Vec<(String, Vec<Answered>)> {
     let body = conn
         .send(ApiKey::ListOffsets, version, Duration::ZERO, |w| {
             list_offsets::encode_request(w, version, 0, topics)

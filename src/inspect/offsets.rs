@@ -13,8 +13,10 @@
 //!
 //! ## `--timestamp`
 //! As Kafka's `UnifiedLog.fetchOffsetByTimestamp` and `LogSegment.findOffsetByTimestamp`:
-//! the first offset at or after the log start whose record timestamp is ≥ T. Segment by
-//! segment, the time index gives the last entry with a timestamp ≤ T, the offset index the
+//! the first offset at or after the log start whose record timestamp is ≥ T. Segments whose
+//! largest timestamp in range is below T are passed over on their summary
+//! ([`crate::log::max_timestamp`]); in the first that reaches T, the time index gives the
+//! last entry with a timestamp ≤ T, the offset index the
 //! position of a batch at or before that entry's offset; batches are scanned from there, and
 //! in the first batch whose max timestamp is ≥ T (decompressed if need be) the first record
 //! with a timestamp ≥ T is the answer. Indexes carry no checksum, so they are checked as
@@ -24,6 +26,7 @@
 
 use super::PartitionDir;
 use crate::checkpoint::{self, TopicPartition};
+use crate::log::max_timestamp::MaxTimestamps;
 use crate::log::partition::list_segment_bases;
 use crate::log::segment;
 use crate::log::segment_reader::SegmentReader;
@@ -148,7 +151,10 @@ pub fn offset_for_timestamp(
         .or_else(|| bases.first().copied())
         .unwrap_or(0);
     let spans: Vec<(i64, Option<u64>)> = bases.iter().map(|&b| (b, None)).collect();
-    if let Some(found) = find_by_timestamp(dir, &spans, log_start, i64::MAX, target, notes)? {
+    let maxima = MaxTimestamps::default();
+    if let Some(found) =
+        find_by_timestamp(dir, &spans, log_start, i64::MAX, target, &maxima, notes)?
+    {
         return Ok(found);
     }
     let log_end = match bases.last() {
@@ -161,21 +167,23 @@ pub fn offset_for_timestamp(
 /// The search behind [`offset_for_timestamp`], for any reader of a partition directory:
 /// `segments` are (base offset, bytes of whole batches to read, `None`: the whole file);
 /// only offsets in `[log_start, below)` are answers. `None` when no record qualifies.
+/// A segment whose largest timestamp in range is below `target` is passed over on its
+/// summary (`maxima`), as Kafka's `fetchOffsetByTimestamp` passes over segments by their
+/// largest timestamp; only the segment that answers is scanned.
 pub fn find_by_timestamp(
     dir: &Path,
     segments: &[(i64, Option<u64>)],
     log_start: i64,
     below: i64,
     target: i64,
+    maxima: &MaxTimestamps,
     notes: &mut Vec<String>,
 ) -> Result<Option<TimestampAnswer>> {
-    for (i, &(base, size)) in segments.iter().enumerate() {
-        // A segment that ends below the log start holds nothing to answer with.
-        if segments.get(i + 1).is_some_and(|next| next.0 <= log_start) {
+    for (base, size) in in_range(dir, segments, log_start, below, maxima) {
+        let max = maxima.segment_max(dir, base, size, log_start, below)?;
+        // A segment whose batches end early is scanned, to say where.
+        if max.complete && max.best.is_none_or(|(t, _)| t < target) {
             continue;
-        }
-        if base >= below {
-            break;
         }
         let log = dir.join(segment::file_name(base, "log"));
         let (expect, pos) = start_in_segment(dir, base, target, notes);
@@ -199,37 +207,47 @@ pub fn find_by_timestamp(
     Ok(None)
 }
 
+/// The segments of `segments` that may hold offsets in `[log_start, below)`, in order;
+/// `maxima` forgets the segments of `dir` that are gone.
+fn in_range(
+    dir: &Path,
+    segments: &[(i64, Option<u64>)],
+    log_start: i64,
+    below: i64,
+    maxima: &MaxTimestamps,
+) -> Vec<(i64, Option<u64>)> {
+    let bases: Vec<i64> = segments.iter().map(|s| s.0).collect();
+    maxima.retain(dir, &bases);
+    segments
+        .iter()
+        .enumerate()
+        // A segment that ends below the log start holds nothing to answer with.
+        .filter(|(i, _)| segments.get(i + 1).is_none_or(|next| next.0 > log_start))
+        .map(|(_, s)| *s)
+        .take_while(|&(base, _)| base < below)
+        .collect()
+}
+
 /// ListOffsets' MAX_TIMESTAMP (KIP-734): the first record in `[log_start, below)` with the
 /// largest timestamp, as (offset, timestamp); `None` for an empty range. `segments` as for
-/// [`find_by_timestamp`]. Every batch header in range is read (a 61-byte read each: the time
-/// index does not hold the tail past its last entry); then only the winning batch's records.
+/// [`find_by_timestamp`]. The segments are compared by their largest timestamp in range
+/// ([`MaxTimestamps`], Kafka's `maxTimestampSoFar`); then only the winning batch's records
+/// are read.
 pub fn find_max_timestamp(
     dir: &Path,
     segments: &[(i64, Option<u64>)],
     log_start: i64,
     below: i64,
+    maxima: &MaxTimestamps,
 ) -> Result<Option<(i64, i64)>> {
     // The first batch with the largest max timestamp, and where it is.
     let mut best: Option<(i64, std::path::PathBuf, Option<u64>, u64)> = None;
-    'segments: for (i, &(base, size)) in segments.iter().enumerate() {
-        if segments.get(i + 1).is_some_and(|next| next.0 <= log_start) {
-            continue;
-        }
-        if base >= below {
-            break;
-        }
-        let log = dir.join(segment::file_name(base, "log"));
-        let mut reader = open_reader(&log, size)?;
-        while let Some((h, at)) = reader.next_batch()? {
-            if h.base_offset >= below {
-                break 'segments;
-            }
-            if h.last_offset < log_start {
-                continue;
-            }
-            if best.as_ref().is_none_or(|(ts, ..)| h.max_timestamp > *ts) {
-                best = Some((h.max_timestamp, log.clone(), size, at));
-            }
+    for (base, size) in in_range(dir, segments, log_start, below, maxima) {
+        let found = maxima.segment_max(dir, base, size, log_start, below)?.best;
+        if let Some((t, at)) = found
+            && best.as_ref().is_none_or(|(ts, ..)| t > *ts)
+        {
+            best = Some((t, dir.join(segment::file_name(base, "log")), size, at));
         }
     }
     let Some((max, log, size, at)) = best else {
@@ -438,12 +456,23 @@ mod tests {
     /// Batches of 4 records at base, base + 1, …; record timestamps from `ts`, each batch's
     /// codec cycling through all five.
     fn write_segments(data: &Path, segments: &[(i64, &[&[i64]])]) {
+        // An index entry after every batch.
+        write_segments_every(data, segments, 1, false);
+    }
+
+    /// As [`write_segments`], an index entry every `interval` bytes; every segment but the
+    /// last rolled (its final time-index entry written) when `rolled`.
+    fn write_segments_every(
+        data: &Path,
+        segments: &[(i64, &[&[i64]])],
+        interval: u64,
+        rolled: bool,
+    ) {
         let dir = data.join("t-0");
         std::fs::create_dir_all(&dir).unwrap();
         let mut codec = 0;
-        for &(base, batches) in segments {
-            // An index entry after every batch.
-            let mut seg = Segment::create(&dir, base, 1, 0).unwrap();
+        for (i, &(base, batches)) in segments.iter().enumerate() {
+            let mut seg = Segment::create(&dir, base, interval, 0).unwrap();
             for ts in batches {
                 let recs: Vec<NewRecord<'_>> = ts
                     .iter()
@@ -458,8 +487,93 @@ mod tests {
                 let h = BatchHeader::parse(&b, usize::MAX).unwrap();
                 seg.append(&b, &[h]).unwrap();
             }
+            if rolled && i + 1 < segments.len() {
+                seg.on_become_inactive().unwrap();
+            }
             seg.flush().unwrap();
         }
+    }
+
+    #[test]
+    fn timestamp_look_ups_read_per_segment_not_per_batch() {
+        use crate::log::segment_reader::HEADERS_READ;
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        // 4 segments of 150 batches of 3 records (600 batches, 1,800 records); timestamps
+        // wander inside a batch and grow from segment to segment; an index entry every
+        // 1 KiB (some 8 batches), as a log written with a small `index_interval_bytes`.
+        const SEGMENTS: i64 = 4;
+        const BATCHES: i64 = 150;
+        let ts: Vec<Vec<Vec<i64>>> = (0..SEGMENTS)
+            .map(|s| {
+                (0..BATCHES)
+                    .map(|b| {
+                        let t = 1_000_000 * s + 100 * b;
+                        vec![t + 7, t, t + (b * 37) % 50]
+                    })
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<Vec<&[i64]>> = ts
+            .iter()
+            .map(|s| s.iter().map(Vec::as_slice).collect())
+            .collect();
+        let segments: Vec<(i64, &[&[i64]])> = refs
+            .iter()
+            .enumerate()
+            .map(|(s, b)| (s as i64 * BATCHES * 3, b.as_slice()))
+            .collect();
+        write_segments_every(data, &segments, 1024, true);
+        let dir = data.join("t-0");
+        let spans: Vec<(i64, Option<u64>)> = segments.iter().map(|s| (s.0, None)).collect();
+        let end = SEGMENTS * BATCHES * 3;
+        let headers = |f: &mut dyn FnMut()| {
+            let n0 = HEADERS_READ.with(|n| n.get());
+            f();
+            HEADERS_READ.with(|n| n.get()) - n0
+        };
+        // A few headers per segment, and at most one segment's batches more (the segment
+        // holding a high watermark or log start that cuts it): not the 600 batches.
+        let bound = (10 * SEGMENTS + BATCHES) as u64;
+        let last_batch = &ts[ts.len() - 1][ts[0].len() - 1];
+        let last = *last_batch.iter().max().unwrap();
+        let last_at = end - 3 + last_batch.iter().position(|&t| t == last).unwrap() as i64;
+        let maxima = MaxTimestamps::default();
+        // MAX_TIMESTAMP over the whole log, and below a high watermark inside the last
+        // segment, each from fresh summaries (a listener's first look-up) and again.
+        for below in [end, end - 40 * 3 - 1] {
+            for maxima in [&MaxTimestamps::default(), &maxima] {
+                let mut got = None;
+                let n = headers(&mut || {
+                    got = find_max_timestamp(&dir, &spans, 0, below, maxima).unwrap();
+                });
+                let (offset, t) = got.unwrap();
+                assert!(offset < below && t <= last, "{got:?}");
+                assert!(n <= bound, "MAX_TIMESTAMP below {below}: {n} headers read");
+            }
+        }
+        let mut got = None;
+        let n = headers(&mut || {
+            got = find_max_timestamp(&dir, &spans, 0, end, &maxima).unwrap();
+        });
+        // The largest timestamp is in the last batch.
+        assert_eq!(got, Some((last_at, last)));
+        assert!(n <= 2 * SEGMENTS as u64 + 2, "summarized: {n} headers read");
+        // By timestamp: a record of the last segment.
+        let target = 1_000_000 * (SEGMENTS - 1) + 100 * 75 + 1;
+        let mut notes = Vec::new();
+        let mut found = None;
+        let n = headers(&mut || {
+            found = find_by_timestamp(&dir, &spans, 0, end, target, &maxima, &mut notes).unwrap();
+        });
+        assert_eq!(
+            found,
+            Some(TimestampAnswer::Found {
+                offset: (SEGMENTS - 1) * BATCHES * 3 + 75 * 3,
+                timestamp: target + 6
+            })
+        );
+        assert!(n <= bound, "by timestamp: {n} headers read");
     }
 
     fn answer(data: &Path, t: i64) -> (TimestampAnswer, Vec<String>) {
@@ -487,7 +601,15 @@ mod tests {
         );
         let dir = data.join("t-0");
         let spans = [(0, None), (8, None)];
-        let max = |start, below| find_max_timestamp(&dir, &spans, start, below).unwrap();
+        // Each answer from a fresh summary and from one shared by every look-up.
+        let shared = MaxTimestamps::default();
+        let max = |start, below| {
+            let fresh = MaxTimestamps::default();
+            let got = find_max_timestamp(&dir, &spans, start, below, &fresh).unwrap();
+            let again = find_max_timestamp(&dir, &spans, start, below, &shared).unwrap();
+            assert_eq!(got, again, "[{start}, {below})");
+            got
+        };
         assert_eq!(max(0, i64::MAX), Some((11, 310)));
         assert_eq!(max(0, 13), Some((11, 310)));
         // Below a high watermark of 10 (segment 8's second batch not visible): 200 at 8.
@@ -498,7 +620,10 @@ mod tests {
         // Past a log start of 12, only offset 12 is left.
         assert_eq!(max(12, i64::MAX), Some((12, 310)));
         assert_eq!(max(0, 0), None);
-        assert_eq!(find_max_timestamp(&dir, &[], 0, i64::MAX).unwrap(), None);
+        assert_eq!(
+            find_max_timestamp(&dir, &[], 0, i64::MAX, &shared).unwrap(),
+            None
+        );
     }
 
     #[test]

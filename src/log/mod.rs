@@ -21,6 +21,7 @@ pub mod identity;
 pub mod index_file;
 pub mod loader;
 pub mod manager;
+pub mod max_timestamp;
 pub mod offset_index;
 pub mod open_files;
 pub mod partition;

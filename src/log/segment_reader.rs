@@ -28,6 +28,13 @@ use std::path::{Path, PathBuf};
 /// when a caller asks for a batch longer than it.
 pub const BUFFER_SIZE: usize = 256 << 10;
 
+#[cfg(test)]
+thread_local! {
+    /// Batch headers read by this thread's readers: what a test counts to bound a reader's
+    /// work by something other than time.
+    pub static HEADERS_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 #[derive(Debug)]
 pub struct SegmentReader {
     file: File,
@@ -134,6 +141,8 @@ impl SegmentReader {
         }
         let want = V2_HEADER_SIZE.min(usize::try_from(rest).unwrap_or(usize::MAX));
         let prefix = self.fill(self.pos, want)?;
+        #[cfg(test)]
+        HEADERS_READ.with(|n| n.set(n.get() + 1));
         match BatchHeader::parse_header_of(prefix, rest, MAX_BATCH_SIZE) {
             Ok(h) => {
                 self.current = Some(h);

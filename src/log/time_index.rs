@@ -63,6 +63,27 @@ pub fn lookup_file(path: &Path, base_offset: i64, target: i64) -> Result<Option<
     Ok(found.map(|TimeEntry(t, r)| (t, base_offset + i64::from(r))))
 }
 
+/// The last (at most) two entries of the time index file at `path`, absolute, oldest first:
+/// what a reader needs to know a segment's largest timestamp without reading the index
+/// (every entry but a segment's final one marks an offset-index entry; see
+/// [`super::max_timestamp`]). Bytes after the last whole entry are left out.
+pub fn last_two_file(path: &Path, base_offset: i64) -> Result<Vec<(i64, i64)>> {
+    use anyhow::Context;
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("failed to open time index `{}`", path.display()))?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("failed to stat time index `{}`", path.display()))?
+        .len();
+    let whole = len - len % ENTRY_SIZE as u64;
+    let from = whole.saturating_sub(2 * ENTRY_SIZE as u64);
+    let mut buf = vec![0u8; (whole - from) as usize];
+    file.read_exact_at(&mut buf, from)
+        .with_context(|| format!("failed to read time index `{}`", path.display()))?;
+    Ok(decode_entries(&buf, base_offset).collect())
+}
+
 #[derive(Debug)]
 pub struct TimeIndex {
     /// Invariant: timestamps strictly increase, offsets never decrease.

@@ -338,14 +338,14 @@ fn list_offset(
         ),
         list_offsets::LATEST => answer(ErrorCode::NONE, -1, below, leader_epoch(&view)),
         // Asked for at v7 and later, as Kafka serves it.
-        list_offsets::MAX_TIMESTAMP if version >= 7 => match max_timestamp(&view, below) {
+        list_offsets::MAX_TIMESTAMP if version >= 7 => match max_timestamp(ctx, &view, below) {
             Some((offset, timestamp)) => {
                 answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
             }
             None => answer(ErrorCode::NONE, -1, -1, -1),
         },
         t if t < 0 => answer(ErrorCode::NONE, -1, -1, -1),
-        t => match by_timestamp(&view, below, t) {
+        t => match by_timestamp(ctx, &view, below, t) {
             Some((offset, timestamp)) => {
                 answer(ErrorCode::NONE, timestamp, offset, epoch_at(&view, offset))
             }
@@ -360,7 +360,7 @@ fn valid_isolation(level: i8) -> bool {
 }
 
 /// The first record at or after the log start, below `below`, with a timestamp ≥ `target`.
-fn by_timestamp(view: &LogView, below: i64, target: i64) -> Option<(i64, i64)> {
+fn by_timestamp(ctx: &Context, view: &LogView, below: i64, target: i64) -> Option<(i64, i64)> {
     let dir = view.segments.first()?.log_path.parent()?;
     let spans: Vec<(i64, Option<u64>)> = view
         .segments
@@ -374,6 +374,7 @@ fn by_timestamp(view: &LogView, below: i64, target: i64) -> Option<(i64, i64)> {
         view.log_start_offset,
         below,
         target,
+        ctx.source.max_timestamps(),
         &mut notes,
     );
     for n in notes {
@@ -392,14 +393,15 @@ fn by_timestamp(view: &LogView, below: i64, target: i64) -> Option<(i64, i64)> {
 }
 
 /// The first record below `below` with the largest timestamp (MAX_TIMESTAMP).
-fn max_timestamp(view: &LogView, below: i64) -> Option<(i64, i64)> {
+fn max_timestamp(ctx: &Context, view: &LogView, below: i64) -> Option<(i64, i64)> {
     let dir = view.segments.first()?.log_path.parent()?;
     let spans: Vec<(i64, Option<u64>)> = view
         .segments
         .iter()
         .map(|s| (s.base_offset, Some(s.size)))
         .collect();
-    crate::inspect::offsets::find_max_timestamp(dir, &spans, view.log_start_offset, below)
+    let maxima = ctx.source.max_timestamps();
+    crate::inspect::offsets::find_max_timestamp(dir, &spans, view.log_start_offset, below, maxima)
         .unwrap_or_else(|e| {
             crate::log_warn!("ListOffsets MAX_TIMESTAMP: {e:#}");
             None

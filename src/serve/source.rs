@@ -9,6 +9,7 @@ use super::response::FileRange;
 use crate::checkpoint::TopicPartition;
 use crate::log::identity::{self, Archived};
 use crate::log::manager::{AppendSignal, LogManager, lock_log};
+use crate::log::max_timestamp::MaxTimestamps;
 use crate::log::read_view::{LogView, SegmentSpan, UnflushedTail};
 use crate::log::{offset_index, txn_index};
 use crate::protocol::fetch::AbortedTransaction;
@@ -29,6 +30,7 @@ pub enum Source {
     Live {
         logs: Arc<LogManager>,
         archived: Mutex<(Option<u64>, ArchivedViews)>,
+        maxima: MaxTimestamps,
     },
     /// A stopped replica: nothing changes while it is served.
     Stopped {
@@ -36,6 +38,7 @@ pub enum Source {
         views: BTreeMap<TopicPartition, LogView>,
         archived: ArchivedViews,
         appended: Arc<AppendSignal>,
+        maxima: MaxTimestamps,
     },
 }
 
@@ -103,6 +106,7 @@ impl Source {
         Source::Live {
             logs,
             archived: Mutex::default(),
+            maxima: MaxTimestamps::default(),
         }
     }
 
@@ -132,6 +136,7 @@ impl Source {
             views,
             archived: ArchivedViews::scan(data_dir, &ArchivedViews::default()),
             appended: Arc::default(),
+            maxima: MaxTimestamps::default(),
         })
     }
 
@@ -149,12 +154,20 @@ impl Source {
         }
     }
 
+    /// The largest timestamp of each segment served, as far as readers have summarized it
+    /// (timestamp look-ups go through it).
+    pub fn max_timestamps(&self) -> &MaxTimestamps {
+        match self {
+            Source::Live { maxima, .. } | Source::Stopped { maxima, .. } => maxima,
+        }
+    }
+
     /// Calls `f` with the archived histories, looked for again when the daemon's set of
     /// logs changed since the last look.
     fn with_archived<T>(&self, f: impl FnOnce(&ArchivedViews) -> T) -> T {
         match self {
             Source::Stopped { archived, .. } => f(archived),
-            Source::Live { logs, archived } => {
+            Source::Live { logs, archived, .. } => {
                 let mut cached = archived
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
