@@ -110,6 +110,16 @@ impl Fixture {
     /// `serve` lines in `[serve]` (and `issue19` ones unless [`old_config`]) caught up with
     /// it, the producer and the consumer running; the daemon's address space limited.
     fn start(serve: &str, issue19: &str, preload: usize) -> Fixture {
+        Fixture::start_with_segments(serve, issue19, preload, 1 << 20)
+    }
+
+    /// [`Fixture::start`] with segments of `segment_bytes`.
+    fn start_with_segments(
+        serve: &str,
+        issue19: &str,
+        preload: usize,
+        segment_bytes: u64,
+    ) -> Fixture {
         let mut leader = Leader::start("tansu", 1);
         leader.create_topic(TOPIC, 1);
         let mut end = 0;
@@ -131,7 +141,7 @@ impl Fixture {
             &leader.bootstrap,
             TOPIC,
             &format!(
-                "[log]\nsegment_bytes = 1048576\nflush_interval_ms = 100\n\
+                "[log]\nsegment_bytes = {segment_bytes}\nflush_interval_ms = 100\n\
                  [checkpoint]\ninterval_ms = 200\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n\
                  [serve]\nlisten = \"{addr}\"\n{serve}\n{keys}\n"
             ),
@@ -569,10 +579,23 @@ fn budget_keys() -> String {
 }
 
 fn resource_attack(name: &str, preload: usize, count: usize, request: Vec<u8>, hold: Duration) {
-    let mut f = Fixture::start(
+    resource_attack_on(name, preload, 1 << 20, count, request, hold)
+}
+
+/// [`resource_attack`] on a log of segments of `segment_bytes`.
+fn resource_attack_on(
+    name: &str,
+    preload: usize,
+    segment_bytes: u64,
+    count: usize,
+    request: Vec<u8>,
+    hold: Duration,
+) {
+    let mut f = Fixture::start_with_segments(
         &format!("max_connections = {MAX_CONNECTIONS}"),
         &budget_keys(),
         preload,
+        segment_bytes,
     );
     let (_figures, mut failures) = f.attack(name, count, request, hold);
     f.still_following(&mut failures);
@@ -607,14 +630,17 @@ fn fetch_naming_one_partition_65532_times_never_read() {
     );
 }
 
+/// Each response sends from every segment of a partition of about 500 (8 MB in segments of
+/// 16 KiB): 40 clients that never read would hold 20,000 segment files open.
 #[test]
-fn fetches_of_300_partitions_with_data_never_read() {
+fn fetches_from_500_segments_never_read() {
     let _serial = serial();
-    resource_attack(
-        "Fetch naming 300 partitions with data (descriptors)",
-        10_000,
+    resource_attack_on(
+        "Fetch of a partition of 500 segments (descriptors)",
+        40_000,
+        16 << 10,
         40,
-        hostile::fetch_repeating(4, TOPIC, 0, 300, 1 << 20, 0),
+        hostile::fetch_repeating(4, TOPIC, 0, 1, 64 << 20, 0),
         Duration::from_secs(8),
     );
 }

@@ -244,7 +244,12 @@ fn check_epoch(view: &LogView, current_leader_epoch: i32) -> ErrorCode {
     }
 }
 
-pub fn list_offsets(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8>> {
+pub fn list_offsets(
+    ctx: &Context,
+    body: &[u8],
+    version: i16,
+    client: &Client<'_>,
+) -> anyhow::Result<Vec<u8>> {
     let req = list_offsets::decode_request(body, version)?;
     if !valid_isolation(req.isolation_level) {
         // Kafka fails the whole request when it reads the isolation level (it throws, and
@@ -271,11 +276,17 @@ pub fn list_offsets(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Ve
     }
     let mut topic_at: HashMap<&str, usize> = HashMap::new();
     let mut topics: Vec<(String, Vec<ListOffsetsPartitionResponse>)> = Vec::new();
+    let mut looked_up = 0usize;
     for (name, parts) in &req.topics {
         for p in parts {
             let Some(times) = named.remove(&(name.as_str(), p.partition)) else {
                 continue; // a repeat, answered where first named
             };
+            // A look-up may read a segment's headers: one for a client that left is not made.
+            looked_up += 1;
+            if looked_up % ITEMS_BETWEEN_LOOKS == 0 && (client.gone)() {
+                return Err(ClientGone.into());
+            }
             let answer = if times > 1 {
                 ListOffsetsPartitionResponse {
                     partition: p.partition,

@@ -780,9 +780,9 @@ fn answer(
     match api {
         ApiKey::Fetch => pieces.extend(handlers::fetch(ctx, body, version, client)?),
         ApiKey::Metadata => pieces.push(Piece::Bytes(handlers::metadata(ctx, body, version)?)),
-        ApiKey::ListOffsets => {
-            pieces.push(Piece::Bytes(handlers::list_offsets(ctx, body, version)?))
-        }
+        ApiKey::ListOffsets => pieces.push(Piece::Bytes(handlers::list_offsets(
+            ctx, body, version, client,
+        )?)),
         ApiKey::OffsetForLeaderEpoch => pieces.push(Piece::Bytes(
             handlers::offset_for_leader_epoch(ctx, body, version)?,
         )),
