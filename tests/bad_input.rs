@@ -412,6 +412,16 @@ const CONFIG_CASES: &[(&str, &str, Option<usize>)] = &[
         "topic = \"orders\"\n[metrics]\nlisten = \"localhost\"\n",
         Some(6),
     ),
+    (
+        "`serve.max_memory_bytes` too small for `serve.max_request_bytes`",
+        "topic = \"orders\"\n[serve]\nmax_memory_bytes = 1048576\n",
+        Some(6),
+    ),
+    (
+        "bad `serve.follower_addresses`",
+        "topic = \"orders\"\n[serve]\nfollower_addresses = [\"10.0.0.0/40\"]\n",
+        Some(6),
+    ),
 ];
 
 /// Makes a case's files and says what to run.
