@@ -48,6 +48,11 @@ pub fn request_charge(size: usize) -> usize {
     size.saturating_mul(AMPLIFICATION)
 }
 
+/// The largest charge a pool of `capacity` bytes can hold.
+pub fn largest_charge(capacity: usize) -> usize {
+    capacity + (CONNECTION_ALLOWANCE - CONNECTION_BASE)
+}
+
 /// The part of a charge the shared pool must hold (the rest is the connection's allowance).
 fn beyond_allowance(charge: usize) -> usize {
     charge.saturating_sub(CONNECTION_ALLOWANCE - CONNECTION_BASE)

@@ -563,7 +563,10 @@ fn read_request(
             );
         }
     }
-    let charge = limits::request_charge(want) + metadata_charge(shared, buf);
+    // A Metadata answer about more local partitions than the whole pool covers is built
+    // holding the whole pool: one at a time, and never refused.
+    let charge = (limits::request_charge(want) + metadata_charge(shared, buf))
+        .min(limits::largest_charge(shared.memory.capacity()));
     let tcp = stream.tcp();
     lease
         .grow_to(charge, Instant::now() + FRAME_DEADLINE, &|| {
