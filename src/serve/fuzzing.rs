@@ -34,6 +34,7 @@ use crate::record::BatchHeader;
 use crate::record::records::{NewRecord, build_v2_batch};
 use crate::security::users::Users;
 use anyhow::{Context as _, Result};
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -314,10 +315,9 @@ impl Connection<'_> {
 
     /// `frame` with a Fetch's session id 1..=SESSION_ALIASES replaced by the id of the
     /// session this connection opened in that place (the last one when fewer were opened).
-    fn with_session_ids(&self, frame: &[u8]) -> Vec<u8> {
-        let mut out = frame.to_vec();
+    fn with_session_ids<'f>(&self, frame: &'f [u8]) -> Cow<'f, [u8]> {
         let Some(last) = self.sessions.len().checked_sub(1) else {
-            return out;
+            return Cow::Borrowed(frame);
         };
         let mut r = Reader::new(frame);
         let header = (|| {
@@ -331,24 +331,23 @@ impl Connection<'_> {
             Ok::<_, crate::protocol::codec::DecodeError>((key, version))
         })();
         let Ok((key, version)) = header else {
-            return out;
+            return Cow::Borrowed(frame);
         };
-        if key != ApiKey::Fetch.key() || version < 7 {
-            return out;
-        }
         // replica id, max wait, min bytes, max bytes, isolation level, then the session id.
         let at = r.position() + 17;
-        let Some(field) = out.get_mut(at..at + 4) else {
-            return out;
-        };
-        let alias = <[u8; 4]>::try_from(&*field).map_or(0, i32::from_be_bytes);
-        if (1..=SESSION_ALIASES).contains(&alias) {
-            let index = (alias as usize - 1).min(last);
-            if let Some(id) = self.sessions.get(index) {
-                field.copy_from_slice(&id.to_be_bytes());
-            }
+        let alias = frame
+            .get(at..at + 4)
+            .and_then(|f| <[u8; 4]>::try_from(f).ok())
+            .map_or(0, i32::from_be_bytes);
+        if key != ApiKey::Fetch.key() || version < 7 || !(1..=SESSION_ALIASES).contains(&alias) {
+            return Cow::Borrowed(frame);
         }
-        out
+        let index = (alias as usize - 1).min(last);
+        let mut out = frame.to_vec();
+        if let (Some(id), Some(field)) = (self.sessions.get(index), out.get_mut(at..at + 4)) {
+            field.copy_from_slice(&id.to_be_bytes());
+        }
+        Cow::Owned(out)
     }
 }
 

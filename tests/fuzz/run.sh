@@ -46,6 +46,8 @@ run_target() {
     mkdir -p "$corpus" "$artifacts" "$out/work"
     echo "== fuzzing $name for $secs s"
     local status=0
+    # Written at a clean exit only: none is shown after a crash.
+    rm -f "$out/amplification-$name.txt"
     RF_FUZZ_WORK=$out/work RF_FUZZ_OUT=$out "$bin/$name" "$corpus" \
         -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
         -use_value_profile=1 -print_final_stats=1 -artifact_prefix="$artifacts/" \
@@ -58,7 +60,7 @@ run_target() {
     if ((status != 0)); then
         failed=1
         echo "FAILED: $name exited with $status; the end of $log:"
-        grep -v '^#[0-9]' "$log" | tail -n 40
+        grep -v -e '^#[0-9]' -e '^INFO:' -e '^WARNING:' "$log" | tail -n 60
         for f in "$artifacts"/*; do
             [[ -f $f && $f -nt $log.start ]] || continue
             echo "-- the input, kept at $f ($(stat -c %s "$f") bytes):"

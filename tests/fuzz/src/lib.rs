@@ -117,6 +117,8 @@ const RATIO_FROM: usize = 1024;
 #[derive(Default)]
 struct Worst {
     frames: u64,
+    /// Frames the listener answered (the others close the connection).
+    answered: u64,
     /// The most allocated for a frame under [`RATIO_FROM`] bytes: (peak, the frame).
     fixed: (usize, Vec<u8>),
     /// Among frames of [`RATIO_FROM`] bytes or more: (peak / wire length, peak, the frame).
@@ -200,14 +202,15 @@ pub fn run(input: &[u8]) {
         return;
     };
     let max = st.listener.max_request_bytes();
-    let mut measured: Vec<(i16, usize, &[u8])> = Vec::new();
+    // (bucket, peak, the frame, answered).
+    let mut measured: Vec<(i16, usize, &[u8], bool)> = Vec::new();
     {
         let mut conn = st.listener.connect();
         for frame in fuzzing::frames(input, max) {
             let mark = Counting::mark();
             let answered = conn.answer(frame);
             let peak = Counting::peak_since(mark);
-            measured.push((bucket(frame), peak, frame));
+            measured.push((bucket(frame), peak, frame, answered.is_ok()));
             let response = match answered {
                 Ok(Some(r)) => r,
                 Ok(None) => continue,
@@ -221,9 +224,10 @@ pub fn run(input: &[u8]) {
             }
         }
     }
-    for (key, peak, frame) in measured {
+    for (key, peak, frame, answered) in measured {
         let w = st.worst.entry(key).or_default();
         w.frames += 1;
+        w.answered += u64::from(answered);
         let wire = frame.len() + 4;
         let ratio = peak as f64 / wire as f64;
         if wire < RATIO_FROM {
@@ -414,7 +418,10 @@ extern "C" fn summary() {
         let name = api_name(*key);
         let (ratio, ratio_peak, ratio_frame) = &w.ratio;
         let (peak, peak_frame) = &w.peak;
-        text.push_str(&format!("{name}, {} frames:\n", w.frames));
+        text.push_str(&format!(
+            "{name}, {} frames ({} answered):\n",
+            w.frames, w.answered
+        ));
         if !w.fixed.1.is_empty() {
             text.push_str(&format!(
                 "  under {RATIO_FROM} bytes, at most {} bytes — {}\n",
