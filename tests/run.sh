@@ -14,4 +14,6 @@ cargo clippy --quiet --all-targets -- -D warnings
 echo "== cargo test"
 # Every test binary runs even after one fails, so a run reports every failure at once.
 cargo test --all-targets --no-fail-fast 2>&1 | tee target/test-output.txt
+echo "== fuzzing the serve listener's request path (tests/fuzz/run.sh 75)"
+tests/fuzz/run.sh 75
 echo "== done"

@@ -40,6 +40,8 @@
 //! loopback or a trusted network.
 
 pub mod auth;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handlers;
 pub mod limits;
 pub mod refusals;
