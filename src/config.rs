@@ -538,7 +538,7 @@ impl Default for ServeSection {
             node_id: 0,
             max_connections: 256,
             max_connections_per_ip: 64,
-            max_memory_bytes: 64 << 20,
+            max_memory_bytes: 128 << 20,
             follower_addresses: Vec::new(),
             follower_principals: Vec::new(),
             max_request_bytes: 1 << 20,

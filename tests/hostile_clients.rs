@@ -44,7 +44,7 @@ use support::{Daemon, Leader};
 
 const TOPIC: &str = "hostile";
 /// `serve.max_memory_bytes` of every daemon here.
-const MAX_MEMORY: u64 = 64 << 20;
+const MAX_MEMORY: u64 = 128 << 20;
 /// `serve.max_connections` of the attacks that open many connections.
 const MAX_CONNECTIONS: u64 = 300;
 /// The fixed allowance per connection in the documented bound.

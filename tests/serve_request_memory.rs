@@ -259,7 +259,7 @@ fn shapes(bytes: usize) -> Vec<(String, Vec<u8>)> {
         }),
     ));
     // Refused APIs that answer per item, with a message each where the version has one.
-    let n = items(bytes, 15);
+    let n = items(bytes, 19);
     out.push((
         format!("CreateTopics v4, {n} topics"),
         refused(RefusedApi::CreateTopics, 4, |w| {
@@ -294,6 +294,53 @@ fn shapes(bytes: usize) -> Vec<(String, Vec<u8>)> {
             for p in 0..n {
                 w.i32(p as i32).i32(-1);
             }
+        }),
+    ));
+    // One-character names: refused APIs answer every copy, so repeats are no cheaper.
+    let n = items(bytes, 2);
+    out.push((
+        format!("DeleteTopics v5, {n} one-character names"),
+        refused(RefusedApi::DeleteTopics, 5, |w| {
+            array(w, true, n);
+            for _ in 0..n {
+                w.string(Some("a"), true);
+            }
+            w.i32(1000).empty_tags(true);
+        }),
+    ));
+    let n = items(bytes, 2);
+    out.push((
+        format!("FindCoordinator v4, {n} one-character keys"),
+        refused(RefusedApi::FindCoordinator, 4, |w| {
+            w.i8(0);
+            array(w, true, n);
+            for _ in 0..n {
+                w.string(Some("g"), true);
+            }
+            w.empty_tags(true);
+        }),
+    ));
+    let n = items(bytes, 5);
+    out.push((
+        format!("DescribeConfigs v4, {n} topic resources"),
+        refused(RefusedApi::DescribeConfigs, 4, |w| {
+            array(w, true, n);
+            for _ in 0..n {
+                w.i8(2).string(Some("a"), true);
+                w.unsigned_varint(0).empty_tags(true);
+            }
+            w.bool(false).bool(false).empty_tags(true);
+        }),
+    ));
+    let n = items(bytes, 2);
+    out.push((
+        format!("DescribeGroups v5, {n} one-character groups"),
+        refused(RefusedApi::DescribeGroups, 5, |w| {
+            array(w, true, n);
+            for _ in 0..n {
+                w.string(Some("g"), true);
+            }
+            w.bool(false).empty_tags(true);
         }),
     ));
     let n = items(bytes, 18);

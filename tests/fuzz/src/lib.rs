@@ -21,6 +21,7 @@ use replica_follower::protocol::{
     ApiKey, RefusedApi, api_versions, fetch, list_offsets, metadata, offset_for_leader_epoch, sasl,
 };
 use replica_follower::serve::fuzzing::{self, Listener};
+use replica_follower::serve::limits;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,7 +59,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
-            Counting::grew(layout.size());
+            Counting::grew(chunk(layout.size()));
         }
         p
     }
@@ -67,7 +68,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
-            Counting::grew(layout.size());
+            Counting::grew(chunk(layout.size()));
         }
         p
     }
@@ -75,15 +76,15 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller's contract, passed on.
         unsafe { System.dealloc(ptr, layout) };
-        HELD.fetch_sub(layout.size(), Ordering::Relaxed);
+        HELD.fetch_sub(chunk(layout.size()), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            Counting::grew(new_size);
-            HELD.fetch_sub(layout.size(), Ordering::Relaxed);
+            Counting::grew(chunk(new_size));
+            HELD.fetch_sub(chunk(layout.size()), Ordering::Relaxed);
         }
         p
     }
@@ -91,6 +92,12 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
+
+/// What glibc's malloc takes for `n` bytes: an 8-byte header, 16-byte steps, 32 at least
+/// (RSS counts these, not the sizes asked for).
+fn chunk(n: usize) -> usize {
+    ((n + 8 + 15) & !15).max(32)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -210,6 +217,15 @@ pub fn run(input: &[u8]) {
             let mark = Counting::mark();
             let answered = conn.answer(frame);
             let peak = Counting::peak_since(mark);
+            // What the listener charges before it reads a frame bounds what answering it
+            // may take (the frame's own buffer included): a shape that takes more would
+            // let clients that never read push the daemon past its documented memory bound.
+            let charge = limits::request_charge(frame.len()) + limits::CONNECTION_BASE;
+            assert!(
+                peak + chunk(frame.len()) <= charge,
+                "answering a frame of {} bytes took {peak} bytes, more than its charge of {charge}",
+                frame.len()
+            );
             measured.push((bucket(frame), peak, frame, answered.is_ok()));
             let response = match answered {
                 Ok(Some(r)) => r,
