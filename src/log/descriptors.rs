@@ -67,20 +67,42 @@ pub fn is_exhausted_io(e: &std::io::Error) -> bool {
 }
 
 /// Says that the limit was reached: with `what` met it and how to raise it at most once a
-/// minute (ERROR), and each other time in a WARN line of its own.
+/// minute (ERROR), and otherwise in a WARN line at most once a second, which counts the
+/// failures since the last line: none is quiet, none floods the journal.
 pub fn report(what: &str) {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
-    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    // (last ERROR, last WARN, failures not said since).
+    static LAST: Mutex<(Option<Instant>, Option<Instant>, u64)> = Mutex::new((None, None, 0));
     let mut last = LAST
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-        *last = Some(Instant::now());
-        crate::log_error!("{what}; {}", advice());
+    let now = Instant::now();
+    if last
+        .0
+        .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+    {
+        last.0 = Some(now);
+        last.1 = Some(now);
+        let unsaid = std::mem::take(&mut last.2);
+        crate::log_error!("{what}; {}{}", advice(), unsaid_text(unsaid));
+    } else if last
+        .1
+        .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+    {
+        last.1 = Some(now);
+        let unsaid = std::mem::take(&mut last.2);
+        crate::log_warn!("{what} (out of descriptors){}", unsaid_text(unsaid));
     } else {
-        // Every failure is seen: a flush, checkpoint or accept that failed is never quiet.
-        crate::log_warn!("{what} (out of descriptors)");
+        last.2 += 1;
+    }
+}
+
+fn unsaid_text(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" ({n} more such failure(s) since the last line)")
     }
 }
 

@@ -287,6 +287,7 @@ impl Connection<'_> {
         let client = super::handlers::Client {
             gone: &|| false,
             trusted_follower: false,
+            max_wait: super::handlers::MAX_FETCH_WAIT,
         };
         let pieces = answer(&self.listener.ctx, &frame, &mut self.conn, &client)?;
         Ok(pieces.map(|pieces| Response {

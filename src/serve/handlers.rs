@@ -53,7 +53,7 @@ struct Budget {
 
 /// A Fetch waits for data at most this long, whatever its max_wait_ms says, so that a
 /// client cannot park a thread for days (clients' own request timeouts are 30 s).
-const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+pub const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
 
 /// How often a Fetch waiting for data looks at whether its client left.
 const GONE_LOOK_INTERVAL: Duration = Duration::from_millis(500);
@@ -80,7 +80,15 @@ pub struct Client<'a> {
     /// Whether its replica id ≥ 0 is a follower's (`serve.follower_addresses`,
     /// `serve.follower_principals`): only then does a session it opens have priority.
     pub trusted_follower: bool,
+    /// The longest a Fetch of this client waits for data: shorter when its request holds
+    /// memory of the shared pool ([`POOLED_FETCH_WAIT`]).
+    pub max_wait: Duration,
 }
+
+/// The longest a Fetch whose request holds memory of the listener's shared pool waits for
+/// data: a large request does not keep the pool from others for a long poll (clients wait
+/// 500 ms by default, and fetch again).
+pub const POOLED_FETCH_WAIT: Duration = Duration::from_secs(1);
 
 /// How many items of a request are answered between two looks at whether its client left.
 const ITEMS_BETWEEN_LOOKS: usize = 256;
@@ -656,7 +664,9 @@ pub fn fetch(
             (work, runs, None)
         }
     };
-    let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+    let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64)
+        .min(MAX_FETCH_WAIT)
+        .min(client.max_wait);
     // Kafka's KafkaApis: the broker's fetch.max.bytes caps the request's, and min_bytes.
     let max_bytes = req.max_bytes.clamp(0, ctx.fetch_max_bytes.max(0));
     let min_bytes = req.min_bytes.clamp(0, max_bytes);
@@ -815,4 +825,94 @@ fn topic_runs(partitions: &[CachedPartition]) -> Vec<(String, usize)> {
         }
     }
     runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::fetch::FetchRequest;
+    use crate::serve::fuzzing;
+    use std::sync::atomic::AtomicUsize;
+
+    fn context(dir: &std::path::Path) -> Context {
+        Context {
+            source: Source::stopped(dir).unwrap(),
+            node_id: 0,
+            host: "127.0.0.1".into(),
+            port: 9093,
+            stopping: AtomicBool::new(false),
+            sessions: FetchSessionCache::new(10, 1 << 20),
+            fds: super::super::limits::Descriptors::new(1000),
+            fetch_max_bytes: 1 << 20,
+        }
+    }
+
+    /// A Fetch at the log end, waiting up to `max_wait_ms` for data that never comes.
+    fn long_poll(ctx: &Context, max_wait_ms: i32) -> Vec<u8> {
+        let tp = TopicPartition::new(fuzzing::TOPIC, 0);
+        let end = ctx.source.view(&tp, i64::MAX).unwrap().high_watermark;
+        let req = FetchRequest {
+            replica_id: -1,
+            max_wait_ms,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            isolation_level: 0,
+            topics: vec![(
+                tp.topic.clone(),
+                vec![FetchPartition {
+                    partition: 0,
+                    current_leader_epoch: -1,
+                    fetch_offset: end,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 1 << 20,
+                }],
+            )],
+            topic_ids: Default::default(),
+            session_id: 0,
+            session_epoch: -1,
+            forgotten: Vec::new(),
+        };
+        let mut w = Writer::new();
+        fetch::encode_request(&mut w, 4, &req);
+        w.buf
+    }
+
+    #[test]
+    fn a_long_poll_ends_soon_after_its_client_left() {
+        let dir = tempfile::tempdir().unwrap();
+        fuzzing::build_data_dir(dir.path()).unwrap();
+        let ctx = context(dir.path());
+        let body = long_poll(&ctx, 20_000);
+        // The client is there for the first looks, then gone.
+        let looks = AtomicUsize::new(0);
+        let gone = || looks.fetch_add(1, Ordering::SeqCst) >= 2;
+        let client = Client {
+            gone: &gone,
+            trusted_follower: false,
+            max_wait: MAX_FETCH_WAIT,
+        };
+        let t = Instant::now();
+        let e = fetch(&ctx, &body, 4, &client).unwrap_err();
+        assert!(e.is::<ClientGone>(), "{e:#}");
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "waited {:?} for a client that left",
+            t.elapsed()
+        );
+        // A client that stays waits its max_wait_ms, and gets its answer.
+        let body = long_poll(&ctx, 700);
+        let stays = Client {
+            gone: &|| false,
+            trusted_follower: false,
+            max_wait: MAX_FETCH_WAIT,
+        };
+        let t = Instant::now();
+        assert!(fetch(&ctx, &body, 4, &stays).is_ok());
+        assert!(
+            t.elapsed() >= Duration::from_millis(650),
+            "{:?}",
+            t.elapsed()
+        );
+    }
 }

@@ -52,7 +52,7 @@ pub fn request_charge(size: usize) -> usize {
 
 /// The largest charge a pool of `capacity` bytes can hold.
 pub fn largest_charge(capacity: usize) -> usize {
-    capacity + (CONNECTION_ALLOWANCE - CONNECTION_BASE)
+    capacity.saturating_add(CONNECTION_ALLOWANCE - CONNECTION_BASE)
 }
 
 /// The part of a charge the shared pool must hold (the rest is the connection's allowance).
@@ -142,7 +142,7 @@ impl MemoryPool {
         }
         let mut used = self.lock();
         let mut waited = false;
-        while *used + bytes > self.capacity {
+        while used.saturating_add(bytes) > self.capacity {
             if !waited {
                 waited = true;
                 self.muted.fetch_add(1, Ordering::Relaxed);
@@ -339,6 +339,16 @@ impl Cidr {
                 _ => anyhow::bail!("the prefix after `/` must be 0 to {bits}"),
             },
         };
+        // Clients are matched as IPv4 when they are IPv4-mapped: so are networks.
+        if let std::net::IpAddr::V6(v6) = net
+            && let Some(v4) = v6.to_ipv4_mapped()
+            && prefix >= 96
+        {
+            return Ok(Cidr {
+                net: v4.into(),
+                prefix: prefix - 96,
+            });
+        }
         Ok(Cidr { net, prefix })
     }
 
@@ -465,6 +475,8 @@ mod tests {
         assert!(Cidr::parse("::1").unwrap().contains(ip("::1")));
         assert!(Cidr::parse("fe80::/10").unwrap().contains(ip("fe80::1")));
         assert!(Cidr::parse("0.0.0.0/0").unwrap().contains(ip("8.8.8.8")));
+        let mapped = Cidr::parse("::ffff:10.1.0.0/112").unwrap();
+        assert!(mapped.contains(ip("10.1.2.3")) && !mapped.contains(ip("10.2.0.1")));
         for bad in ["", "10.0.0.0/33", "host.example", "10.0.0.0/x", "::1/129"] {
             assert!(Cidr::parse(bad).is_err(), "{bad}");
         }

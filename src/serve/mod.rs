@@ -25,10 +25,12 @@
 //! which the follower notifies after every append.
 //!
 //! # Limits for an exposed port
-//! At most `max_connections` connections (more are accepted and closed at once, with one
-//! WARN a minute at most); a frame above `max_request_bytes` closes its connection; a
-//! connection idle for `idle_timeout_ms` is closed; a client that does not read its response
-//! within [`WRITE_TIMEOUT`] is dropped. With TLS (`serve.protocol` SSL) the handshake runs on
+//! At most `max_connections` connections, `max_connections_per_ip` from one address (more
+//! are accepted and closed at once, with one WARN a minute at most per limit); a frame above
+//! `max_request_bytes` closes its connection; a connection with no whole request for
+//! `idle_timeout_ms` is closed; a client that does not take its response within
+//! [`WRITE_TIMEOUT`] plus its size at 64 KiB/s is dropped. Memory, descriptors and work for
+//! clients that left are bounded in [`limits`]. With TLS (`serve.protocol` SSL) the handshake runs on
 //! the connection's thread and must end within [`FRAME_DEADLINE`] (and the idle timeout):
 //! a client that connects and says nothing holds its slot no longer than that; one that does
 //! not speak TLS is closed (a debug line says why), the others go on.
@@ -55,7 +57,7 @@ use crate::protocol::{ApiKey, RefusedApi};
 use crate::security::{ListenerSecurity, Stream};
 use anyhow::{Context as _, Result};
 use handlers::Context;
-use response::{Piece, write_frame};
+use response::{Piece, write_frame_by};
 use source::Source;
 use std::collections::HashMap;
 use std::io::Read;
@@ -211,11 +213,11 @@ impl Server {
             usize::MAX => 0,
             n => n,
         };
-        let fds = limits::descriptor_share(
-            limit,
-            log_files,
-            crate::log::descriptors::open_count().unwrap_or(0),
-        );
+        // The segment files the log holds now are within its budget: counted once.
+        let open_outside_log = crate::log::descriptors::open_count()
+            .unwrap_or(0)
+            .saturating_sub(crate::log::open_files::shared().open_count() as u64);
+        let fds = limits::descriptor_share(limit, log_files, open_outside_log);
         if let Some(limit) = limit
             && fds < opts.max_connections * limits::PER_CONNECTION
         {
@@ -405,19 +407,38 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             .name(format!("serve-conn-{id}"))
             .stack_size(CONNECTION_STACK)
             .spawn(move || {
-                let _permit = permit;
+                // Released however the thread ends, a panic included.
+                let _open = OpenConnection {
+                    shared: s2.clone(),
+                    id,
+                    ip,
+                    _permit: permit,
+                };
                 if let Err(e) = serve_connection(&s2, stream, ip) {
                     crate::log_debug!("serve: connection from {peer} closed: {e:#}");
                 }
-                s2.conns().remove(&id);
-                s2.release_ip(ip);
-                s2.open.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
             shared.conns().remove(&id);
             shared.release_ip(ip);
             shared.open.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+/// What an open connection holds of the listener, given back when its thread ends.
+struct OpenConnection {
+    shared: Arc<Shared>,
+    id: u64,
+    ip: IpAddr,
+    _permit: limits::DescriptorPermit,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.shared.conns().remove(&self.id);
+        self.shared.release_ip(self.ip);
+        self.shared.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -533,17 +554,24 @@ fn read_request(
     }
     let want = size as usize;
     let sized = Instant::now();
+    // The whole charge is held before a byte is read: requests never wait holding part of
+    // the pool (a Metadata request adds its answer's share once its key is known).
     let mut lease = {
         let tcp = stream.tcp();
         shared
             .memory
-            .lease(want, sized + FRAME_DEADLINE, &|| gone(shared, tcp))
+            .lease(
+                limits::request_charge(want),
+                sized + FRAME_DEADLINE,
+                &|| gone(shared, tcp),
+            )
             .map_err(|e| muted_too_long(shared, e))?
     };
     // Time spent muted is the listener's, not the client's.
     let muted = sized.elapsed();
     let deadline = idle_deadline.min(sized + FRAME_DEADLINE) + muted;
     buf.clear();
+    buf.reserve_exact(want);
     while buf.len() < want {
         let start = buf.len();
         let chunk = (want - start).min(64 << 10);
@@ -647,12 +675,22 @@ fn serve_connection(shared: &Shared, tcp: TcpStream, ip: IpAddr) -> Result<()> {
             Err(e) if e.is::<Closed>() => return Ok(()),
             Err(e) => return Err(e),
         };
+        // A request whose client left while it was muted or read is not worked on: its
+        // bytes were in the kernel's buffer, but nobody is there to take the answer.
+        if gone(shared, stream.tcp()) {
+            return Ok(());
+        }
         let trusted = shared.trusted_follower(ip, conn.auth.as_ref().and_then(|a| a.principal()));
         let answered = {
             let tcp = stream.tcp();
             let client = handlers::Client {
                 gone: &|| gone(shared, tcp),
                 trusted_follower: trusted,
+                max_wait: if request.lease.pooled() > 0 {
+                    handlers::POOLED_FETCH_WAIT
+                } else {
+                    handlers::MAX_FETCH_WAIT
+                },
             };
             answer(&shared.ctx, &frame, &mut conn, &client)?
         };
@@ -679,10 +717,27 @@ fn serve_connection(shared: &Shared, tcp: TcpStream, ip: IpAddr) -> Result<()> {
             }
             // Until the client has taken it, the response holds what it takes, no more.
             request.lease.shrink_to(held + frame.capacity());
-            write_frame(&mut stream, &mut pieces)?;
+            let total: u64 = pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Bytes(b) => b.len() as u64,
+                    Piece::File(f) => f.len,
+                })
+                .sum();
+            write_frame_by(&mut stream, &mut pieces, Some(response_deadline(total)))?;
         }
         drop(request);
     }
+}
+
+/// The slowest a client may take a response: below this, past [`WRITE_TIMEOUT`], it is
+/// dropped (with its memory and files).
+const MIN_SEND_RATE: u64 = 64 << 10;
+
+/// When a response of `bytes` must have been taken: [`WRITE_TIMEOUT`], plus its size at
+/// [`MIN_SEND_RATE`].
+fn response_deadline(bytes: u64) -> Instant {
+    Instant::now() + WRITE_TIMEOUT + Duration::from_secs(bytes / MIN_SEND_RATE)
 }
 
 /// The request buffer a connection keeps between requests.

@@ -46,12 +46,23 @@ pub trait Sink: Write {
     fn send_file(&mut self, file: &File, pos: u64, len: u64) -> std::io::Result<u64>;
 }
 
+/// Why a response was not sent whole: its client did not take it by its deadline.
+fn too_slow() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the client did not take its response by its deadline",
+    )
+}
+
+/// How much is written or sent between two looks at the response's deadline.
+const STEP: usize = 256 << 10;
+
 impl Sink for TcpStream {
     fn send_file(&mut self, file: &File, pos: u64, len: u64) -> std::io::Result<u64> {
         let end = pos.saturating_add(len);
         let mut at = pos;
         while at < end {
-            // One call sends at most about 2 GiB; the kernel moves `at` on.
+            // The kernel moves `at` on.
             let chunk = usize::try_from((end - at).min(1 << 30)).unwrap_or(1 << 30);
             match rustix::fs::sendfile(&*self, file, Some(&mut at), chunk) {
                 Ok(0) => break,
@@ -128,9 +139,30 @@ impl Sink for Vec<u8> {
 /// bytes than its range promised (truncated or cut since the range was taken) is an error:
 /// the frame is then torn and the caller must close the connection.
 pub fn write_frame(out: &mut impl Sink, pieces: &mut [Piece]) -> Result<()> {
+    write_frame_by(out, pieces, None)
+}
+
+/// [`write_frame`], given up (an error: the connection closes) once `deadline` passed: a
+/// client that takes a byte now and then does not hold its response, its memory and its
+/// files for ever. Each write waits at most the socket's send timeout beyond it.
+pub fn write_frame_by(
+    out: &mut impl Sink,
+    pieces: &mut [Piece],
+    deadline: Option<std::time::Instant>,
+) -> Result<()> {
     let total: u64 = pieces.iter().map(Piece::len).sum();
     let Ok(size) = i32::try_from(total) else {
         bail!("a response of {total} bytes does not fit a frame");
+    };
+    let late = || deadline.is_some_and(|d| std::time::Instant::now() >= d);
+    let write = |out: &mut dyn Write, bytes: &[u8]| -> std::io::Result<()> {
+        for step in bytes.chunks(STEP) {
+            if late() {
+                return Err(too_slow());
+            }
+            out.write_all(step)?;
+        }
+        Ok(())
     };
     // Bytes between two file ranges are gathered, so a response costs one write per record
     // set, not one per field.
@@ -139,9 +171,20 @@ pub fn write_frame(out: &mut impl Sink, pieces: &mut [Piece]) -> Result<()> {
         match p {
             Piece::Bytes(b) => gathered.extend_from_slice(b),
             Piece::File(r) => {
-                out.write_all(&gathered)?;
+                write(out, &gathered)?;
                 gathered.clear();
-                let sent = out.send_file(&r.file, r.pos, r.len)?;
+                let mut sent = 0;
+                while sent < r.len {
+                    if late() {
+                        return Err(too_slow().into());
+                    }
+                    let step = (r.len - sent).min(STEP as u64);
+                    let n = out.send_file(&r.file, r.pos + sent, step)?;
+                    sent += n;
+                    if n < step {
+                        break;
+                    }
+                }
                 if sent < r.len {
                     bail!(
                         "`{}` shrank while it was sent ({sent} of {} bytes from byte {})",
@@ -153,7 +196,7 @@ pub fn write_frame(out: &mut impl Sink, pieces: &mut [Piece]) -> Result<()> {
             }
         }
     }
-    out.write_all(&gathered)?;
+    write(out, &gathered)?;
     out.flush()?;
     Ok(())
 }

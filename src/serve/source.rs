@@ -442,3 +442,36 @@ pub fn aborted_transactions(view: &LogView, from: i64, upper: i64) -> Vec<Aborte
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::fuzzing;
+    use crate::serve::limits::Descriptors;
+
+    #[test]
+    fn a_read_with_no_descriptor_left_serves_what_it_has_and_gives_them_back() {
+        let dir = tempfile::tempdir().unwrap();
+        fuzzing::build_data_dir(dir.path()).unwrap();
+        let source = Source::stopped(dir.path()).unwrap();
+        let view = source
+            .view(&TopicPartition::new(fuzzing::TOPIC, 0), 0)
+            .unwrap();
+        let hw = view.high_watermark;
+        let all = read_batches(&view, 0, hw, u64::MAX, true, None).unwrap();
+        assert!(all.ranges.len() > 2, "{} segments read", all.ranges.len());
+        // Two descriptors left: the first two segments' batches, nothing past them.
+        let fds = Descriptors::new(2);
+        let some = read_batches(&view, 0, hw, u64::MAX, true, Some(&fds)).unwrap();
+        assert_eq!(some.ranges.len(), 2);
+        assert_eq!(fds.used(), 2, "each file sent from holds one");
+        let prefix: u64 = all.ranges.iter().take(2).map(|r| r.len).sum();
+        assert_eq!(some.bytes, prefix);
+        assert!(some.end_offset < all.end_offset);
+        drop(some);
+        assert_eq!(fds.used(), 0, "given back with the response");
+        // None left: nothing read, no error.
+        let none = read_batches(&view, 0, hw, u64::MAX, true, Some(&Descriptors::new(0))).unwrap();
+        assert_eq!((none.ranges.len(), none.bytes), (0, 0));
+    }
+}
