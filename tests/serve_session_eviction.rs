@@ -23,7 +23,12 @@ fn a_full_cache_evicts_per_kafkas_policy_and_evicted_clients_recover() {
     let t0 = Instant::now();
     let leader = fetch_session::leader_of(TOPIC, PARTITIONS, 30, 3);
     let (_dir, data, addr, mut d) =
-        fetch_session::serving(&leader, TOPIC, "max_fetch_sessions = 2\n");
+        // The client fetching as a follower (replica id 1) is one the config trusts.
+        fetch_session::serving(
+            &leader,
+            TOPIC,
+            "max_fetch_sessions = 2\nfollower_addresses = [\"127.0.0.1\"]\n",
+        );
     let id = Uuid(leader.topic_id());
     let v = 12;
     let req = |parts: &[(i32, i64)], session: i32, epoch: i32, replica: i32| {

@@ -221,9 +221,11 @@ impl Server {
         if let Some(limit) = limit
             && fds < opts.max_connections * limits::PER_CONNECTION
         {
-            crate::log_warn!(
-                "serve: {fds} descriptors are left to the listener (open-file limit {limit}, log.max_open_files {log_files}, {} kept for the daemon's own files): fewer than serve.max_connections ({}) need; connections beyond them are closed at once — raise the limit (LimitNOFILE=) or lower log.max_open_files",
+            // Not a fault: what the limit allows, said once so that refusals are expected.
+            crate::log_info!(
+                "serve: the listener has {fds} descriptors (open-file limit {limit} less log.max_open_files {log_files} and {} for the daemon's own files): about {} connections at once (serve.max_connections is {}), more are closed at once; raise the limit (LimitNOFILE=) or lower log.max_open_files for more",
                 crate::log::descriptors::RESERVE,
+                fds / limits::PER_CONNECTION,
                 opts.max_connections
             );
         }
