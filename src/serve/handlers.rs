@@ -292,7 +292,7 @@ pub fn list_offsets(
             };
             // A look-up may read a segment's headers: one for a client that left is not made.
             looked_up += 1;
-            if looked_up % ITEMS_BETWEEN_LOOKS == 0 && (client.gone)() {
+            if looked_up.is_multiple_of(ITEMS_BETWEEN_LOOKS) && (client.gone)() {
                 return Err(ClientGone.into());
             }
             let answer = if times > 1 {
