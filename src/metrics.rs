@@ -271,6 +271,57 @@ fn process_figures(family: &mut impl FnMut(&str, &str, &str, Vec<String>)) {
             vec![format!("process_resident_memory_bytes {}", rss * PAGE)],
         );
     }
+    if let Some(l) = crate::serve::limits::listener_stats().figures() {
+        let gauges = [
+            (
+                "replica_follower_serve_connections",
+                "Client connections open on the serve listener",
+                l.connections,
+            ),
+            (
+                "replica_follower_serve_memory_bytes",
+                "Memory the serve listener's connections hold of serve.max_memory_bytes",
+                l.memory_bytes,
+            ),
+            (
+                "replica_follower_serve_memory_limit_bytes",
+                "serve.max_memory_bytes",
+                l.memory_limit_bytes,
+            ),
+            (
+                "replica_follower_serve_descriptors",
+                "Descriptors the serve listener holds (sockets and segment files sent from)",
+                l.descriptors,
+            ),
+            (
+                "replica_follower_serve_descriptors_limit",
+                "The serve listener's share of the open-file limit",
+                l.descriptors_limit,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            family(name, "gauge", help, vec![format!("{name} {v}")]);
+        }
+        family(
+            "replica_follower_serve_muted_total",
+            "counter",
+            "Requests that waited for the serve listener's memory",
+            vec![format!("replica_follower_serve_muted_total {}", l.muted)],
+        );
+        family(
+            "replica_follower_serve_refused_connections_total",
+            "counter",
+            "Connections the serve listener closed at once, by the limit that refused them",
+            l.refused
+                .iter()
+                .map(|(limit, n)| {
+                    format!(
+                        "replica_follower_serve_refused_connections_total{{limit=\"{limit}\"}} {n}"
+                    )
+                })
+                .collect(),
+        );
+    }
     if let Some(fds) = crate::log::descriptors::open_count() {
         family(
             "process_open_fds",

@@ -954,9 +954,11 @@ const PER_IP: usize = 64;
 #[test]
 fn idle_sockets_from_one_address_do_not_lock_out_another() {
     let _serial = serial();
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    // The [metrics] table comes after the [serve] keys, last in the file.
     let mut f = Fixture::start(
         "max_connections = 256",
-        &format!("max_connections_per_ip = {PER_IP}\n"),
+        &format!("max_connections_per_ip = {PER_IP}\n[metrics]\nlisten = \"{metrics}\"\n"),
         0,
     );
     let mut failures = Vec::new();
@@ -992,6 +994,19 @@ fn idle_sockets_from_one_address_do_not_lock_out_another() {
     if let Err(e) = hostile::round_trip(&mut other, &hostile::api_versions()) {
         failures.push(format!(
             "with 256 idle sockets from {one}, a client from 127.0.0.1 got no ApiVersions answer: {e}"
+        ));
+    }
+    // The refusals are visible where an operator looks: /metrics.
+    let scraped = support::scrape::scrape(&metrics);
+    let refused = scraped.value(
+        "replica_follower_serve_refused_connections_total",
+        &[("limit", "max_connections_per_ip")],
+    );
+    let open = scraped.value("replica_follower_serve_connections", &[]);
+    if refused != Some((256 - PER_IP) as f64) || open.is_none_or(|n| n < PER_IP as f64) {
+        failures.push(format!(
+            "/metrics says {refused:?} connections refused by serve.max_connections_per_ip (want {}) and {open:?} open (want ≥ {PER_IP})",
+            256 - PER_IP
         ));
     }
     drop(idle);

@@ -377,6 +377,77 @@ impl Cidr {
     }
 }
 
+/// What the process's listener holds and has refused, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// The running listener's memory pool and descriptor share (none before it starts).
+    held: Mutex<Option<(Arc<MemoryPool>, Arc<Descriptors>)>>,
+    pub connections: AtomicUsize,
+    pub refused_max_connections: AtomicUsize,
+    pub refused_per_ip: AtomicUsize,
+    pub refused_descriptors: AtomicUsize,
+}
+
+/// The process's [`ListenerStats`].
+pub fn listener_stats() -> &'static ListenerStats {
+    static STATS: std::sync::OnceLock<ListenerStats> = std::sync::OnceLock::new();
+    STATS.get_or_init(ListenerStats::default)
+}
+
+/// A snapshot for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerFigures {
+    pub memory_bytes: usize,
+    pub memory_limit_bytes: usize,
+    pub muted: usize,
+    pub descriptors: usize,
+    pub descriptors_limit: usize,
+    pub connections: usize,
+    /// Connections refused, by the limit that refused them.
+    pub refused: [(&'static str, usize); 3],
+}
+
+impl ListenerStats {
+    /// The listener now started with `memory` and `fds`.
+    pub fn started(&self, memory: Arc<MemoryPool>, fds: Arc<Descriptors>) {
+        *self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((memory, fds));
+    }
+
+    /// What the listener holds now; `None` when none runs in this process.
+    pub fn figures(&self) -> Option<ListenerFigures> {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (memory, fds) = held.as_ref()?;
+        Some(ListenerFigures {
+            memory_bytes: memory.used(),
+            memory_limit_bytes: memory.capacity(),
+            muted: memory.muted(),
+            descriptors: fds.used(),
+            descriptors_limit: fds.capacity(),
+            connections: self.connections.load(Ordering::Relaxed),
+            refused: [
+                (
+                    "max_connections",
+                    self.refused_max_connections.load(Ordering::Relaxed),
+                ),
+                (
+                    "max_connections_per_ip",
+                    self.refused_per_ip.load(Ordering::Relaxed),
+                ),
+                (
+                    "descriptors",
+                    self.refused_descriptors.load(Ordering::Relaxed),
+                ),
+            ],
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -251,6 +251,7 @@ impl Server {
             per_ip: Mutex::new(HashMap::new()),
             last_refusal_warn: Mutex::new(HashMap::new()),
         });
+        limits::listener_stats().started(shared.memory.clone(), shared.ctx.fds.clone());
         let s2 = shared.clone();
         let accept = std::thread::Builder::new()
             .name("serve-accept".into())
@@ -403,6 +404,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             continue;
         };
         shared.open.fetch_add(1, Ordering::SeqCst);
+        limits::listener_stats()
+            .connections
+            .fetch_add(1, Ordering::Relaxed);
         shared.conns().insert(id, handle);
         let s2 = shared.clone();
         let spawned = std::thread::Builder::new()
@@ -424,6 +428,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             shared.conns().remove(&id);
             shared.release_ip(ip);
             shared.open.fetch_sub(1, Ordering::SeqCst);
+            limits::listener_stats()
+                .connections
+                .fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -441,6 +448,9 @@ impl Drop for OpenConnection {
         self.shared.conns().remove(&self.id);
         self.shared.release_ip(self.ip);
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
+        limits::listener_stats()
+            .connections
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -462,6 +472,13 @@ fn canonical(ip: IpAddr) -> IpAddr {
 fn refuse(shared: &Shared, stream: TcpStream, key: &'static str, why: String) {
     let _ = stream.shutdown(Shutdown::Both);
     drop(stream);
+    let stats = limits::listener_stats();
+    match key {
+        "serve.max_connections" => &stats.refused_max_connections,
+        "serve.max_connections_per_ip" => &stats.refused_per_ip,
+        _ => &stats.refused_descriptors,
+    }
+    .fetch_add(1, Ordering::Relaxed);
     let mut last = shared
         .last_refusal_warn
         .lock()
