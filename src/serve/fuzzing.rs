@@ -898,6 +898,44 @@ mod tests {
         }
     }
 
+    /// Found by the fuzzer: SaslAuthenticate v2 on a listener without SASL, its header's
+    /// tagged fields not a valid tag section. Kafka cannot parse it and closes the
+    /// connection; a whole one is answered ILLEGAL_SASL_STATE and the connection stays.
+    #[test]
+    fn sasl_on_a_plaintext_listener_is_parsed_whole_before_it_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        build_data_dir(dir.path()).unwrap();
+        let mut listener = Listener::open(dir.path(), None).unwrap();
+        let mut torn = Writer::new();
+        torn.i16(ApiKey::SaslAuthenticate.key())
+            .i16(2)
+            .i32(2)
+            .string(Some("fuzz-seed"), false)
+            .i32(-1);
+        let mut conn = listener.connect();
+        assert!(conn.answer(&torn.buf).is_err(), "a torn header is answered");
+        for version in 0..=2i16 {
+            let frame = served(ApiKey::SaslAuthenticate, version, |w| {
+                sasl::encode_authenticate_request(w, version, b"\0alice\0wonderland")
+            });
+            let mut conn = listener.connect();
+            let response = conn.answer(&frame[4..]).unwrap().unwrap();
+            let out = conn.write(response).unwrap();
+            let mut r = Reader::new(&out[4..]);
+            assert_eq!(r.i32("correlation id").unwrap(), i32::from(version));
+            if version >= 2 {
+                r.skip_tagged_fields("header tags").unwrap();
+            }
+            let body = &out[4 + r.position()..];
+            let answer = sasl::decode_authenticate_response(body, version).unwrap();
+            assert_eq!(
+                answer.error,
+                crate::protocol::error::ErrorCode::ILLEGAL_SASL_STATE
+            );
+            assert!(!conn.closing(), "v{version}");
+        }
+    }
+
     #[test]
     fn every_seed_is_answered_and_none_closes_a_plaintext_connection() {
         let dir = tempfile::tempdir().unwrap();

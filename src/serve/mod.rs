@@ -791,6 +791,17 @@ fn answer(
     {
         unsupported_version(api.name(), version, (min, max))?;
         let flexible = api.is_flexible(version);
+        // Parsed whole, as Kafka parses it before its APIs answer: one that does not parse
+        // closes the connection.
+        if flexible {
+            r.skip_tagged_fields("request header tags")?;
+        }
+        let body = frame.get(r.position()..).unwrap_or_default();
+        if api == ApiKey::SaslHandshake {
+            crate::protocol::sasl::decode_handshake_request(body)?;
+        } else {
+            crate::protocol::sasl::decode_authenticate_request(body, version)?;
+        }
         let mut head = Writer::new();
         head.i32(correlation_id).empty_tags(flexible);
         crate::log_debug!(
