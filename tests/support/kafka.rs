@@ -6,12 +6,12 @@
 //! holds [`Shared::sharing`] while it runs; one that stops, kills or re-elects nodes holds
 //! [`Shared::alone`], so no other test runs beside it.
 
-use super::{Leader, TopicPartition, wait_until};
+use super::{Leader, TopicPartition};
 use replica_follower::record::BatchHeader;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The pinned Apache Kafka 4.x (the newest that resolves on Maven Central) and 3.x lines;
 /// equal to `KAFKA_4` / `KAFKA_3` in `kafka_cluster.py`.
@@ -177,29 +177,44 @@ pub fn compare_with_kafka_dir(
     Ok(kafka.len())
 }
 
-/// Waits until the replica in `data_dir` holds `tp` up to Kafka's high watermark, then asserts
-/// it equals the partition directory of the partition's current leader byte for byte (see
-/// [`compare_with_kafka_dir`]). Returns the high watermark and the batches compared.
+/// Waits (up to 60 s) until the replica in `data_dir` equals, below Kafka's high watermark,
+/// the partition directory of the partition's current leader, byte for byte (see
+/// [`compare_with_kafka_dir`]); panics with the last difference. Returns the high watermark and
+/// the batches compared.
 pub fn assert_same_as_kafka(
     cluster: &Shared,
     data_dir: &Path,
     tp: &TopicPartition,
 ) -> (i64, usize) {
     let hw = high_watermark(cluster, tp);
-    wait_until(
-        Duration::from_secs(60),
-        &format!("the replica of {tp} to reach Kafka's high watermark {hw}"),
-        || super::log_end(data_dir, &tp.topic, tp.partition.into()) >= hw,
-    );
     let leader = cluster.ok(json!({"cmd": "describe_partition", "topic": tp.topic,
         "partition": tp.partition}))["leader"]
         .as_i64()
         .expect("leader");
     assert!(leader > 0, "{tp} has no leader");
     let dir = cluster.log_dir(leader).join(tp.dir_name());
-    let batches = compare_with_kafka_dir(&dir, data_dir, tp, hw)
-        .unwrap_or_else(|e| panic!("replica differs from node {leader}'s directory: {e}"));
-    (hw, batches)
+    let mut last = Err(String::new());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        // Until the replica has reached the high watermark it may still hold a tail the
+        // leader no longer has.
+        if super::log_end(data_dir, &tp.topic, tp.partition.into()) >= hw {
+            last = compare_with_kafka_dir(&dir, data_dir, tp, hw);
+            if let Ok(batches) = last {
+                return (hw, batches);
+            }
+        } else {
+            last = Err(format!(
+                "the replica's log ends at {}, Kafka's high watermark is {hw}",
+                super::log_end(data_dir, &tp.topic, tp.partition.into())
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!(
+        "after 60 s the replica still differs from node {leader}'s directory: {}",
+        last.unwrap_err()
+    );
 }
 
 /// Kafka's high watermark of `tp` (ListOffsets latest).
@@ -208,4 +223,82 @@ pub fn high_watermark(cluster: &Shared, tp: &TopicPartition) -> i64 {
         "partitions": [tp.partition]}))["watermarks"][0][1]
         .as_i64()
         .expect("high watermark")
+}
+
+/// Follower settings for the Kafka scenarios: short fetch waits, frequent checkpoints, small
+/// segments (so the replica's segments split where Kafka's do not: the comparison is by batch).
+pub const FAST: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\n\
+                        interval_ms = 200\n[log]\nsegment_bytes = 65536\nflush_interval_ms = 100\n";
+
+/// A daemon following every partition of `topic` from `cluster` with [`FAST`] settings, in a new
+/// temporary directory: (temporary directory, data dir, daemon).
+pub fn follow(cluster: &Shared, topic: &str) -> (tempfile::TempDir, PathBuf, super::Daemon) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let cfg = super::topic_config(dir.path(), &data, &cluster.bootstrap, topic, FAST);
+    let daemon = super::Daemon::start(&cfg);
+    (dir, data, daemon)
+}
+
+/// The current leader of `topic`-`partition` (-1 when it has none), from Metadata.
+pub fn leader_of(cluster: &Shared, topic: &str, partition: i32) -> i64 {
+    cluster.ok(json!({"cmd": "describe_partition", "topic": topic, "partition": partition}))
+        ["leader"]
+        .as_i64()
+        .expect("leader")
+}
+
+/// Every `.txnindex` of a partition directory, concatenated in offset order (each is whole
+/// 34-byte entries, so the concatenation does not depend on where segments split).
+pub fn txnindex_entries(dir: &Path) -> Vec<u8> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "txnindex"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| std::fs::read(f).unwrap_or_else(|e| panic!("read {}: {e}", f.display())))
+        .collect()
+}
+
+/// Kills node 1, the leader of `topic`-0, with SIGKILL in the middle of `count` records an
+/// idempotent acks=all producer sends, paced at 1,000 a second; waits for another leader and
+/// for every record to be acknowledged. Returns the new leader.
+pub fn kill_leader_under_load(cluster: &Shared, topic: &str, count: usize) -> i64 {
+    assert_eq!(leader_of(cluster, topic, 0), 1, "node 1 leads {topic}-0");
+    cluster.ok(
+        json!({"cmd": "produce", "topic": topic, "partition": 0, "count": count,
+        "codec": "lz4", "idempotent": true, "batch_records": 20, "seed": 2,
+        "records_per_second": 1000, "background": true}),
+    );
+    std::thread::sleep(Duration::from_millis(count as u64 / 3));
+    cluster.ok(json!({"cmd": "kafka_node", "node": 1, "action": "kill9"}));
+    let mut leader = -1;
+    super::wait_until(Duration::from_secs(60), "a new leader", || {
+        leader = leader_of(cluster, topic, 0);
+        leader > 1
+    });
+    let joined = cluster.ok(json!({"cmd": "join_produce"}));
+    assert_eq!(
+        joined["count"], count,
+        "every record acknowledged: {joined}"
+    );
+    leader
+}
+
+/// Asserts the batches follow each other: no gap, no overlap.
+pub fn assert_contiguous(batches: &[DirBatch]) {
+    for pair in batches.windows(2) {
+        assert_eq!(
+            pair[1].0,
+            pair[0].1 + 1,
+            "a gap or an overlap between {}..={} and {}..={}",
+            pair[0].0,
+            pair[0].1,
+            pair[1].0,
+            pair[1].1
+        );
+    }
 }

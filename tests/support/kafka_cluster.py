@@ -34,6 +34,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -116,10 +117,11 @@ def install(version: str) -> str:
              f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if run.returncode != 0:
-            last = [line for line in run.stdout.splitlines() if "ERROR" in line][:1]
+            text = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout)
+            last = [line for line in text.splitlines() if "ERROR" in line][:1]
             raise RuntimeError(
                 f"Apache Kafka {version} could not be fetched from Maven Central with mvn "
-                f"(exit {run.returncode}): {last[0] if last else run.stdout[-300:]!r}")
+                f"(exit {run.returncode}): {last[0] if last else text[-300:].strip()}")
         shutil.rmtree(lib, ignore_errors=True)
         os.rename(staging, lib)
         with open(marker, "w") as f:
@@ -204,6 +206,9 @@ class KafkaCluster:
             raise RuntimeError("a cluster needs at least one node")
         self.version = version
         self.lib = install(version)
+        if shutil.which("java") is None:
+            raise RuntimeError("Apache Kafka cannot start: `java` is not on PATH "
+                               "(the Kafka tests need Java 17)")
         self.classpath = os.path.join(self.lib, "*")
         self.workdir = tempfile.mkdtemp(prefix=f"kafka-{version}-")
         self.security = security

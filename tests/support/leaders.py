@@ -93,6 +93,9 @@ Commands (all kinds)
     delivery report.  -> ``{"ok": true, "first_offset": F,
     "last_offset": L, "count": N}`` (lowest/highest offset reported).
     Optional: ``idempotent`` (default false) turns on enable.idempotence;
+    ``records_per_second`` paces the records; ``background`` (default false)
+    answers ``{"ok": true}`` at once and produces on a thread, whose reply
+    ``{"cmd": "join_produce"}`` waits for and returns;
     ``timeout_s`` (default 60), overall delivery deadline;
     ``batch_records`` (default 500), the most records in one batch.
     Optional: ``timestamp_ms`` gives record ``i`` the CreateTime
@@ -487,6 +490,8 @@ class Leader:
         batch_records = int(cmd.get("batch_records", 500))
         timestamp_ms = cmd.get("timestamp_ms")
         timestamp_step_ms = int(cmd.get("timestamp_step_ms", 1))
+        per_second = cmd.get("records_per_second")
+        started = time.monotonic()
         if codec not in CODECS:
             raise CommandError(f"unknown codec {codec!r}, expected one of {CODECS}")
         if keys not in ("mixed", "none", "all"):
@@ -519,6 +524,10 @@ class Leader:
                     topic, partition, count, value_size, keys, headers, seed)):
                 ts = {} if timestamp_ms is None else {
                     "timestamp": int(timestamp_ms) + i * timestamp_step_ms}
+                if per_second:
+                    ahead = started + i / float(per_second) - time.monotonic()
+                    if ahead > 0:
+                        producer.poll(ahead)
                 while True:
                     try:
                         producer.produce(topic, value=value, key=key,
@@ -547,6 +556,33 @@ class Leader:
             return {"ok": True, "first_offset": None, "last_offset": None, "count": 0}
         return {"ok": True, "first_offset": min(offsets),
                 "last_offset": max(offsets), "count": len(offsets)}
+
+    _background: Any = None
+
+    def produce_in_background(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        import threading
+        if self._background is not None:
+            raise CommandError("a background produce is already running")
+        result: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                result.update(self.produce(cmd))
+            except Exception as e:  # noqa: BLE001
+                result.update({"ok": False, "error": f"background produce: {e}"})
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self._background = (thread, result)
+        return {"ok": True}
+
+    def join_produce(self, _cmd: dict[str, Any]) -> dict[str, Any]:
+        if self._background is None:
+            raise CommandError("no background produce is running")
+        thread, result = self._background
+        thread.join()
+        self._background = None
+        return result
 
     def consume(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """The records a read_uncommitted consumer gets for offsets ``from``..=``to`` of
@@ -1001,6 +1037,10 @@ class KafkaLeader(Leader):
                 raise RuntimeError(f"Kafka cluster not ready: {last}")
             time.sleep(0.2)
 
+    def client_conf(self) -> dict[str, Any]:
+        # Nodes are killed on purpose: librdkafka's "connection refused" errors are noise.
+        return {**super().client_conf(), "log_level": 2}
+
     def _wait(self, fut: Any, what: str, timeout_s: float = 60) -> Any:
         try:
             return fut.result(timeout=timeout_s)
@@ -1012,7 +1052,9 @@ class KafkaLeader(Leader):
         config = {str(k): str(v) for k, v in (cmd.get("config") or {}).items()}
         assignment = cmd.get("assignment")
         if assignment is not None:
-            new = NewTopic(topic, replica_assignment=assignment, config=config)
+            new = NewTopic(topic, num_partitions=len(assignment), replication_factor=-1,
+                           replica_assignment=assignment,
+                           config=config)
             partitions = len(assignment)
         else:
             partitions = req(cmd, "partitions")
@@ -1066,16 +1108,25 @@ class KafkaLeader(Leader):
             self.close_clients()
             return {"ok": True, "running": self.cluster.running()}
         if name == "describe_partition":
+            # Metadata from any live broker (DescribeTopics would wait for the "controller"
+            # Metadata names, which may be a node just killed).
             topic = req(cmd, "topic", str)
             partition = req(cmd, "partition")
-            desc = self._wait(self.admin().describe_topics(
-                TopicCollection([topic]), request_timeout=20)[topic], f"describe {topic!r}")
-            for p in desc.partitions:
-                if p.id == partition:
-                    return {"ok": True, "leader": p.leader.id if p.leader else -1,
-                            "replicas": [r.id for r in p.replicas],
-                            "isr": [r.id for r in p.isr]}
-            raise CommandError(f"{topic!r} has no partition {partition}")
+            deadline = time.monotonic() + float(cmd.get("timeout_s", 30))
+            while True:
+                try:
+                    t = self.admin().list_topics(topic=topic, timeout=5).topics.get(topic)
+                    p = t.partitions.get(partition) if t is not None else None
+                    if p is not None:
+                        return {"ok": True, "leader": p.leader, "replicas": list(p.replicas),
+                                "isr": list(p.isrs)}
+                    last = f"{topic!r} has no partition {partition}"
+                except KafkaException as e:
+                    last = str(e)
+                    self.close_clients()
+                if time.monotonic() > deadline:
+                    raise CommandError(f"describe {topic}[{partition}]: {last}")
+                time.sleep(0.2)
         if name == "elect_leaders":
             # Kafka's LeaderElectionCommand (Java Admin ElectLeaders): confluent-kafka
             # 2.16.1's elect_leaders fails inside its argument parsing.
@@ -1305,7 +1356,9 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
     name = cmd["cmd"]
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "create_topic": leader.create_topic,
-        "produce": leader.produce,
+        "produce": lambda c: (leader.produce_in_background(c) if c.get("background")
+                              else leader.produce(c)),
+        "join_produce": leader.join_produce,
         "produce_spread": leader.produce_spread,
         "consume": leader.consume,
         "high_watermarks": leader.high_watermarks,
