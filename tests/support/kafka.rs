@@ -138,11 +138,25 @@ pub fn compare_with_kafka_dir(
     tp: &TopicPartition,
     hw: i64,
 ) -> Result<usize, String> {
-    let kafka = dir_batches(kafka_dir, hw)?;
+    compare_with_kafka_dir_from(kafka_dir, data_dir, tp, i64::MIN, hw)
+}
+
+/// [`compare_with_kafka_dir`] over the batches that end at or after `from` on both sides
+/// (Kafka's log start after delete-records, whose segment still holds the batches below it;
+/// or where a replica that keeps its uncleaned history meets Kafka's cleaned log).
+pub fn compare_with_kafka_dir_from(
+    kafka_dir: &Path,
+    data_dir: &Path,
+    tp: &TopicPartition,
+    from: i64,
+    hw: i64,
+) -> Result<usize, String> {
+    let mut kafka = dir_batches(kafka_dir, hw)?;
+    kafka.retain(|b| b.1 >= from);
     let replica = dir_batches(&data_dir.join(tp.dir_name()), hw)?;
     let Some(first) = kafka.first() else {
         return Err(format!(
-            "{tp}: Kafka's {} holds no batch below {hw}",
+            "{tp}: Kafka's {} holds no batch from {from} below {hw}",
             kafka_dir.display()
         ));
     };
@@ -208,4 +222,33 @@ pub fn high_watermark(cluster: &Shared, tp: &TopicPartition) -> i64 {
         "partitions": [tp.partition]}))["watermarks"][0][1]
         .as_i64()
         .expect("high watermark")
+}
+
+/// [`assert_same_as_kafka`] from offset `from` on (see [`compare_with_kafka_dir_from`]).
+pub fn assert_same_as_kafka_from(
+    cluster: &Shared,
+    data_dir: &Path,
+    tp: &TopicPartition,
+    from: i64,
+) -> (i64, usize) {
+    let hw = high_watermark(cluster, tp);
+    wait_until(
+        Duration::from_secs(60),
+        &format!("the replica of {tp} to reach Kafka's high watermark {hw}"),
+        || super::log_end(data_dir, &tp.topic, tp.partition.into()) >= hw,
+    );
+    let dir = leader_dir(cluster, tp);
+    let batches = compare_with_kafka_dir_from(&dir, data_dir, tp, from, hw)
+        .unwrap_or_else(|e| panic!("replica differs from {}: {e}", dir.display()));
+    (hw, batches)
+}
+
+/// The partition directory of `tp` on its current leader.
+pub fn leader_dir(cluster: &Shared, tp: &TopicPartition) -> PathBuf {
+    let leader = cluster.ok(json!({"cmd": "describe_partition", "topic": tp.topic,
+        "partition": tp.partition}))["leader"]
+        .as_i64()
+        .expect("leader");
+    assert!(leader > 0, "{tp} has no leader");
+    cluster.log_dir(leader).join(tp.dir_name())
 }
