@@ -604,7 +604,7 @@ fn kafkas_dump_log_segments_finds_every_segment_and_index_of_the_replica_sound()
     let rel = u32::from_be_bytes(bytes[8..12].try_into().unwrap());
     bytes[8..12].copy_from_slice(&(rel + 1).to_be_bytes());
     std::fs::write(&bad, bytes).unwrap();
-    let out_bad = dump_log_segments(c, &[bad.clone()]);
+    let out_bad = dump_log_segments(c, std::slice::from_ref(&bad));
     assert!(
         out_bad.contains(&format!("Mismatches in :{}", bad.display()))
             && out_bad.contains("Index offset"),
