@@ -156,8 +156,13 @@ pub fn compare_with_kafka_dir_from(
     let replica = dir_batches(&data_dir.join(tp.dir_name()), hw)?;
     let Some(first) = kafka.first() else {
         return Err(format!(
-            "{tp}: Kafka's {} holds no batch from {from} below {hw}",
-            kafka_dir.display()
+            "{tp}: Kafka's {} holds no batch{} below {hw}",
+            kafka_dir.display(),
+            if from == i64::MIN {
+                String::new()
+            } else {
+                format!(" from {from}")
+            }
         ));
     };
     // History the replica keeps below Kafka's log start is not Kafka's to judge.
