@@ -7,6 +7,7 @@
 //! orders-0: damaged: `…/00000000000000000450.log` byte 4096: batch 470..479 fails its own checksum (…); the leader's copy is intact
 //! orders-0: differs: `…` byte 0: batch 450..459 (CRC 1a2b3c4d, epoch 0, 512 bytes) is not the leader's 450..459 (CRC …)
 //! orders-0: info: batch 120..129 (`…` byte 2048) is no longer on the leader (compaction); kept
+//! orders-0: info: batch 130..139 (`…` byte 2560, 10 records, CRC …) was compacted on the leader (4 records left there, CRC …); kept as fetched
 //! orders-0: ok: 41 batch(es) over offsets 0..999 match the leader
 //! ```
 //! Holes, damaged and differing batches are problems (`replica-follower repair` re-fetches
@@ -121,6 +122,27 @@ pub fn render(check: &PartitionCheck, out: &mut dyn Write) -> Result<usize> {
             b.header.last_offset,
             seg(Some(b.segment)),
             b.position
+        )?;
+    }
+    for (b, leader) in &c.compacted {
+        writeln!(
+            out,
+            "{tp}: info: batch {}..{} ({} byte {}, {} records, CRC {:08x}) was compacted on the leader ({} records left there, CRC {:08x}); kept as fetched",
+            b.header.base_offset,
+            b.header.last_offset,
+            seg(Some(b.segment)),
+            b.position,
+            b.header.records_count,
+            b.header.crc,
+            leader.records_count,
+            leader.crc
+        )?;
+    }
+    if c.compacted_count > c.compacted.len() {
+        writeln!(
+            out,
+            "{tp}: info: … and {} more local batch(es) compacted on the leader; kept as fetched",
+            c.compacted_count - c.compacted.len()
         )?;
     }
     if c.local_only_count > c.local_only.len() {

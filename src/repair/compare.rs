@@ -8,6 +8,10 @@
 //!   size that passes its own CRC;
 //! - part of a **hole** when no local batch overlaps it: consecutive ones make one hole,
 //!   named with the segment it begins in and the first one after it;
+//! - **compacted** when the local batch over the same offsets is the one the leader's log
+//!   cleaner rewrote: same offsets, producer, sequence and leader epoch, and the leader's copy
+//!   holds fewer records (or as many, newly stamped with a delete horizon) — the replica keeps
+//!   what it fetched before the cleaning, and that is reported, not a problem;
 //! - or met by a local batch that overlaps it and is not the same: that local batch
 //!   **differs** (or is **corrupt**, when it fails its own CRC).
 //!
@@ -25,6 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const LISTED_PER_SEGMENT: usize = 3;
 /// Local batches the leader no longer has that are listed; more are counted.
 pub const LISTED_LOCAL_ONLY: usize = 3;
+/// Local batches the leader's log cleaner rewrote that are listed; more are counted.
+pub const LISTED_COMPACTED: usize = 3;
 
 /// One item of the local log, in offset order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +101,10 @@ pub struct Comparison {
     /// and how many in all.
     pub local_only: Vec<LocalBatch>,
     pub local_only_count: usize,
+    /// Local batches whose offsets the leader holds in a batch its log cleaner rewrote (see
+    /// [`compacted_on_leader`]): the first few with the leader's header, and how many in all.
+    pub compacted: Vec<(LocalBatch, BatchHeader)>,
+    pub compacted_count: usize,
     /// Local batches wholly below the leader's log start: (first offset, last offset, count).
     pub below_leader_start: Option<(i64, i64, usize)>,
 }
@@ -163,6 +173,37 @@ fn same(a: &BatchHeader, b: &BatchHeader) -> bool {
         b.partition_leader_epoch,
         b.size_in_bytes,
     )
+}
+
+/// Kafka's delete-horizon attribute (bit 6 of a v2 batch's attributes): the log cleaner set
+/// it on a batch holding tombstones or transaction markers it keeps until that time.
+const DELETE_HORIZON: i16 = 0x40;
+
+/// Whether the leader's batch `leader` is the local batch `local` after Kafka's log cleaner
+/// rewrote it (`MemoryRecords.filterTo`): a v2 batch keeps its base and last offset, its
+/// producer id, epoch and base sequence, its leader epoch, codec, timestamp type and flags,
+/// and loses records (none at all for an emptied batch kept for its producer), or keeps
+/// them all and gains a delete horizon. A batch of another writer, epoch or offset range,
+/// or one with more records than the local copy, is no compaction of it.
+pub fn compacted_on_leader(local: &BatchHeader, leader: &BatchHeader) -> bool {
+    let keeps = |h: &BatchHeader| {
+        (
+            h.magic,
+            h.base_offset,
+            h.last_offset,
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.partition_leader_epoch,
+            h.attributes & !DELETE_HORIZON,
+        )
+    };
+    local.magic == 2
+        && keeps(local) == keeps(leader)
+        && (leader.records_count < local.records_count
+            || (leader.records_count == local.records_count
+                && leader.attributes & DELETE_HORIZON != 0
+                && local.attributes & DELETE_HORIZON == 0))
 }
 
 /// The next local item to compare: batches below the range are counted (as ones the leader
@@ -311,6 +352,12 @@ pub fn compare(
                             local: qb.clone(),
                             leader: Some(lb),
                         })
+                    } else if compacted_on_leader(&qb.header, &lb) {
+                        c.compacted_count += 1;
+                        if c.compacted.len() < LISTED_COMPACTED {
+                            c.compacted.push((qb.clone(), lb));
+                        }
+                        None
                     } else if !same(&qb.header, &lb) {
                         Some(Problem::Differs {
                             local: qb.clone(),
@@ -324,7 +371,8 @@ pub fn compare(
                             reported = Some(key);
                             c.segment_problem(qb.segment, p);
                         }
-                        None => c.matched += 1,
+                        None if same(&qb.header, &lb) => c.matched += 1,
+                        None => reported = Some(key),
                     }
                 }
                 match order {
@@ -561,6 +609,63 @@ mod tests {
         assert_eq!(c.below_leader_start, Some((0, 19, 2)));
         assert_eq!(c.local_only_count, 1);
         assert_eq!(c.local_only[0].header.base_offset, 30);
+    }
+
+    #[test]
+    fn a_batch_the_leaders_cleaner_rewrote_is_compacted_not_differing() {
+        // 10..19 lost records on the leader, 20..29 kept them all and got a delete
+        // horizon; 30..39 has as many records and no horizon (another CRC: a difference),
+        // 40..49 more records on the leader (no compaction of the local copy), 50..59 another
+        // producer.
+        let mut items = local(&[
+            (0, 0, 9, 1, true),
+            (0, 10, 19, 2, true),
+            (0, 20, 29, 3, true),
+            (0, 30, 39, 4, true),
+            (0, 40, 49, 5, true),
+            (0, 50, 59, 6, true),
+        ]);
+        for item in &mut items {
+            if let Ok(LocalItem::Batch(b)) = item {
+                b.header.records_count = 5;
+            }
+        }
+        let mut leaders = leader(&[
+            (0, 9, 1),
+            (10, 19, 12),
+            (20, 29, 13),
+            (30, 39, 14),
+            (40, 49, 15),
+            (50, 59, 16),
+        ]);
+        let counts = [5, 2, 5, 5, 6, 2];
+        for (h, n) in leaders.iter_mut().zip(counts) {
+            let h = h.as_mut().unwrap();
+            h.records_count = n;
+            match h.base_offset {
+                20 => h.attributes |= DELETE_HORIZON,
+                50 => h.producer_id = 7,
+                _ => {}
+            }
+        }
+        let c = run(items, leaders, &[0], ALL);
+        assert_eq!(c.matched, 1);
+        assert_eq!(c.compacted_count, 2);
+        let compacted: Vec<i64> = c
+            .compacted
+            .iter()
+            .map(|(l, _)| l.header.base_offset)
+            .collect();
+        assert_eq!(compacted, vec![10, 20]);
+        let differing: Vec<i64> = c
+            .problems
+            .iter()
+            .map(|p| match p {
+                Problem::Differs { local, .. } => local.header.base_offset,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(differing, vec![30, 40, 50]);
     }
 
     #[test]

@@ -138,12 +138,31 @@ pub fn compare_with_kafka_dir(
     tp: &TopicPartition,
     hw: i64,
 ) -> Result<usize, String> {
-    let kafka = dir_batches(kafka_dir, hw)?;
+    compare_with_kafka_dir_from(kafka_dir, data_dir, tp, i64::MIN, hw)
+}
+
+/// [`compare_with_kafka_dir`] over the batches that end at or after `from` on both sides
+/// (Kafka's log start after delete-records, whose segment still holds the batches below it;
+/// or where a replica that keeps its uncleaned history meets Kafka's cleaned log).
+pub fn compare_with_kafka_dir_from(
+    kafka_dir: &Path,
+    data_dir: &Path,
+    tp: &TopicPartition,
+    from: i64,
+    hw: i64,
+) -> Result<usize, String> {
+    let mut kafka = dir_batches(kafka_dir, hw)?;
+    kafka.retain(|b| b.1 >= from);
     let replica = dir_batches(&data_dir.join(tp.dir_name()), hw)?;
     let Some(first) = kafka.first() else {
         return Err(format!(
-            "{tp}: Kafka's {} holds no batch below {hw}",
-            kafka_dir.display()
+            "{tp}: Kafka's {} holds no batch{} below {hw}",
+            kafka_dir.display(),
+            if from == i64::MIN {
+                String::new()
+            } else {
+                format!(" from {from}")
+            }
         ));
     };
     // History the replica keeps below Kafka's log start is not Kafka's to judge.
@@ -186,35 +205,35 @@ pub fn assert_same_as_kafka(
     data_dir: &Path,
     tp: &TopicPartition,
 ) -> (i64, usize) {
+    assert_same_as_kafka_from(cluster, data_dir, tp, i64::MIN)
+}
+
+/// [`assert_same_as_kafka`] from offset `from` on (see [`compare_with_kafka_dir_from`]).
+pub fn assert_same_as_kafka_from(
+    cluster: &Shared,
+    data_dir: &Path,
+    tp: &TopicPartition,
+    from: i64,
+) -> (i64, usize) {
     let hw = high_watermark(cluster, tp);
-    let leader = cluster.ok(json!({"cmd": "describe_partition", "topic": tp.topic,
-        "partition": tp.partition}))["leader"]
-        .as_i64()
-        .expect("leader");
-    assert!(leader > 0, "{tp} has no leader");
-    let dir = cluster.log_dir(leader).join(tp.dir_name());
-    let mut last = Err(String::new());
+    let dir = leader_dir(cluster, tp);
+    let mut last = String::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         // Until the replica has reached the high watermark it may still hold a tail the
-        // leader no longer has.
-        if super::log_end(data_dir, &tp.topic, tp.partition.into()) >= hw {
-            last = compare_with_kafka_dir(&dir, data_dir, tp, hw);
-            if let Ok(batches) = last {
-                return (hw, batches);
+        // leader no longer has (before a truncation).
+        let end = super::log_end(data_dir, &tp.topic, tp.partition.into());
+        if end >= hw {
+            match compare_with_kafka_dir_from(&dir, data_dir, tp, from, hw) {
+                Ok(batches) => return (hw, batches),
+                Err(e) => last = e,
             }
         } else {
-            last = Err(format!(
-                "the replica's log ends at {}, Kafka's high watermark is {hw}",
-                super::log_end(data_dir, &tp.topic, tp.partition.into())
-            ));
+            last = format!("the replica's log ends at {end}, Kafka's high watermark is {hw}");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    panic!(
-        "after 60 s the replica still differs from node {leader}'s directory: {}",
-        last.unwrap_err()
-    );
+    panic!("after 60 s the replica still differs from {}: {last}", dir.display());
 }
 
 /// Kafka's high watermark of `tp` (ListOffsets latest).
@@ -301,4 +320,14 @@ pub fn assert_contiguous(batches: &[DirBatch]) {
             pair[1].1
         );
     }
+}
+
+/// The partition directory of `tp` on its current leader.
+pub fn leader_dir(cluster: &Shared, tp: &TopicPartition) -> PathBuf {
+    let leader = cluster.ok(json!({"cmd": "describe_partition", "topic": tp.topic,
+        "partition": tp.partition}))["leader"]
+        .as_i64()
+        .expect("leader");
+    assert!(leader > 0, "{tp} has no leader");
+    cluster.log_dir(leader).join(tp.dir_name())
 }

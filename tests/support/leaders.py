@@ -101,6 +101,7 @@ Commands (all kinds)
     Optional: ``timestamp_ms`` gives record ``i`` the CreateTime
     ``timestamp_ms + i * timestamp_step_ms`` (step default 1; without it,
     the producer's clock).
+    Optional: ``key_space`` N > 0 makes keys repeat (``key-<seed>-<i % N>``).
     Defaults: codec none, value_size 100, keys mixed, headers true, seed 1.
     Record ``i`` (0-based) of a command is generated deterministically from
     (seed, topic, partition, i):
@@ -406,8 +407,11 @@ def wait_topic_ready(admin: AdminClient, topic: str, partitions: int,
 # --------------------------------------------------------------------------
 
 def make_records(topic: str, partition: int, count: int, value_size: int,
-                 keys: str, headers: bool, seed: int):
-    """Yield (key, value, headers) tuples, deterministic for the arguments."""
+                 keys: str, headers: bool, seed: int, key_space: int = 0):
+    """Yield (key, value, headers) tuples, deterministic for the arguments.  With
+    ``key_space`` N > 0, record i's key is ``key-<seed>-<i % N>``: keys repeat (a
+    compacted topic then has values to clean away, and the i % 50 == 49 records are
+    tombstones of those keys)."""
     rng = random.Random(f"{seed}/{topic}/{partition}")
     pattern = (f"{topic}:{partition}:replica-follower-test-data|" * 8).encode()
     spread = max(1, value_size // 4)
@@ -415,7 +419,7 @@ def make_records(topic: str, partition: int, count: int, value_size: int,
         if keys == "none" or (keys == "mixed" and i % 3 == 2):
             key = None
         else:
-            key = f"key-{seed}-{i}".encode()
+            key = f"key-{seed}-{i % key_space if key_space > 0 else i}".encode()
         if i % 50 == 49:
             value = None
         else:
@@ -521,7 +525,8 @@ class Leader:
 
         try:
             for i, (key, value, hdrs) in enumerate(make_records(
-                    topic, partition, count, value_size, keys, headers, seed)):
+                    topic, partition, count, value_size, keys, headers, seed,
+                    int(cmd.get("key_space", 0)))):
                 ts = {} if timestamp_ms is None else {
                     "timestamp": int(timestamp_ms) + i * timestamp_step_ms}
                 if per_second:
