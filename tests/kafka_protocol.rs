@@ -456,7 +456,8 @@ fn kafka_grants_fetch_sessions_and_steady_state_fetches_of_2000_partitions_are_i
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs(10));
     let used = (cpu_ticks(d.pid()) - ticks) as f64 / 100.0;
-    let cpu = used / t.elapsed().as_secs_f64();
+    let measured = t.elapsed();
+    let cpu = used / measured.as_secs_f64();
 
     // Partitions whose leader did not answer ListOffsets yet (a broker makes itself leader
     // of a new partition a moment after the metadata names it): the daemon starts them a
@@ -541,7 +542,7 @@ fn kafka_grants_fetch_sessions_and_steady_state_fetches_of_2000_partitions_are_i
         created.as_secs_f64(),
         caught_up.as_secs_f64(),
         cpu * 100.0,
-        t.elapsed().as_secs_f64(),
+        measured.as_secs_f64(),
         summary.join("; "),
         started.elapsed().as_secs_f64()
     );

@@ -153,6 +153,13 @@ Commands (all kinds)
     data 0-4, commit marker 5, aborted data 6-8, abort marker 9, data 10-13,
     commit marker 14, end offset 15 -- on both kinds.
 
+``{"cmd": "transaction_steps", "topic": "t", "partition": 0, "steps": [["tx-a", "begin"],
+   ["tx-a", "produce", 4], ["plain", 2], ["tx-b", "begin"], ["tx-b", "produce", 3],
+   ["tx-a", "abort"], ["tx-b", "commit"]]}``
+    Interleaved transactions of several transactional ids (one Producer each) and plain
+    records on one partition, step by step in that order (each ``produce`` flushed). ->
+    ``{"ok": true, "end_offset": E}``.
+
 ``{"cmd": "ping"}`` -> ``{"ok": true, "kind": "tansu|mock"}``.
 
 ``{"cmd": "quit"}`` -> ``{"ok": true}`` and exit.
