@@ -157,6 +157,13 @@ Commands (all kinds)
     data 0-4, commit marker 5, aborted data 6-8, abort marker 9, data 10-13,
     commit marker 14, end offset 15 -- on both kinds.
 
+``{"cmd": "transaction_steps", "topic": "t", "partition": 0, "steps": [["tx-a", "begin"],
+   ["tx-a", "produce", 4], ["plain", 2], ["tx-b", "begin"], ["tx-b", "produce", 3],
+   ["tx-a", "abort"], ["tx-b", "commit"]]}``
+    Interleaved transactions of several transactional ids (one Producer each) and plain
+    records on one partition, step by step in that order (each ``produce`` flushed). ->
+    ``{"ok": true, "end_offset": E}``.
+
 ``{"cmd": "ping"}`` -> ``{"ok": true, "kind": "tansu|mock"}``.
 
 ``{"cmd": "quit"}`` -> ``{"ok": true}`` and exit.
@@ -891,6 +898,68 @@ class Leader:
             except KafkaException as e:
                 raise CommandError(f"fetch high watermark {topic}[{partition}]: {e}") from e
 
+    def transaction_steps(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Interleaved transactions of several transactional ids, and plain records, on one
+        partition, in the order of ``steps``: ``[id, "begin"|"commit"|"abort"]``,
+        ``[id, "produce", n]`` (n records, flushed: they are in the log before the next step)
+        or ``["plain", n]`` (n records of a non-transactional producer)."""
+        topic = req(cmd, "topic", str)
+        partition = req(cmd, "partition")
+        timeout_s = float(cmd.get("timeout_s", 30))
+        steps = cmd.get("steps")
+        if not isinstance(steps, list) or not steps:
+            raise CommandError("field 'steps' must be a non-empty list")
+        records = make_records(topic, partition, 1_000_000, 80, "mixed", True,
+                               int(cmd.get("seed", 1)))
+        producers: dict[str, Producer] = {}
+        errors: list[str] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        def producer(name: str) -> Producer:
+            if name not in producers:
+                conf = self.client_conf()
+                conf.update({"acks": "all", "linger.ms": 5,
+                             "message.timeout.ms": int(timeout_s * 1000)})
+                if name != "plain":
+                    conf.update({"transactional.id": name,
+                                 "transaction.timeout.ms": max(60000, int(timeout_s * 2000))})
+                producers[name] = Producer(conf)
+                if name != "plain":
+                    producers[name].init_transactions(timeout_s)
+            return producers[name]
+
+        try:
+            for n, step in enumerate(steps):
+                name, op = step[0], step[1]
+                try:
+                    p = producer(name)
+                    if name == "plain" or op == "produce":
+                        for _ in range(step[-1]):
+                            key, value, hdrs = next(records)
+                            p.produce(topic, value=value, key=key, partition=partition,
+                                      headers=hdrs, on_delivery=on_delivery)
+                        if p.flush(timeout_s) > 0 or errors:
+                            raise CommandError(f"step #{n} {step}: not delivered: {errors}")
+                    elif op == "begin":
+                        p.begin_transaction()
+                    elif op == "commit":
+                        p.commit_transaction(timeout_s)
+                    elif op == "abort":
+                        p.abort_transaction(timeout_s)
+                    else:
+                        raise CommandError(f"step #{n}: unknown operation {op!r}")
+                except KafkaException as e:
+                    raise CommandError(f"step #{n} {step}: {e.args[0]}") from e
+        finally:
+            for p in producers.values():
+                p.purge()
+                p.flush(0)
+        end = self._end_offset(topic, partition, time.monotonic() + timeout_s)
+        return {"ok": True, "end_offset": end}
+
     def mock_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
         raise CommandError(f"command {cmd.get('cmd')!r} is only supported "
                            f"for --kind mock (this is {self.kind})")
@@ -1370,6 +1439,7 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
         "delete_topic": leader.delete_topic,
         "topic_id": leader.topic_id,
         "produce_transactional": leader.produce_transactional,
+        "transaction_steps": leader.transaction_steps,
         "leaders": lambda c: {"ok": True,
                               "leaders": topic_leaders(leader.admin(), req(c, "topic", str))},
         "ping": lambda _c: {"ok": True, "kind": leader.kind},
