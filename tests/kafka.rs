@@ -1,8 +1,16 @@
-//! Apache Kafka itself as the leader (issue 20): one 3-node KRaft cluster of the pinned 4.x,
-//! installed from Maven Central, shared by the scenarios of this binary. Each scenario compares
-//! the replica with Kafka's own partition directories, batch by batch, byte for byte.
+//! Apache Kafka itself as the leader: one 3-node KRaft cluster of the pinned 4.x, installed
+//! from Maven Central, shared by every scenario of this binary (here, and in `kafka/archive.rs`
+//! and `kafka/protocol.rs`). Each scenario compares the replica with Kafka's own partition
+//! directories, batch by batch, byte for byte.
 
 mod support;
+
+/// Compaction, history below Kafka's log start, Kafka's own tools over the replica.
+#[path = "kafka/archive.rs"]
+mod archive;
+/// Transactions, Kafka's secured listeners, fetch sessions over 2,000 partitions.
+#[path = "kafka/protocol.rs"]
+mod protocol;
 
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::record::BatchHeader;

@@ -233,7 +233,10 @@ pub fn assert_same_as_kafka_from(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    panic!("after 60 s the replica still differs from {}: {last}", dir.display());
+    panic!(
+        "after 60 s the replica still differs from {}: {last}",
+        dir.display()
+    );
 }
 
 /// Kafka's high watermark of `tp` (ListOffsets latest).

@@ -4,15 +4,15 @@
 //! and the Java console consumer — reading the replica. One 3-node KRaft cluster of the pinned
 //! 4.x, shared by the scenarios of this binary.
 
-mod support;
+use crate::support;
 
+use crate::support::kafka::{self, DirBatch, KAFKA_4, Shared};
+use crate::support::{Daemon, log_end, partition_status, topic_config, wait_until};
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::record::{BatchHeader, records::decode_records};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::kafka::{self, DirBatch, KAFKA_4, Shared};
-use support::{Daemon, log_end, partition_status, topic_config, wait_until};
 
 fn cluster() -> &'static Shared {
     kafka::shared(KAFKA_4)

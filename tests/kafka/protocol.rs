@@ -3,15 +3,15 @@
 //! TLS listeners, and fetch sessions Kafka grants to a follower of 2,000 partitions. All on
 //! the shared 3-node cluster of the pinned 4.x.
 
-mod support;
+use crate::support;
 
+use crate::support::kafka::{self, KAFKA_4, Shared};
+use crate::support::{Daemon, free_port, topic_config, wait_until};
 use replica_follower::checkpoint::TopicPartition;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::kafka::{self, KAFKA_4, Shared};
-use support::{Daemon, free_port, topic_config, wait_until};
 
 fn cluster() -> &'static Shared {
     kafka::shared(KAFKA_4)
