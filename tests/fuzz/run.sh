@@ -11,9 +11,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# `--build-only` builds and stops (tests/run.sh builds at low priority while the tests run).
+build_only=0
+if [[ ${1:-} == --build-only ]]; then
+    build_only=1
+    shift
+fi
 total=${1:-60}
 if ! [[ $total =~ ^[0-9]+$ ]] || ((total < 2)); then
-    echo "usage: tests/fuzz/run.sh [SECONDS]  (at least 2)" >&2
+    echo "usage: tests/fuzz/run.sh [--build-only] [SECONDS]  (at least 2)" >&2
     exit 2
 fi
 out=$PWD/target/fuzz
@@ -33,6 +39,9 @@ started=$(date +%s)
 cargo build --quiet --release --locked --manifest-path tests/fuzz/Cargo.toml \
     --target "$triple" --target-dir "$out" --bins
 echo "built in $(($(date +%s) - started)) s"
+if ((build_only)); then
+    exit 0
+fi
 bin=$out/$triple/release
 
 hex() {

@@ -1135,9 +1135,28 @@ class KafkaLeader(Leader):
             rf = int(cmd.get("replication_factor", min(3, len(self.cluster.nodes))))
             new = NewTopic(topic, num_partitions=partitions, replication_factor=rf,
                            config=config)
-        fut = self.admin().create_topics([new], operation_timeout=60,
-                                         request_timeout=90)[topic]
-        self._wait(fut, f"create_topics {topic!r}", 120)
+        # Retried while a node that just came back is being re-registered (librdkafka may
+        # drop its broker handle under a request); a retry that finds the topic made is done.
+        deadline = time.monotonic() + 60
+        attempt = 0
+        while True:
+            fut = self.admin().create_topics([new], operation_timeout=60,
+                                             request_timeout=90)[topic]
+            try:
+                fut.result(timeout=120)
+                break
+            except KafkaException as e:
+                err = e.args[0]
+                if attempt > 0 and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    break
+                if not (err.retriable() or err.code() in (
+                        KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
+                        KafkaError._TIMED_OUT)) or time.monotonic() > deadline:
+                    raise CommandError(f"create_topics {topic!r}: {err}") from e
+                log(f"create_topics {topic!r} retried after: {err}")
+                self.close_clients()
+                attempt += 1
+                time.sleep(0.5)
         return {"ok": True,
                 "leaders": wait_topic_ready(self.admin(), topic, partitions, 60.0)}
 
@@ -1148,6 +1167,20 @@ class KafkaLeader(Leader):
         self._wait(fut, f"delete_topics {topic!r}")
         self.wait_topic_gone(topic)
         return {"ok": True}
+
+    def _wait_broker_listed(self, node: int, timeout_s: float = 60) -> None:
+        """Until Metadata lists ``node`` again (registered and unfenced)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.close_clients()
+            try:
+                if node in self.admin().list_topics(timeout=5).brokers:
+                    return
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                raise CommandError(f"node {node} started but Metadata does not list it")
+            time.sleep(0.2)
 
     def mock_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
         if cmd.get("cmd") != "delete_records":
@@ -1174,6 +1207,7 @@ class KafkaLeader(Leader):
                     self.cluster.stop_node(node)
                 elif action == "start":
                     self.cluster.start_node(node)
+                    self._wait_broker_listed(node)
                 else:
                     raise CommandError(f"unknown action {action!r} (kill9, stop, start)")
             except RuntimeError as e:
