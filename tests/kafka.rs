@@ -233,7 +233,7 @@ fn leader_killed_under_acks_all_load_then_moved_by_reassignment_and_preferred_el
     let mut produced = send(500, 1);
 
     // 1. SIGKILL to the leader in the middle of 4,000 records paced over ~4 s.
-    let after_kill = kafka::kill_leader_under_load(c, topic, 4000);
+    let (after_kill, load_first, load_last) = kafka::kill_leader_under_load(c, topic, 4000);
     produced += 4000;
     wait_leader(c, topic, 1, 2);
     node(c, 1, "start");
@@ -273,6 +273,7 @@ fn leader_killed_under_acks_all_load_then_moved_by_reassignment_and_preferred_el
     );
     let replica = kafka::dir_batches(&data.join(tp.dir_name()), hw).unwrap();
     kafka::assert_contiguous(&replica);
+    kafka::assert_epoch_changed_within(&replica, load_first, load_last);
     let epochs = epochs_of(&replica);
     assert!(
         epochs.len() >= 4,

@@ -26,10 +26,12 @@ fn kafka_3_9_followed_through_a_leader_killed_under_load() {
     }
     let tp = TopicPartition::new(topic, 0);
     assert_eq!(kafka::assert_same_as_kafka(c, &data, &tp).0, 1000);
-    kafka::kill_leader_under_load(c, topic, 3000);
+    let (_, first, last) = kafka::kill_leader_under_load(c, topic, 3000);
     let (hw, batches) = kafka::assert_same_as_kafka(c, &data, &tp);
     assert_eq!(hw, 4000, "every record once: no gap, no duplicate");
-    kafka::assert_contiguous(&kafka::dir_batches(&data.join(tp.dir_name()), hw).unwrap());
+    let replica = kafka::dir_batches(&data.join(tp.dir_name()), hw).unwrap();
+    kafka::assert_contiguous(&replica);
+    kafka::assert_epoch_changed_within(&replica, first, last);
     eprintln!("Kafka 3.9 leader kill: {hw} records in {batches} batches byte-identical");
     assert_eq!(d.stop().code(), Some(0), "{}", d.log_text());
     c.ok(json!({"cmd": "kafka_node", "node": 1, "action": "start"}));

@@ -19,6 +19,7 @@ cargo test --all-targets --no-run --quiet
 setsid nice -n 19 tests/fuzz/run.sh --build-only > target/fuzz-build.txt 2>&1 &
 fuzz_build=$!
 trap 'kill -- -$fuzz_build 2>/dev/null || true' EXIT
+trap 'exit 1' INT TERM HUP
 # Every test binary runs even after one fails, so a run reports every failure at once.
 cargo test --all-targets --no-fail-fast 2>&1 | tee target/test-output.txt
 echo "== fuzzing the serve listener's request path (tests/fuzz/run.sh 75)"

@@ -39,7 +39,7 @@ if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command 
         || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/man_page.rs, tests/install_block.rs and tests/alert_rules.rs will say what is missing"
 fi
 
-# Apache Kafka itself (tests/kafka.rs, tests/kafka_3_9.rs and the other tests/kafka_*.rs): the jars
+# Apache Kafka itself (tests/kafka.rs with tests/kafka/, and tests/kafka_3_9.rs): the jars
 # of org.apache.kafka:kafka_2.13 and kafka-tools, 4.4.0 and 3.9.2, from Maven Central with mvn
 # (Java 17 and Maven must be installed), into target/kafka; later runs download nothing. When
 # that fails the reason is printed here in one line and every Kafka test fails with it.
@@ -47,7 +47,7 @@ fi
 if [ "${INSTALL_KAFKA:-1}" = 0 ]; then
     :
 elif ! kafka_libs=$("$venv/bin/python" tests/support/leaders.py install-kafka 2>&1); then
-    echo "== Apache Kafka could not be installed: $kafka_libs"
+    echo "== Apache Kafka could not be installed: $(printf '%s\n' "$kafka_libs" | tail -n 1)"
 elif [ -n "${SETUP_ENV_VERBOSE:-}" ]; then
     echo "== Apache Kafka: $kafka_libs"
 fi

@@ -125,9 +125,17 @@ pub fn render(check: &PartitionCheck, out: &mut dyn Write) -> Result<usize> {
         )?;
     }
     for (b, leader) in &c.compacted {
+        let (how, there) = if crate::repair::compare::compacted_on_leader(&b.header, leader) {
+            ("was compacted on the leader", "left there")
+        } else {
+            (
+                "was fetched already compacted (an earlier leader had cleaned it)",
+                "on the leader",
+            )
+        };
         writeln!(
             out,
-            "{tp}: info: batch {}..{} ({} byte {}, {} records, CRC {:08x}) was compacted on the leader ({} records left there, CRC {:08x}); kept as fetched",
+            "{tp}: info: batch {}..{} ({} byte {}, {} records, CRC {:08x}) {how} ({} records {there}, CRC {:08x}); kept as fetched",
             b.header.base_offset,
             b.header.last_offset,
             seg(Some(b.segment)),
@@ -141,7 +149,7 @@ pub fn render(check: &PartitionCheck, out: &mut dyn Write) -> Result<usize> {
     if c.compacted_count > c.compacted.len() {
         writeln!(
             out,
-            "{tp}: info: … and {} more local batch(es) compacted on the leader; kept as fetched",
+            "{tp}: info: … and {} more local batch(es) compacted on the leader or before they were fetched; kept as fetched",
             c.compacted_count - c.compacted.len()
         )?;
     }

@@ -483,8 +483,16 @@ pub fn explain_client(e: io::Error, client_cert: Option<&Path>, handshaking: boo
                 alert,
                 AlertDescription::CertificateRequired | AlertDescription::HandshakeFailure
             );
+            // Without a client certificate the only one the broker can judge bad is the one we
+            // did not send: Apache Kafka on Java 17 ends TLS 1.3 with bad_certificate when its
+            // listener requires one (`ssl.client.auth=required`).
+            let wanted = requires
+                || matches!(
+                    alert,
+                    AlertDescription::BadCertificate | AlertDescription::CertificateUnknown
+                );
             match client_cert {
-                None if requires => failure(
+                None if wanted => failure(
                     format!(
                         "the broker requires a client certificate (it ended the TLS handshake with alert {}), and none is configured: set `ssl_cert_file` and `ssl_key_file` in [security]",
                         alert_name(*alert)
@@ -553,6 +561,45 @@ fn alert_name(a: AlertDescription) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broker_that_wants_a_client_certificate_none_is_configured_for_is_a_refusal() {
+        for alert in [
+            AlertDescription::CertificateRequired,
+            AlertDescription::HandshakeFailure,
+            AlertDescription::BadCertificate,
+            AlertDescription::CertificateUnknown,
+        ] {
+            let e = io::Error::new(
+                io::ErrorKind::InvalidData,
+                rustls::Error::AlertReceived(alert),
+            );
+            let explained = explain_client(e, None, true);
+            let failure = explained
+                .get_ref()
+                .and_then(|i| i.downcast_ref::<TlsFailure>())
+                .expect("explained");
+            assert!(failure.fatal, "{alert:?}");
+            assert!(
+                failure.message.contains("requires a client certificate")
+                    && failure.message.contains(&alert_name(alert))
+                    && failure.message.contains("ssl_cert_file"),
+                "{}",
+                failure.message
+            );
+        }
+        // Other alerts stay what they are: worth retrying.
+        let e = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::AlertReceived(AlertDescription::InternalError),
+        );
+        let explained = explain_client(e, None, true);
+        let failure = explained
+            .get_ref()
+            .and_then(|i| i.downcast_ref::<TlsFailure>())
+            .expect("explained");
+        assert!(!failure.fatal);
+    }
 
     #[test]
     fn alerts_are_named_as_the_rfc_names_them() {

@@ -48,9 +48,14 @@ impl Shared {
     pub fn sharing(&self) -> RwLockReadGuard<'_, ()> {
         self.exclusive.read().unwrap_or_else(|e| e.into_inner())
     }
-    /// Held by a test that stops, kills or re-elects: no other test runs beside it.
-    pub fn alone(&self) -> RwLockWriteGuard<'_, ()> {
-        self.exclusive.write().unwrap_or_else(|e| e.into_inner())
+    /// Held by a test that stops, kills or re-elects: no other test runs beside it. When the
+    /// test fails, the guard restarts the nodes it left down (and waits for a produce it left
+    /// running), so the tests after it meet the whole cluster.
+    pub fn alone(&self) -> Alone<'_> {
+        Alone {
+            _guard: self.exclusive.write().unwrap_or_else(|e| e.into_inner()),
+            cluster: self,
+        }
     }
     /// The log dir of node `id`.
     pub fn log_dir(&self, id: i64) -> PathBuf {
@@ -58,6 +63,21 @@ impl Shared {
     }
     pub fn node(&self, id: i64) -> &Value {
         &self.info["nodes"][id.to_string()]
+    }
+}
+
+/// See [`Shared::alone`].
+pub struct Alone<'a> {
+    _guard: RwLockWriteGuard<'a, ()>,
+    cluster: &'a Shared,
+}
+
+impl Drop for Alone<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let r = self.cluster.leader().cmd(json!({"cmd": "restore"}));
+            eprintln!("after the failure, the cluster was restored: {r}");
+        }
     }
 }
 
@@ -72,18 +92,31 @@ fn node_field(info: &Value, id: i64, field: &str) -> PathBuf {
 /// The cluster the tests of this binary share: `version`, 3 nodes, with the secured listeners.
 /// Started by the first test that asks; it stops when the test binary exits (the driver sees
 /// its stdin close and kills the nodes).
+/// A cluster that could not start fails every test of the binary at once, with the reason.
 pub fn shared(version: &'static str) -> &'static Shared {
-    static CLUSTER: OnceLock<Shared> = OnceLock::new();
-    let shared = CLUSTER.get_or_init(|| {
-        let leader = start(version, 3, true);
-        let info = leader.info["kafka"].clone();
-        Shared {
-            bootstrap: leader.bootstrap.clone(),
-            leader: Mutex::new(leader),
-            exclusive: RwLock::new(()),
-            info,
-        }
+    static CLUSTER: OnceLock<Result<Shared, String>> = OnceLock::new();
+    let started = CLUSTER.get_or_init(|| {
+        std::panic::catch_unwind(|| {
+            let leader = start(version, 3, true);
+            let info = leader.info["kafka"].clone();
+            Shared {
+                bootstrap: leader.bootstrap.clone(),
+                leader: Mutex::new(leader),
+                exclusive: RwLock::new(()),
+                info,
+            }
+        })
+        .map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the cluster did not start".to_string())
+        })
     });
+    let shared = match started {
+        Ok(s) => s,
+        Err(e) => panic!("Apache Kafka {version}: {e}"),
+    };
     assert_eq!(
         shared.info["version"], version,
         "one binary shares one cluster"
@@ -287,8 +320,9 @@ pub fn txnindex_entries(dir: &Path) -> Vec<u8> {
 
 /// Kills node 1, the leader of `topic`-0, with SIGKILL in the middle of `count` records an
 /// idempotent acks=all producer sends, paced at 1,000 a second; waits for another leader and
-/// for every record to be acknowledged. Returns the new leader.
-pub fn kill_leader_under_load(cluster: &Shared, topic: &str, count: usize) -> i64 {
+/// for every record to be acknowledged. Returns the new leader and the offsets the records
+/// took (first, last).
+pub fn kill_leader_under_load(cluster: &Shared, topic: &str, count: usize) -> (i64, i64, i64) {
     assert_eq!(leader_of(cluster, topic, 0), 1, "node 1 leads {topic}-0");
     cluster.ok(
         json!({"cmd": "produce", "topic": topic, "partition": 0, "count": count,
@@ -307,7 +341,27 @@ pub fn kill_leader_under_load(cluster: &Shared, topic: &str, count: usize) -> i6
         joined["count"], count,
         "every record acknowledged: {joined}"
     );
-    leader
+    let offset = |k: &str| joined[k].as_i64().expect("offsets of the records");
+    (leader, offset("first_offset"), offset("last_offset"))
+}
+
+/// Asserts the leader changed while offsets `first..=last` were written: the batches there
+/// carry more than one leader epoch (the kill fell inside the load, not before or after it).
+pub fn assert_epoch_changed_within(batches: &[DirBatch], first: i64, last: i64) {
+    let epochs: std::collections::BTreeSet<i32> = batches
+        .iter()
+        .filter(|b| b.1 >= first && b.0 <= last)
+        .map(|b| {
+            BatchHeader::parse(&b.2, b.2.len())
+                .expect("a whole batch")
+                .partition_leader_epoch
+        })
+        .collect();
+    assert!(
+        epochs.len() > 1,
+        "offsets {first}..={last} were all written in epoch(s) {epochs:?}: the leader was not \
+         killed under load"
+    );
 }
 
 /// Asserts the batches follow each other: no gap, no overlap.

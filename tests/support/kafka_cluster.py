@@ -31,6 +31,7 @@ Each node logs to ``node-<id>.log`` in the cluster's temporary directory; Kafka'
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import os
@@ -111,11 +112,18 @@ def install(version: str) -> str:
             f.write(pom)
         staging = lib + ".partial"
         shutil.rmtree(staging, ignore_errors=True)
-        run = subprocess.run(
-            ["mvn", "-B", "-q", f"-Dmaven.repo.local={os.path.join(home, 'm2')}",
-             "-f", os.path.join(vdir, "pom.xml"), "dependency:copy-dependencies",
-             f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            run = subprocess.run(
+                ["mvn", "-B", "-q", f"-Dmaven.repo.local={os.path.join(home, 'm2')}",
+                 "-Dmaven.wagon.http.retryHandler.count=2",
+                 "-Daether.connector.connectTimeout=30000",
+                 "-Daether.connector.requestTimeout=60000",
+                 "-f", os.path.join(vdir, "pom.xml"), "dependency:copy-dependencies",
+                 f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(f"Apache Kafka {version} could not be fetched from Maven "
+                               "Central with mvn within 15 minutes") from e
         if run.returncode != 0:
             text = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout)
             last = [line for line in text.splitlines() if "ERROR" in line][:1]
@@ -129,15 +137,57 @@ def install(version: str) -> str:
         return lib
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_taken: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the ephemeral range: a node that is down for a while keeps
+    its port, which a client's outgoing connection could otherwise take meanwhile."""
+    import random
+    high = min(_ephemeral_low(), 65536)
+    low = max(1024, high - 12000)
+    for _ in range(1000):
+        port = random.randrange(low, high)
+        if port in _taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _taken.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {low}..{high}")
+
+
+# Looked up once here: a child between fork and exec must not load libraries (threads of the
+# parent, librdkafka's, may hold the loader's lock).
+_prctl = ctypes.CDLL(None).prctl
 
 
 def _pdeathsig() -> None:
-    import ctypes
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    _prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def java_major() -> int | None:
+    """The major version of `java` on PATH, None when there is none."""
+    if shutil.which("java") is None:
+        return None
+    r = subprocess.run(["java", "-version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=60)
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', r.stdout)
+    if not m:
+        return 0
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
 
 
 LOG4J2_CONFIG = """status = warn
@@ -206,9 +256,13 @@ class KafkaCluster:
             raise RuntimeError("a cluster needs at least one node")
         self.version = version
         self.lib = install(version)
-        if shutil.which("java") is None:
+        major = java_major()
+        if major is None:
             raise RuntimeError("Apache Kafka cannot start: `java` is not on PATH "
-                               "(the Kafka tests need Java 17)")
+                               "(the Kafka tests need Java 17 or later)")
+        if major < 17:
+            raise RuntimeError(f"Apache Kafka cannot start: `java` on PATH is Java {major}; "
+                               "the Kafka tests need Java 17 or later")
         self.classpath = os.path.join(self.lib, "*")
         self.workdir = tempfile.mkdtemp(prefix=f"kafka-{version}-")
         self.security = security
@@ -225,11 +279,15 @@ class KafkaCluster:
         rf = min(3, nodes)
         for n in self.nodes.values():
             self._write_properties(n, voters, rf, broker_config or {})
-        self._format()
-        for n in self.nodes.values():
-            self.start_node(n.id, wait=False)
-        for n in self.nodes.values():
-            self._wait_started(n, 0)
+        try:
+            self._format()
+            for n in self.nodes.values():
+                self.start_node(n.id, wait=False)
+            for n in self.nodes.values():
+                self._wait_started(n, 0)
+        except BaseException:
+            self.shutdown()
+            raise
 
     # -- configuration -----------------------------------------------------------------
     def _write_properties(self, n: Node, voters: str, rf: int, extra: dict[str, str]) -> None:

@@ -208,6 +208,8 @@ Kafka-only commands
 * ``{"cmd": "kafka_node", "node": 1, "action": "kill9|stop|start"}``: SIGKILL,
   SIGTERM (controlled shutdown, waited for), or start again and wait for
   "Kafka Server started".
+* ``{"cmd": "restore"}``: joins a background produce, starts every node that
+  is not running and waits until Metadata lists every node (after a failed test).
 * ``{"cmd": "describe_partition", "topic": "t", "partition": 0}`` ->
   ``{"ok": true, "leader": id|-1, "replicas": [...], "isr": [...]}``.
 * ``{"cmd": "elect_leaders", "topic": "t", "partitions": [0],
@@ -1215,6 +1217,18 @@ class KafkaLeader(Leader):
             # A fresh client: the old one may hold connections to the node.
             self.close_clients()
             return {"ok": True, "running": self.cluster.running()}
+        if name == "restore":
+            # After a failed test: every node running and listed, no produce left behind.
+            if self._background is not None:
+                self.join_produce({})
+            for node in sorted(self.cluster.nodes):
+                if node not in self.cluster.running():
+                    try:
+                        self.cluster.start_node(node)
+                    except RuntimeError as e:
+                        raise CommandError(str(e)) from e
+                self._wait_broker_listed(node)
+            return {"ok": True, "running": self.cluster.running()}
         if name == "describe_partition":
             # Metadata from any live broker (DescribeTopics would wait for the "controller"
             # Metadata names, which may be a node just killed).
@@ -1447,7 +1461,7 @@ class MockLeader(Leader):
 # Main loop
 # --------------------------------------------------------------------------
 
-KAFKA_COMMANDS = {"kafka_node", "describe_partition", "elect_leaders", "reassign",
+KAFKA_COMMANDS = {"kafka_node", "restore", "describe_partition", "elect_leaders", "reassign",
                   "alter_topic_config", "tool"}
 
 MOCK_COMMANDS = {"set_leader", "broker_down", "broker_up", "set_rtt", "advertise",
