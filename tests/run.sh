@@ -15,9 +15,13 @@ cargo clippy --quiet --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --all-targets --no-run --quiet
 # The fuzz targets build at the lowest CPU priority while the tests run: most tests wait on
-# leaders, clusters and timeouts, and leave the cores idle.
-setsid nice -n 19 tests/fuzz/run.sh --build-only > target/fuzz-build.txt 2>&1 &
+# leaders, clusters and timeouts, and leave the cores idle. A process group of its own (job
+# control) lets it be stopped whole; not a session of its own, which with the kernel's
+# autogroup scheduling would get an equal share of the CPU whatever its nice value.
+set -m
+nice -n 19 tests/fuzz/run.sh --build-only > target/fuzz-build.txt 2>&1 &
 fuzz_build=$!
+set +m
 trap 'kill -- -$fuzz_build 2>/dev/null || true' EXIT
 trap 'exit 1' INT TERM HUP
 # Every test binary runs even after one fails, so a run reports every failure at once.
