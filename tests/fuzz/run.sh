@@ -37,6 +37,7 @@ export RUSTFLAGS="-Cpasses=sancov-module \
 # The build (about 700 MB written) goes to tmpfs when /dev/shm has room for it: tests/run.sh
 # builds while the tests run, and on tmpfs the build costs their fsyncs no disk bandwidth.
 # The corpus, artifacts and logs stay under target/fuzz.
+mkdir -p "$out"
 build_dir=$out
 shm_free_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }' || true)
 if [[ ${shm_free_kb:-0} =~ ^[0-9]+$ ]] && ((shm_free_kb > 4000000)); then
