@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use crate::support::kafka::{self, DirBatch, KAFKA_4, Shared};
+use crate::support::kafka::{self, DirBatch, Shared};
 use crate::support::{Daemon, log_end, partition_status, topic_config, wait_until};
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::record::{BatchHeader, records::decode_records};
@@ -14,9 +14,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn cluster() -> &'static Shared {
-    kafka::shared(KAFKA_4)
-}
+use super::cluster;
 
 /// Fast follower settings with small segments (several per partition).
 const FAST: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = \

@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use crate::support::kafka::{self, KAFKA_4, Shared};
+use crate::support::kafka::{self, FAST, Shared};
 use crate::support::{Daemon, free_port, topic_config, wait_until};
 use replica_follower::checkpoint::TopicPartition;
 use serde_json::{Value, json};
@@ -13,13 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn cluster() -> &'static Shared {
-    kafka::shared(KAFKA_4)
-}
-
-/// Fast follower settings (the replica's segments split where Kafka's do not).
-const FAST: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = \
-                    200\n[log]\nsegment_bytes = 65536\nflush_interval_ms = 100\n";
+use super::cluster;
 
 /// One `.txnindex` entry: producer id, first offset, last offset, last stable offset.
 type TxnEntry = (i64, i64, i64, i64);
