@@ -339,6 +339,56 @@ fn shutdown_visits_every_log_and_a_restart_checkpoints_the_same_figures() {
     assert_eq!(figures(d.path(), 4).1, end);
 }
 
+/// More logs than one thread visits: the passes share them among threads, and every log's
+/// figures, flush, epochs and snapshot still land, a failed one's as failed.
+#[test]
+fn passes_over_many_logs_cover_each_once_on_several_threads() {
+    let n = (LOG_IO_INLINE_UP_TO * 3) as i32;
+    let d = tempfile::tempdir().unwrap();
+    let logs = with_logs(d.path(), cfg(1 << 20), n);
+    let mut ends = Vec::new();
+    for p in 0..n {
+        let end = append(&logs, p, p as usize % 3 + 1, p % 2);
+        update_hw(&logs, p, end - 1);
+        ends.push(end);
+    }
+    // The flush pass moves every recovery point.
+    assert_eq!(flush(&logs), n as usize);
+    for p in 0..n {
+        assert_eq!(lock_log(&log(&logs, p)).recovery_point(), ends[p as usize]);
+    }
+    // Epoch 2 starts at each old end.
+    let epoch_starts = ends.clone();
+    for p in 0..n {
+        let end = append(&logs, p, 1, 2);
+        update_hw(&logs, p, end);
+        ends[p as usize] = end;
+    }
+    logs.mark_failed(&tp(7), "a test");
+    let failed_figures = lock_log(&log(&logs, 7)).summary();
+    assert!(!logs.shutdown().unwrap(), "a failed partition: not clean");
+    assert_eq!(logs.last_visits(Pass::Checkpoint), n as usize);
+    let written = files(d.path());
+    assert_eq!(written.len(), n as usize);
+    for p in 0..n {
+        let end = ends[p as usize];
+        let dir = d.path().join(tp(p).dir_name());
+        if p == 7 {
+            // Unflushed since it failed: its figures stop at what was synced.
+            let rp = failed_figures.recovery_point;
+            assert!(rp < end);
+            assert_eq!(written[&tp(p)], (rp, rp, 0));
+            assert!(logs.checkpoint_with(false).unwrap() == vec![tp(7)]);
+            continue;
+        }
+        assert_eq!(written[&tp(p)], (end, end, 0), "{}", tp(p));
+        assert!(dir.join(segment::file_name(end, "snapshot")).exists());
+        let epochs = std::fs::read_to_string(dir.join(checkpoint::LEADER_EPOCH)).unwrap();
+        let last = format!("2 {}", epoch_starts[p as usize]);
+        assert!(epochs.trim_end().ends_with(&last), "{epochs}");
+    }
+}
+
 #[test]
 fn a_recovery_point_a_flush_moves_reaches_the_checkpoint() {
     let d = tempfile::tempdir().unwrap();

@@ -363,8 +363,14 @@ impl Daemon {
 
     /// SIGTERM; waits (up to 20 s) and returns the exit status.
     pub fn stop(&mut self) -> ExitStatus {
+        self.stop_within(Duration::from_secs(20))
+    }
+
+    /// SIGTERM; waits up to `timeout` (a shutdown that fsyncs thousands of logs on a slow
+    /// disk takes longer than [`Self::stop`] allows) and returns the exit status.
+    pub fn stop_within(&mut self, timeout: Duration) -> ExitStatus {
         self.signal("-TERM");
-        self.wait(Duration::from_secs(20))
+        self.wait(timeout)
     }
 
     /// SIGKILL: a crash.
