@@ -31,6 +31,7 @@
 pub mod live;
 pub mod checkpoint;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod fetcher;

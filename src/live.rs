@@ -219,7 +219,7 @@ impl Default for Live {
             latency: Mutex::default(),
             missing_topics: Mutex::default(),
             leader: Mutex::default(),
-            created_ms: crate::log::partition::now_ms(),
+            created_ms: crate::clock::now_ms(),
             beats: Mutex::default(),
             generation: AtomicU64::default(),
             #[cfg(test)]
@@ -335,7 +335,7 @@ impl Live {
         high_watermark: i64,
         newest_timestamp: Option<i64>,
     ) {
-        let now = crate::log::partition::now_ms();
+        let now = crate::clock::now_ms();
         self.update(tp, |p| {
             let mut changed = set(&mut p.leader_high_watermark, Some(leader_hw));
             changed |= set(&mut p.lag_stale, false);
@@ -661,7 +661,7 @@ impl Live {
         let missing_topics = lock(&self.missing_topics).iter().cloned().collect();
         let file = LiveFile {
             pid: std::process::id(),
-            written_ms: crate::log::partition::now_ms(),
+            written_ms: crate::clock::now_ms(),
             missing_topics,
             leader: Some(self.leader()),
             partitions: self
@@ -722,10 +722,7 @@ pub fn read_running(data_dir: &std::path::Path) -> Option<LiveFile> {
     let fresh = match modified {
         // One from the future (a clock set back) is fresh, as a `written_ms` ahead is.
         Some(t) => t.elapsed().map_or(true, |age| age < FRESH),
-        None => {
-            crate::log::partition::now_ms().saturating_sub(file.written_ms)
-                < FRESH.as_millis() as i64
-        }
+        None => crate::clock::now_ms().saturating_sub(file.written_ms) < FRESH.as_millis() as i64,
     };
     let alive = std::path::Path::new(&format!("/proc/{}", file.pid)).exists();
     (fresh && alive).then_some(file)
@@ -998,7 +995,7 @@ mod tests {
             };
             std::fs::write(&path, toml::to_string(&f).unwrap()).unwrap();
         };
-        let long_ago = crate::log::partition::now_ms() - 3_600_000;
+        let long_ago = crate::clock::now_ms() - 3_600_000;
         // Content written an hour ago, refreshed now: running.
         file(std::process::id(), long_ago);
         let got = read_running(dir.path()).expect("fresh mtime, live pid");
@@ -1006,7 +1003,7 @@ mod tests {
         // Not refreshed for 11 s: not running, whatever written_ms says.
         age(&path, Duration::from_secs(11));
         assert!(read_running(dir.path()).is_none());
-        file(std::process::id(), crate::log::partition::now_ms());
+        file(std::process::id(), crate::clock::now_ms());
         age(&path, Duration::from_secs(11));
         assert!(read_running(dir.path()).is_none());
         // Fresh, but its process is gone (pids stop well below u32::MAX).

@@ -143,7 +143,7 @@ pub fn format_utc(ms: i64) -> String {
 }
 
 pub fn write(level: &str, args: std::fmt::Arguments<'_>) {
-    let now = crate::log::partition::now_ms();
+    let now = crate::clock::now_ms();
     let t = std::thread::current();
     let name = t.name().unwrap_or("main");
     // One write per line, so lines from several threads or processes never interleave.

@@ -686,10 +686,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             return;
         }
         self.session_fetched_at = Some(now);
-        crate::live::live().fetched_in_session(
-            self.session.session_partitions(),
-            crate::log::partition::now_ms(),
-        );
+        crate::live::live()
+            .fetched_in_session(self.session.session_partitions(), crate::clock::now_ms());
     }
 
     /// What a request asks of `tp`: the map's fetch offset, or the one in `ahead` (a

@@ -850,7 +850,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
     /// leader answered.
     fn refresh_metadata(&mut self) -> Result<()> {
         let topics: Vec<String> = self.cfg.follow.iter().map(|f| f.topic.clone()).collect();
-        let now = crate::log::partition::now_ms();
+        let now = crate::clock::now_ms();
         match self.source.metadata(&topics) {
             Ok(md) => {
                 self.metadata = md;

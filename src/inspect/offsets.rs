@@ -107,7 +107,7 @@ pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> R
         None => 0,
     };
     if last_size > 0 {
-        entries.push((leo, crate::log::partition::now_ms()));
+        entries.push((leo, crate::clock::now_ms()));
     }
     let hw = checkpointed(data_dir, &at, tp, checkpoint::REPLICATION_OFFSET)
         .unwrap_or(leo)

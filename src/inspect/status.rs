@@ -617,7 +617,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         ),
         (None, None) => s.push_str("not running: figures from the checkpoint files\n"),
     }
-    if let Some(line) = leader_line(dd, crate::log::partition::now_ms()) {
+    if let Some(line) = leader_line(dd, crate::clock::now_ms()) {
         s.push_str(&line);
         s.push('\n');
     }
@@ -686,7 +686,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     // Whether some partition's lag is only the last known one, or unknown: the total is then
     // a lower bound.
     let mut lag_partial = false;
-    let now = crate::log::partition::now_ms();
+    let now = crate::clock::now_ms();
     for p in parts {
         let live = p.live.as_ref();
         let state = match live {
@@ -866,7 +866,7 @@ mod tests {
             log_end_offset: Some(100),
             state: crate::live::State::BackingOff,
             lag_stale,
-            last_fetch_ms: Some(crate::log::partition::now_ms() - ago_ms),
+            last_fetch_ms: Some(crate::clock::now_ms() - ago_ms),
             ..Default::default()
         };
         let mut parts = [

@@ -18,9 +18,10 @@
 //!    recovered segments are fsynced and the recovery point is the log end.
 
 use super::epoch_cache::EpochCache;
-use super::partition::{LogConfig, PartitionLog, list_segment_bases, now_ms};
+use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use crate::clock::now_ms;
 use crate::logging::count;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;

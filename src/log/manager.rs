@@ -16,9 +16,10 @@
 use super::disk::DiskSpace;
 use super::identity;
 use super::loader::{self, CheckpointHints};
-use super::partition::{LogConfig, LogSummary, PartitionLog, now_ms};
+use super::partition::{LogConfig, LogSummary, PartitionLog};
 use super::touched::{Pass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use crate::clock::now_ms;
 use crate::protocol::uuid::Uuid;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};

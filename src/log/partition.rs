@@ -17,6 +17,7 @@ use super::producer_state::{self, ProducerState};
 use super::segment::{self, Segment};
 use super::touched::{Marks, Pass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
+use crate::clock::now_ms;
 use crate::protocol::uuid::Uuid;
 use crate::record::{BatchHeader, check_follows};
 use anyhow::{Context, Result, bail};
@@ -51,12 +52,6 @@ impl Default for LogConfig {
             retention_ms: -1,
         }
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[derive(Debug)]

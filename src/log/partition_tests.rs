@@ -268,8 +268,7 @@ fn log_start_and_retention_delete_whole_segments_only() {
         second_base,
         "the segment holding the new start stays"
     );
-    log.apply_retention(crate::log::partition::now_ms())
-        .unwrap();
+    log.apply_retention(crate::clock::now_ms()).unwrap();
     assert!(log.size_bytes() <= 4096 + 2048, "{}", log.size_bytes());
     assert!(log.log_start_offset() > second_base);
     assert_eq!(log.log_end_offset(), 120);

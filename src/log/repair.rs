@@ -31,12 +31,13 @@
 //! Who may call it: the holder of the data-dir lock, before fetching starts (the daemon's
 //! start-up) or while no daemon runs (`repair`).
 
-use super::partition::{LogConfig, PartitionLog, list_segment_bases, now_ms};
+use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use super::producer_state::{self, ProducerState};
 use super::segment::{self, MAX_BATCH_SIZE, SEGMENT_FILES, Segment};
 use super::segment_reader::SegmentReader;
 use super::txn_index::AbortedTxn;
 use crate::checkpoint::fsync_dir;
+use crate::clock::now_ms;
 use crate::record::records::{ControlType, control_marker};
 use crate::record::{BatchHeader, BatchIter, SetEnd, check_follows};
 use anyhow::{Context, Result, bail};
