@@ -18,6 +18,11 @@
 //!
 //! `limit` and `kcat` run under `/usr/bin/time`; the follower, which runs until told to stop,
 //! is measured from `/proc/<pid>` just before SIGTERM.
+//!
+//! `--baseline BIN` also measures another build of replica-follower (say, an older commit's
+//! `target/release/replica-follower`) in the same run: in part 1 it follows in every
+//! repetition right before or after this build (the order alternates), and part 2 runs for
+//! both; the tables gain a `baseline` row and the ratio follower/baseline.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -25,10 +30,11 @@ mod support;
 mod common;
 
 use common::{
-    FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, open_fds, opt, proc_figures,
-    produce_spread, raw_args, raw_summary, spawn_follower, timed, write_follower_config,
+    FETCH_8MB, Sample, clk_tck, follow_until_caught_up_with, median, open_fds, opt, proc_figures,
+    produce_spread, raw_args, raw_summary, spawn_follower_of, timed, write_follower_config,
 };
 use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -40,6 +46,15 @@ fn main() {
     let records = opt(&args, "--records", 1_000_000);
     let scale_partitions = opt(&args, "--partitions", 1000);
     let idle_secs = opt(&args, "--idle-secs", 30);
+    let this = PathBuf::from(support::bin());
+    let baseline = args
+        .iter()
+        .position(|a| a == "--baseline")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from);
+    if let Some(b) = &baseline {
+        assert!(b.is_file(), "--baseline {}: no such file", b.display());
+    }
     let work = support::manifest_dir().join("target/bench");
     std::fs::create_dir_all(&work).expect("target/bench");
     let tck = clk_tck();
@@ -68,6 +83,7 @@ fn main() {
     let mut limit = Vec::new();
     let mut kc = Vec::new();
     let mut fol = Vec::new();
+    let mut base = Vec::new();
     for rep in 1..=reps {
         // Every tool starts with no dirty page cache left by the one before (kcat writes
         // ~220 MB, the follower ~218 MB): write-back would otherwise slow whoever comes next.
@@ -107,15 +123,27 @@ fn main() {
             "kcat printed {lines} lines for {end} records"
         );
 
-        let (cfg, data) = write_follower_config(&work, &leader.bootstrap, "bench", FETCH_8MB);
-        let f = follow_until_caught_up(&cfg, &data, "bench", total, end, tck);
-        let wall = f.wall;
-        fol.push(f);
+        let follow = |bin: &Path| {
+            let (cfg, data) = write_follower_config(&work, &leader.bootstrap, "bench", FETCH_8MB);
+            settle();
+            follow_until_caught_up_with(bin, &cfg, &data, "bench", total, end, tck)
+        };
+        // The order alternates, so neither build always follows the other's write-back.
+        if let Some(b) = baseline.as_deref().filter(|_| rep % 2 == 1) {
+            base.push(follow(b));
+        }
+        fol.push(follow(&this));
+        if let Some(b) = baseline.as_deref().filter(|_| rep % 2 == 0) {
+            base.push(follow(b));
+        }
         eprintln!(
-            "rep {rep}: limit {:.2}s kcat {:.2}s follower {:.2}s",
+            "rep {rep}: limit {:.2}s kcat {:.2}s follower {:.2}s{}",
             limit[rep - 1].wall,
             kc[rep - 1].wall,
-            wall
+            fol[rep - 1].wall,
+            base.last()
+                .map(|b| format!(" baseline {:.2}s", b.wall))
+                .unwrap_or_default()
         );
     }
 
@@ -142,21 +170,64 @@ fn main() {
     let wl = row("limit", &limit);
     let wk = row("kcat", &kc);
     let wf = row("follower", &fol);
+    let wb = (!base.is_empty()).then(|| row("baseline", &base));
     println!(
-        "\nfollower/kcat = {:.2} (target ≤ 0.5)   follower/limit = {:.2} (target ≤ 1.25)",
+        "\nfollower/kcat = {:.2} (target ≤ 0.5)   follower/limit = {:.2} (target ≤ 1.25){}",
         wf / wk,
-        wf / wl
+        wf / wl,
+        wb.map(|wb| format!("   follower/baseline = {:.2}", wf / wb))
+            .unwrap_or_default()
     );
 
     if scale_partitions == 0 {
         return;
     }
     let ends = produce_spread(&mut leader, "scale", scale_partitions);
-    let sdir = work.join("scale");
-    std::fs::create_dir_all(&sdir).expect("scale dir");
-    let (cfg, data) = write_follower_config(&sdir, &leader.bootstrap, "scale", "");
+    let mut rows = vec![(
+        "follower",
+        scale(&this, &work.join("scale"), &leader, &ends, idle_secs, tck),
+    )];
+    if let Some(b) = &baseline {
+        rows.push((
+            "baseline",
+            scale(
+                b,
+                &work.join("scale-baseline"),
+                &leader,
+                &ends,
+                idle_secs,
+                tck,
+            ),
+        ));
+    }
+    println!("\nScale: {scale_partitions} partitions × 100 records of ~50 bytes, one daemon\n");
+    println!(
+        "| build | catch-up s | threads | open fds | RSS MB (peak) | CPU s to catch up | idle CPU % over {idle_secs} s | RSS MB after idle (peak) |"
+    );
+    println!(
+        "|-------|-----------|---------|----------|---------------|-------------------|------------------|-------------------------|"
+    );
+    for (name, row) in rows {
+        println!("| {name} | {row} |");
+    }
+    println!(
+        "\ntargets: RSS < 64 MB for one partition, < 256 MB for {scale_partitions}; idle CPU < 1 %"
+    );
+}
+
+/// Part 2 with the daemon binary `bin` in `sdir`: its row of the scale table.
+fn scale(
+    bin: &Path,
+    sdir: &Path,
+    leader: &support::Leader,
+    ends: &[i64],
+    idle_secs: usize,
+    tck: f64,
+) -> String {
+    std::fs::create_dir_all(sdir).expect("scale dir");
+    let (cfg, data) = write_follower_config(sdir, &leader.bootstrap, "scale", "");
     let t0 = Instant::now();
-    let mut child = spawn_follower(&cfg);
+    let mut child = spawn_follower_of(bin, &cfg);
     loop {
         let caught_up =
             replica_follower::inspect::status::collect(&data).is_ok_and(|(parts, _)| {
@@ -190,17 +261,7 @@ fn main() {
         .status();
     let st = child.wait().expect("wait scale follower");
     assert!(st.success());
-    println!("\nScale: {scale_partitions} partitions × 100 records of ~50 bytes, one daemon\n");
-    println!(
-        "| catch-up s | threads | open fds | RSS MB (peak) | CPU s to catch up | idle CPU % over {idle_secs} s | RSS MB after idle (peak) |"
-    );
-    println!(
-        "|-----------|---------|----------|---------------|-------------------|------------------|-------------------------|"
-    );
-    println!(
-        "| {catch_up:.2} | {threads} | {fds} | {rss:.1} ({hwm:.1}) | {cpu_caught_up:.2} | {idle_pct:.2} | {rss_idle:.1} ({hwm_idle:.1}) |"
-    );
-    println!(
-        "\ntargets: RSS < 64 MB for one partition, < 256 MB for {scale_partitions}; idle CPU < 1 %"
-    );
+    format!(
+        "{catch_up:.2} | {threads} | {fds} | {rss:.1} ({hwm:.1}) | {cpu_caught_up:.2} | {idle_pct:.2} | {rss_idle:.1} ({hwm_idle:.1})"
+    )
 }

@@ -279,7 +279,12 @@ pub const FETCH_8MB: &str = "[fetch]\nmax_bytes = 8388608\npartition_max_bytes =
 
 /// The daemon on `cfg`, quiet but for warnings.
 pub fn spawn_follower(cfg: &Path) -> Child {
-    Command::new(support::bin())
+    spawn_follower_of(Path::new(support::bin()), cfg)
+}
+
+/// [`spawn_follower`] with the daemon binary `bin` (another build, to compare side by side).
+pub fn spawn_follower_of(bin: &Path, cfg: &Path) -> Child {
+    Command::new(bin)
         .args(["run", "--config"])
         .arg(cfg)
         .env("RF_LOG", "warn")
@@ -300,8 +305,21 @@ pub fn follow_until_caught_up(
     end: i64,
     tck: f64,
 ) -> Sample {
+    follow_until_caught_up_with(Path::new(support::bin()), cfg, data, topic, total, end, tck)
+}
+
+/// [`follow_until_caught_up`] with the daemon binary `bin`.
+pub fn follow_until_caught_up_with(
+    bin: &Path,
+    cfg: &Path,
+    data: &Path,
+    topic: &str,
+    total: u64,
+    end: i64,
+    tck: f64,
+) -> Sample {
     let t0 = Instant::now();
-    let mut child = spawn_follower(cfg);
+    let mut child = spawn_follower_of(bin, cfg);
     let pdir = data.join(format!("{topic}-0"));
     while log_bytes_on_disk(&pdir) < total {
         assert!(
