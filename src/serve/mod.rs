@@ -909,7 +909,12 @@ fn answer_refused(
         r.skip_tagged_fields("request header tags")?;
     }
     let body = r.take(r.remaining(), "request body")?;
-    let answered = refusals::answer(ctx, api, version, body)
+    let this = crate::protocol::group::Coordinator {
+        node_id: ctx.node_id,
+        host: &ctx.host,
+        port: ctx.port,
+    };
+    let answered = refusals::answer(this, || ctx.cluster_id(), api, version, body)
         .with_context(|| format!("{} v{version}", api.name()))?;
     let Some(body) = answered else {
         return Ok(None);
