@@ -9,12 +9,13 @@
 //! checkpoints and the clean-shutdown marker, exit 0.
 
 use crate::client::cluster;
-use crate::config::{Config, SecurityProtocol};
+use crate::config::Config;
 use crate::fetcher::manager::{FETCH_STOPPED_FILE, FetcherManager, ManagerEvent};
 use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
 use crate::log::identity;
 use crate::log::manager::LogManager;
 use crate::security::ClientSecurity;
+use crate::security::SecurityProtocol;
 use anyhow::{Context, Result, bail};
 use fs2::FileExt;
 use std::fs::{File, OpenOptions};

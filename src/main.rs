@@ -597,7 +597,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
 /// `add-user`: usage errors (exit 2) for bad flags, a bad password file or an empty
 /// password; 1 when the users file cannot be read or written. The password is never shown.
 fn add_user(args: &Args) -> Result<ExitCode, String> {
-    use replica_follower::config::SaslMechanism;
+    use replica_follower::security::SaslMechanism;
     use replica_follower::security::{scram, users};
     let file = PathBuf::from(args.req("users-file")?);
     let user = args.req("user")?;

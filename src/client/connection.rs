@@ -51,7 +51,7 @@ pub struct BrokerConnection {
     request_timeout: Duration,
     max_response_bytes: usize,
     /// Who the connection authenticated as (SASL protocols).
-    sasl: Option<crate::client::sasl::SaslCredentials>,
+    sasl: Option<crate::security::SaslCredentials>,
     /// When to authenticate again (KIP-368): 85–95 % into the session the broker granted.
     reauthenticate_at: Option<Instant>,
     /// Requests sent whose responses have not been read: a re-authentication waits until

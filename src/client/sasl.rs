@@ -9,57 +9,12 @@
 //! picked up by the next connection) and appears in no message.
 
 use super::connection::BrokerConnection;
-use crate::config::{SaslMechanism, SecuritySection};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{ApiKey, sasl};
 use crate::security::scram::{ScramClient, ScramError, ScramHash};
+use crate::security::{AuthenticationFailed, SaslCredentials};
 use anyhow::{Context, Result};
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// Who a connection authenticates as, and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SaslCredentials {
-    pub mechanism: SaslMechanism,
-    pub username: String,
-    pub password_file: PathBuf,
-}
-
-impl SaslCredentials {
-    /// From `[security]`, when its protocol uses SASL (the config has checked that every key
-    /// is then set).
-    pub fn from_config(sec: &SecuritySection) -> Option<SaslCredentials> {
-        if !sec.protocol.uses_sasl() {
-            return None;
-        }
-        Some(SaslCredentials {
-            mechanism: sec.sasl_mechanism?,
-            username: sec.sasl_username.clone()?,
-            password_file: sec.sasl_password_file.clone()?,
-        })
-    }
-}
-
-/// The broker refused these credentials, or cannot authenticate them as configured (it does
-/// not offer the mechanism, or is not a SASL listener): retrying cannot help until the
-/// configuration or the broker changes. In an error's chain, so that start-up can tell it
-/// from a broker that is down.
-#[derive(Debug)]
-pub struct AuthenticationFailed(pub String);
-
-impl std::fmt::Display for AuthenticationFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for AuthenticationFailed {}
-
-/// Whether `e` is an authentication refusal (see [`AuthenticationFailed`]).
-pub fn is_authentication_failure(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<AuthenticationFailed>().is_some())
-}
 
 /// Authenticates `conn` (versions already negotiated) as `creds`; returns the session
 /// lifetime the broker gave, if any.
@@ -198,20 +153,5 @@ mod tests {
                 "{at:?}"
             );
         }
-    }
-
-    #[test]
-    fn credentials_come_from_sasl_protocols_only() {
-        let mut sec = SecuritySection {
-            sasl_mechanism: Some(SaslMechanism::ScramSha256),
-            sasl_username: Some("u".into()),
-            sasl_password_file: Some("/pw".into()),
-            ..SecuritySection::default()
-        };
-        assert_eq!(SaslCredentials::from_config(&sec), None);
-        sec.protocol = crate::config::SecurityProtocol::SaslSsl;
-        let c = SaslCredentials::from_config(&sec).unwrap();
-        assert_eq!(c.mechanism, SaslMechanism::ScramSha256);
-        assert_eq!(c.username, "u");
     }
 }

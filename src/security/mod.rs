@@ -11,13 +11,15 @@ pub mod scram;
 pub mod users;
 
 pub mod cert_info;
+pub mod settings;
 pub mod stream;
 pub mod tls;
 
+pub use settings::{SaslCredentials, SaslMechanism, SecurityProtocol, SecuritySection};
 pub use stream::Stream;
 pub use tls::TlsFailure;
 
-use crate::config::{SecurityProtocol, SecuritySection, ServeSection};
+use crate::config::ServeSection;
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -35,7 +37,7 @@ use std::sync::Arc;
 pub struct ClientSecurity {
     protocol: SecurityProtocol,
     tls: Option<tls::ClientTls>,
-    sasl: Option<crate::client::sasl::SaslCredentials>,
+    sasl: Option<SaslCredentials>,
 }
 
 impl ClientSecurity {
@@ -49,7 +51,7 @@ impl ClientSecurity {
     /// From a validated `[security]`: loads the CA roots and the client certificate (errors
     /// name the key and file) and warns once when hostname verification is off.
     pub fn from_section(sec: &SecuritySection) -> Result<Arc<ClientSecurity>> {
-        let sasl = crate::client::sasl::SaslCredentials::from_config(sec);
+        let sasl = SaslCredentials::from_config(sec);
         if let Some(c) = &sasl {
             // Readable now, so that a missing or open password file stops the start (exit
             // 2) instead of failing every connection; read again at each authentication.
@@ -75,7 +77,7 @@ impl ClientSecurity {
         self.tls.as_ref()
     }
 
-    pub fn sasl(&self) -> Option<&crate::client::sasl::SaslCredentials> {
+    pub fn sasl(&self) -> Option<&SaslCredentials> {
         self.sasl.as_ref()
     }
 }
@@ -86,7 +88,7 @@ impl ClientSecurity {
 pub struct ListenerSecurity {
     pub tls: Option<tls::ServerTls>,
     /// The mechanisms offered and the users file, with a SASL protocol.
-    pub sasl: Option<Arc<crate::serve::auth::SaslServerConfig>>,
+    pub sasl: Option<Arc<SaslServerConfig>>,
 }
 
 impl ListenerSecurity {
@@ -105,7 +107,7 @@ impl ListenerSecurity {
                         file.display()
                     );
                 }
-                Some(Arc::new(crate::serve::auth::SaslServerConfig {
+                Some(Arc::new(SaslServerConfig {
                     mechanisms: sv.sasl_mechanisms.clone(),
                     users,
                 }))
@@ -116,12 +118,40 @@ impl ListenerSecurity {
     }
 }
 
+/// The broker refused these credentials, or cannot authenticate them as configured (it does
+/// not offer the mechanism, or is not a SASL listener): retrying cannot help until the
+/// configuration or the broker changes. In an error's chain, so that start-up can tell it
+/// from a broker that is down.
+#[derive(Debug)]
+pub struct AuthenticationFailed(pub String);
+
+impl std::fmt::Display for AuthenticationFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AuthenticationFailed {}
+
+/// Whether `e` is an authentication refusal (see [`AuthenticationFailed`]).
+pub fn is_authentication_failure(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<AuthenticationFailed>().is_some())
+}
+
+/// What the listener authenticates against.
+#[derive(Debug)]
+pub struct SaslServerConfig {
+    /// Offered in SaslHandshake, in this order.
+    pub mechanisms: Vec<SaslMechanism>,
+    pub users: users::Users,
+}
+
 /// Whether `e` is a security refusal that retrying cannot mend (a certificate refused
 /// either way, a peer that does not speak TLS, credentials refused): an ERROR, and at
 /// start-up fatal once every bootstrap broker refused.
 pub fn is_refusal(e: &anyhow::Error) -> bool {
-    TlsFailure::find(e).is_some_and(|f| f.fatal)
-        || crate::client::sasl::is_authentication_failure(e)
+    TlsFailure::find(e).is_some_and(|f| f.fatal) || is_authentication_failure(e)
 }
 
 /// Whether `a` and `b` are equal, in a time that depends only on their lengths (keys and

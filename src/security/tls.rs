@@ -18,8 +18,9 @@
 //! mend without a change of certificate or configuration (unknown CA, wrong name, expired,
 //! a client certificate required or refused, a peer that does not speak TLS).
 
+use super::SecuritySection;
 use super::cert_info::{self, CertInfo};
-use crate::config::{SecuritySection, ServeSection};
+use crate::config::ServeSection;
 use anyhow::{Context, Result, anyhow, bail};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ClientConfig, WebPkiServerVerifier};
