@@ -362,7 +362,7 @@ impl BrokerConnection {
             return Ok(());
         };
         let again = self.reauthenticate_at.is_some();
-        let lifetime = crate::client::sasl::authenticate(self, &creds)?;
+        let lifetime = super::sasl::authenticate(self, &creds)?;
         if again {
             crate::log_debug!(
                 "{}: re-authenticated with {} as `{}`",
@@ -372,7 +372,7 @@ impl BrokerConnection {
             );
         }
         self.reauthenticate_at =
-            lifetime.map(|l| Instant::now() + crate::client::sasl::reauthenticate_after(l));
+            lifetime.map(|l| Instant::now() + super::sasl::reauthenticate_after(l));
         Ok(())
     }
 
@@ -574,6 +574,29 @@ impl BrokerConnection {
     /// (double buffering: one response is processed while the next is read).
     pub fn swap_recv_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         std::mem::replace(&mut self.recv_buf, buf)
+    }
+}
+
+impl super::sasl::Transport for BrokerConnection {
+    fn name(&self) -> &str {
+        BrokerConnection::name(self)
+    }
+
+    fn version(&self, api: ApiKey) -> Option<i16> {
+        BrokerConnection::version(self, api)
+    }
+
+    fn require_version(&self, api: ApiKey) -> Result<i16> {
+        BrokerConnection::require_version(self, api)
+    }
+
+    fn send(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<&[u8]> {
+        BrokerConnection::send(self, api, version, Duration::ZERO, encode)
     }
 }
 
