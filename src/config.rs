@@ -334,15 +334,6 @@ pub struct LogSection {
     pub max_open_files: Option<usize>,
 }
 
-impl LogSection {
-    /// `max_open_files`, or its default for the open-file limit this process has now.
-    pub fn max_open_files(&self) -> usize {
-        self.max_open_files.unwrap_or_else(|| {
-            crate::log::open_files::default_budget(crate::log::descriptors::soft_limit())
-        })
-    }
-}
-
 impl Default for LogSection {
     fn default() -> Self {
         LogSection {
@@ -501,6 +492,10 @@ pub struct Config {
     pub serve: ServeSection,
     #[serde(default)]
     pub security: SecuritySection,
+    /// Where this configuration was read from, to name the file, line and key in the errors
+    /// of checks made after parsing ([`crate::resolve`]).
+    #[serde(skip)]
+    pub origin: Origin,
 }
 
 impl Config {
@@ -525,9 +520,10 @@ impl Config {
                 KeySpans::lines(text).describe(&e)
             ),
         };
-        let cfg: Config = toml::from_str(text)
+        let mut cfg: Config = toml::from_str(text)
             .map_err(|e| anyhow::anyhow!("{}: {}", origin.display(), keys.describe(&e)))?;
-        cfg.validate(&keys)
+        cfg.origin = keys.origin(origin);
+        cfg.validate(&cfg.origin)
             .with_context(|| format!("{}", origin.display()))?;
         Ok(cfg)
     }
@@ -540,7 +536,7 @@ impl Config {
 
     /// Checks that span keys or need the whole file; `keys` gives each error its line (that
     /// of the first named key the file sets).
-    fn validate(&self, keys: &KeySpans) -> Result<()> {
+    fn validate(&self, keys: &Origin) -> Result<()> {
         let at = |names: &[&str]| keys.line_of_first(names);
         if self.data_dir.as_os_str().is_empty() {
             bail!("{}key `data_dir`: must not be empty", at(&["data_dir"]));
@@ -597,28 +593,6 @@ impl Config {
                 );
             }
         }
-        for (i, a) in self.serve.follower_addresses.iter().enumerate() {
-            if let Err(e) = crate::serve::limits::Cidr::parse(a) {
-                bail!(
-                    "{}key `serve.follower_addresses`: entry {i} `{a}`: {e}",
-                    at(&["serve.follower_addresses"])
-                );
-            }
-        }
-        let charge =
-            crate::serve::limits::request_charge(self.serve.max_request_bytes.max(0) as usize);
-        let pool_share = charge.saturating_sub(
-            crate::serve::limits::CONNECTION_ALLOWANCE - crate::serve::limits::CONNECTION_BASE,
-        );
-        if pool_share > self.serve.max_memory_bytes {
-            bail!(
-                "{}key `serve.max_memory_bytes`: {} is too little for a request of serve.max_request_bytes ({}): answering one takes up to {} bytes of it; raise serve.max_memory_bytes to at least {pool_share} or lower serve.max_request_bytes",
-                at(&["serve.max_memory_bytes", "serve.max_request_bytes"]),
-                self.serve.max_memory_bytes,
-                self.serve.max_request_bytes,
-                pool_share
-            );
-        }
         self.validate_security(keys)?;
         keys.at_most(
             ("fetch.backoff_ms", self.fetch.backoff_ms),
@@ -635,9 +609,9 @@ impl Config {
         )
     }
     /// `[security]` and the security keys of `[serve]`: keys that belong together are set
-    /// together, keys for a protocol not in use are refused (a typo'd protocol would
-    /// otherwise silently ignore them), and the password file is its owner's alone.
-    fn validate_security(&self, keys: &KeySpans) -> Result<()> {
+    /// together, and keys for a protocol not in use are refused (a typo'd protocol would
+    /// otherwise silently ignore them).
+    fn validate_security(&self, keys: &Origin) -> Result<()> {
         let at = |names: &[&str]| keys.line_of_first(names);
         let sec = &self.security;
         let proto = sec.protocol;
@@ -695,15 +669,6 @@ impl Config {
                 at(&["security.sasl_username"])
             );
         }
-        if let Some(f) = &sec.sasl_password_file {
-            crate::security::read_secret(f).map(drop).with_context(|| {
-                format!(
-                    "{}key `security.sasl_password_file`",
-                    at(&["security.sasl_password_file"])
-                )
-            })?;
-        }
-
         let sv = &self.serve;
         let sproto = sv.protocol;
         if sproto != SecurityProtocol::Plaintext && sv.listen.is_none() {
@@ -760,25 +725,6 @@ impl Config {
                 sproto.name()
             );
         }
-        // The PEM files are read now, so a check of the configuration finds a missing or
-        // unreadable certificate, a key that does not match it, or no CA bundle; the errors
-        // name the key and the file.
-        if proto.uses_tls() {
-            crate::security::tls::ClientTls::load(sec)?;
-        }
-        if sproto.uses_tls() {
-            crate::security::tls::ServerTls::from_section(sv)?;
-        }
-        if sproto.uses_sasl()
-            && let Some(f) = &sv.sasl_users_file
-        {
-            crate::security::users::Users::load(f).with_context(|| {
-                format!(
-                    "{}key `serve.sasl_users_file`",
-                    at(&["serve.sasl_users_file"])
-                )
-            })?;
-        }
         Ok(())
     }
 }
@@ -787,6 +733,53 @@ impl Config {
 enum Said {
     ByLow,
     ByHigh,
+}
+
+/// Where a configuration was read from: the file, and the line of each key it sets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub path: PathBuf,
+    /// Each key the file sets, dotted (`fetch.max_bytes`, `follow[1].topic`), and its line.
+    keys: Vec<(String, usize)>,
+}
+
+impl Origin {
+    /// Checks `low.1 <= high.1`. The error is about a key the file sets, at its line, and a
+    /// value the file leaves at its default says so: `key `fetch.backoff_ms` (20000) must
+    /// not exceed `fetch.backoff_max_ms` (10000, its default)`.
+    fn at_most(&self, low: (&str, i64), high: (&str, i64), said: Said) -> Result<()> {
+        if low.1 <= high.1 {
+            return Ok(());
+        }
+        let sets = |name: &str| self.keys.iter().any(|(k, _)| k == name);
+        let by_low = match said {
+            Said::ByLow => sets(low.0) || !sets(high.0),
+            Said::ByHigh => sets(low.0) && !sets(high.0),
+        };
+        let (subject, verb, other) = if by_low {
+            (low, "must not exceed", high)
+        } else {
+            (high, "must not be below", low)
+        };
+        let default = if sets(other.0) { "" } else { ", its default" };
+        bail!(
+            "{}key `{}` ({}) {verb} `{}` ({}{default})",
+            self.line_of_first(&[subject.0]),
+            subject.0,
+            subject.1,
+            other.0,
+            other.1
+        )
+    }
+
+    /// `line N: ` for the first of `names` the file sets; empty when it sets none.
+    pub fn line_of_first(&self, names: &[&str]) -> String {
+        names
+            .iter()
+            .find_map(|n| self.keys.iter().find(|(k, _)| k == n))
+            .map(|(_, line)| format!("line {line}: "))
+            .unwrap_or_default()
+    }
 }
 
 /// Every key the file sets, dotted as an operator writes it (`fetch.max_bytes`,
@@ -864,48 +857,21 @@ impl<'t> KeySpans<'t> {
         }
     }
 
+    /// The file `path` and the line of each key.
+    fn origin(&self, path: &Path) -> Origin {
+        Origin {
+            path: path.to_path_buf(),
+            keys: (self.keys.iter())
+                .map(|k| (k.name.clone(), self.line_column(k.key.start).0))
+                .collect(),
+        }
+    }
+
     /// 1-based line and column of byte `pos`.
     fn line_column(&self, pos: usize) -> (usize, usize) {
         let line = self.line_starts.partition_point(|&s| s <= pos).max(1);
         let start = self.line_starts.get(line - 1).copied().unwrap_or(0);
         (line, pos.saturating_sub(start) + 1)
-    }
-
-    /// `line N: ` for the first of `names` the file sets; empty when it sets none.
-    /// Checks `low.1 <= high.1`. The error is about a key the file sets, at its line, and a
-    /// value the file leaves at its default says so: `key `fetch.backoff_ms` (20000) must
-    /// not exceed `fetch.backoff_max_ms` (10000, its default)`.
-    fn at_most(&self, low: (&str, i64), high: (&str, i64), said: Said) -> Result<()> {
-        if low.1 <= high.1 {
-            return Ok(());
-        }
-        let sets = |name: &str| self.keys.iter().any(|k| k.name == name);
-        let by_low = match said {
-            Said::ByLow => sets(low.0) || !sets(high.0),
-            Said::ByHigh => sets(low.0) && !sets(high.0),
-        };
-        let (subject, verb, other) = if by_low {
-            (low, "must not exceed", high)
-        } else {
-            (high, "must not be below", low)
-        };
-        let default = if sets(other.0) { "" } else { ", its default" };
-        bail!(
-            "{}key `{}` ({}) {verb} `{}` ({}{default})",
-            self.line_of_first(&[subject.0]),
-            subject.0,
-            subject.1,
-            other.0,
-            other.1
-        )
-    }
-
-    fn line_of_first(&self, names: &[&str]) -> String {
-        names
-            .iter()
-            .find_map(|n| self.keys.iter().find(|k| k.name == *n))
-            .map(|k| format!("line {}: ", self.line_column(k.key.start).0))
-            .unwrap_or_default()
     }
 
     /// A TOML error as one line: `line N: key `K`: message`. The key is the innermost one
@@ -1221,14 +1187,6 @@ interval_ms = 20
             let e = parse_err(&format!("{MINIMAL}{extra}"));
             assert!(e.contains(want), "{extra:?}: {e}");
         }
-
-        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let e = parse_err(&format!("{MINIMAL}{sasl}"));
-        assert!(
-            e.contains("key `security.sasl_password_file`") && e.contains("0640"),
-            "{e}"
-        );
-        assert!(!e.contains("secret\n") && !e.contains(": secret"), "{e}");
     }
 
     /// The whole error `text` is refused with, as printed.

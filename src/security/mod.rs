@@ -19,7 +19,6 @@ pub use settings::{SaslCredentials, SaslMechanism, SecurityProtocol, SecuritySec
 pub use stream::Stream;
 pub use tls::TlsFailure;
 
-use crate::config::ServeSection;
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -49,14 +48,9 @@ impl ClientSecurity {
     };
 
     /// From a validated `[security]`: loads the CA roots and the client certificate (errors
-    /// name the key and file) and warns once when hostname verification is off.
+    /// name the key and file). The password file is read at each authentication.
     pub fn from_section(sec: &SecuritySection) -> Result<Arc<ClientSecurity>> {
         let sasl = SaslCredentials::from_config(sec);
-        if let Some(c) = &sasl {
-            // Readable now, so that a missing or open password file stops the start (exit
-            // 2) instead of failing every connection; read again at each authentication.
-            read_secret(&c.password_file).context("key `security.sasl_password_file`")?;
-        }
         let tls = if sec.protocol.uses_tls() {
             Some(tls::ClientTls::from_section(sec)?)
         } else {
@@ -82,8 +76,8 @@ impl ClientSecurity {
     }
 }
 
-/// What the serve listener requires of its clients (`[serve] protocol`): TLS, and SASL once
-/// integrated. Built once when the listener starts.
+/// What the serve listener requires of its clients (`[serve] protocol`): TLS and SASL. Built
+/// once, from the configuration ([`crate::resolve`]) or the `serve` command line.
 #[derive(Debug, Clone, Default)]
 pub struct ListenerSecurity {
     pub tls: Option<tls::ServerTls>,
@@ -91,31 +85,12 @@ pub struct ListenerSecurity {
     pub sasl: Option<Arc<SaslServerConfig>>,
 }
 
-impl ListenerSecurity {
-    pub fn from_section(sv: &ServeSection) -> Result<ListenerSecurity> {
-        let tls = if sv.protocol.uses_tls() {
-            Some(tls::ServerTls::from_section(sv)?)
-        } else {
-            None
-        };
-        let sasl = match (&sv.sasl_users_file, sv.protocol.uses_sasl()) {
-            (Some(file), true) => {
-                let users = users::Users::load(file).context("key `serve.sasl_users_file`")?;
-                if users.names().is_empty() {
-                    crate::log_warn!(
-                        "serve: the users file `{}` has no users: every SASL client will be refused (add one with `replica-follower add-user`)",
-                        file.display()
-                    );
-                }
-                Some(Arc::new(SaslServerConfig {
-                    mechanisms: sv.sasl_mechanisms.clone(),
-                    users,
-                }))
-            }
-            _ => None,
-        };
-        Ok(ListenerSecurity { tls, sasl })
-    }
+/// What the listener authenticates against.
+#[derive(Debug)]
+pub struct SaslServerConfig {
+    /// Offered in SaslHandshake, in this order.
+    pub mechanisms: Vec<SaslMechanism>,
+    pub users: users::Users,
 }
 
 /// The broker refused these credentials, or cannot authenticate them as configured (it does
@@ -137,14 +112,6 @@ impl std::error::Error for AuthenticationFailed {}
 pub fn is_authentication_failure(e: &anyhow::Error) -> bool {
     e.chain()
         .any(|c| c.downcast_ref::<AuthenticationFailed>().is_some())
-}
-
-/// What the listener authenticates against.
-#[derive(Debug)]
-pub struct SaslServerConfig {
-    /// Offered in SaslHandshake, in this order.
-    pub mechanisms: Vec<SaslMechanism>,
-    pub users: users::Users,
 }
 
 /// Whether `e` is a security refusal that retrying cannot mend (a certificate refused
