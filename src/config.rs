@@ -4,6 +4,10 @@
 //! several keys run afterwards. Either way the error is one line naming the file, the line
 //! and the dotted key (`f.toml: line 7: key `fetch.max_wait_ms`: must be …`), so it reads
 //! the same on a terminal and in the journal.
+//!
+//! Nothing here reads a file or resolves a name: the files the keys name, the addresses to
+//! listen on and the limits that depend on the process or the listener are checked by
+//! [`crate::resolve`], whose errors read the same ([`Origin`] keeps each key's line).
 
 use crate::security::{SaslMechanism, SecurityProtocol, SecuritySection};
 use anyhow::{Context, Result, bail};
@@ -563,22 +567,6 @@ impl Config {
                 );
             }
         }
-        if let Some(l) = &self.metrics.listen
-            && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
-        {
-            bail!(
-                "{}key `metrics.listen`: `{l}` is not a host:port to listen on",
-                at(&["metrics.listen"])
-            );
-        }
-        if let Some(l) = &self.serve.listen
-            && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
-        {
-            bail!(
-                "{}key `serve.listen`: `{l}` is not a host:port to listen on",
-                at(&["serve.listen"])
-            );
-        }
         if let Some(a) = &self.serve.advertised {
             if !is_host_port(a) {
                 bail!(
@@ -1083,10 +1071,6 @@ interval_ms = 20
                 "line 8: key `follow[1].on_topic_recreated`",
             ),
             ("surprise = 1\n", "line 6: key `follow[0].surprise`"),
-            (
-                "[serve]\nlisten = \"nowhere\"\n",
-                "line 7: key `serve.listen`",
-            ),
             (
                 "[serve]\nlisten = \"127.0.0.1:0\"\nadvertised = \"host\"\n",
                 "line 8: key `serve.advertised`",

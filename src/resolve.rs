@@ -3,7 +3,8 @@
 //! descriptor budget.
 //!
 //! [`crate::config`] only parses and validates values. What reads a file the configuration
-//! names, asks the process (its open-file limit) or needs the listener's memory model is
+//! names, resolves an address, asks the process (its open-file limit) or needs the
+//! listener's memory model is
 //! done here, once, with errors that name the file, line and key as a parse error does
 //! (`f.toml: line 9: key `security.sasl_password_file`: …`). `run`, `serve`, `check-config`
 //! and every other command given `--config` resolve before they act (an error exits 2), and
@@ -38,6 +39,20 @@ pub fn resolve(cfg: &Config) -> Result<Resolved> {
 
 fn resolve_parts(cfg: &Config) -> Result<Resolved> {
     let at = |names: &[&str]| cfg.origin.line_of_first(names);
+    // Resolving a host name may read /etc/hosts or ask DNS.
+    for (key, listen) in [
+        ("metrics.listen", &cfg.metrics.listen),
+        ("serve.listen", &cfg.serve.listen),
+    ] {
+        if let Some(l) = listen
+            && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
+        {
+            bail!(
+                "{}key `{key}`: `{l}` is not a host:port to listen on",
+                at(&[key])
+            );
+        }
+    }
     check_serve_limits(&cfg.serve, &at)?;
     if let Some(f) = &cfg.security.sasl_password_file {
         // Readable now, so that a missing or open password file stops the start (exit 2)
@@ -169,6 +184,20 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("secret\n") && !e.contains(": secret"), "{e}");
+    }
+
+    #[test]
+    fn an_address_to_listen_on_that_does_not_resolve_is_refused_naming_the_line_and_key() {
+        let e = resolve_err("[serve]\nlisten = \"nowhere\"\n");
+        assert!(
+            e.starts_with("test.toml: line 6: key `serve.listen`: `nowhere` is not"),
+            "{e}"
+        );
+        let e = resolve_err("[metrics]\nlisten = \"nowhere\"\n");
+        assert!(
+            e.starts_with("test.toml: line 6: key `metrics.listen`: `nowhere` is not"),
+            "{e}"
+        );
     }
 
     #[test]
