@@ -4,7 +4,12 @@
 //! several keys run afterwards. Either way the error is one line naming the file, the line
 //! and the dotted key (`f.toml: line 7: key `fetch.max_wait_ms`: must be …`), so it reads
 //! the same on a terminal and in the journal.
+//!
+//! Nothing here reads a file or resolves a name: the files the keys name, the addresses to
+//! listen on and the limits that depend on the process or the listener are checked by
+//! [`crate::resolve`], whose errors read the same ([`Origin`] keeps each key's line).
 
+use crate::security::{SaslMechanism, SecurityProtocol, SecuritySection};
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
@@ -333,15 +338,6 @@ pub struct LogSection {
     pub max_open_files: Option<usize>,
 }
 
-impl LogSection {
-    /// `max_open_files`, or its default for the open-file limit this process has now.
-    pub fn max_open_files(&self) -> usize {
-        self.max_open_files.unwrap_or_else(|| {
-            crate::log::open_files::default_budget(crate::log::descriptors::soft_limit())
-        })
-    }
-}
-
 impl Default for LogSection {
     fn default() -> Self {
         LogSection {
@@ -353,113 +349,6 @@ impl Default for LogSection {
             flush_interval_ms: 1000,
             min_free_bytes: 256 << 20,
             max_open_files: None,
-        }
-    }
-}
-
-/// `security.protocol` and `serve.protocol`: Kafka's `security.protocol` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-pub enum SecurityProtocol {
-    #[default]
-    #[serde(rename = "PLAINTEXT")]
-    Plaintext,
-    #[serde(rename = "SSL")]
-    Ssl,
-    #[serde(rename = "SASL_PLAINTEXT")]
-    SaslPlaintext,
-    #[serde(rename = "SASL_SSL")]
-    SaslSsl,
-}
-
-impl SecurityProtocol {
-    pub fn uses_tls(self) -> bool {
-        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
-    }
-
-    pub fn uses_sasl(self) -> bool {
-        matches!(
-            self,
-            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-        )
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SecurityProtocol::Plaintext => "PLAINTEXT",
-            SecurityProtocol::Ssl => "SSL",
-            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
-            SecurityProtocol::SaslSsl => "SASL_SSL",
-        }
-    }
-}
-
-/// A SASL mechanism, as Kafka names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-pub enum SaslMechanism {
-    #[serde(rename = "PLAIN")]
-    Plain,
-    #[serde(rename = "SCRAM-SHA-256")]
-    ScramSha256,
-    #[serde(rename = "SCRAM-SHA-512")]
-    ScramSha512,
-}
-
-impl SaslMechanism {
-    pub const ALL: [SaslMechanism; 3] = [
-        SaslMechanism::Plain,
-        SaslMechanism::ScramSha256,
-        SaslMechanism::ScramSha512,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SaslMechanism::Plain => "PLAIN",
-            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<SaslMechanism> {
-        SaslMechanism::ALL.into_iter().find(|m| m.name() == s)
-    }
-}
-
-/// `[security]`: how every connection to the cluster (bootstrap and leaders) is made, with
-/// Kafka's client settings. Secrets are never in this file: the password is read from
-/// `sasl_password_file`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SecuritySection {
-    pub protocol: SecurityProtocol,
-    /// PEM file of the CAs that sign the brokers' certificates (default: the platform's
-    /// roots).
-    pub ssl_ca_file: Option<PathBuf>,
-    /// Whether the broker's certificate must name the host connected to (default true;
-    /// `false` only by explicit choice, with a warning at start).
-    pub ssl_verify_hostname: bool,
-    /// A client certificate chain (PEM) for mutual TLS, with `ssl_key_file`.
-    pub ssl_cert_file: Option<PathBuf>,
-    /// The client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub ssl_key_file: Option<PathBuf>,
-    /// Required with `SASL_*`.
-    pub sasl_mechanism: Option<SaslMechanism>,
-    pub sasl_username: Option<String>,
-    /// A file holding the password (one line; a trailing newline is ignored), readable by
-    /// its owner only.
-    pub sasl_password_file: Option<PathBuf>,
-}
-
-impl Default for SecuritySection {
-    fn default() -> Self {
-        SecuritySection {
-            protocol: SecurityProtocol::Plaintext,
-            ssl_ca_file: None,
-            ssl_verify_hostname: true,
-            ssl_cert_file: None,
-            ssl_key_file: None,
-            sasl_mechanism: None,
-            sasl_username: None,
-            sasl_password_file: None,
         }
     }
 }
@@ -607,6 +496,10 @@ pub struct Config {
     pub serve: ServeSection,
     #[serde(default)]
     pub security: SecuritySection,
+    /// Where this configuration was read from, to name the file, line and key in the errors
+    /// of checks made after parsing ([`crate::resolve`]).
+    #[serde(skip)]
+    pub origin: Origin,
 }
 
 impl Config {
@@ -631,9 +524,10 @@ impl Config {
                 KeySpans::lines(text).describe(&e)
             ),
         };
-        let cfg: Config = toml::from_str(text)
+        let mut cfg: Config = toml::from_str(text)
             .map_err(|e| anyhow::anyhow!("{}: {}", origin.display(), keys.describe(&e)))?;
-        cfg.validate(&keys)
+        cfg.origin = keys.origin(origin);
+        cfg.validate(&cfg.origin)
             .with_context(|| format!("{}", origin.display()))?;
         Ok(cfg)
     }
@@ -646,7 +540,7 @@ impl Config {
 
     /// Checks that span keys or need the whole file; `keys` gives each error its line (that
     /// of the first named key the file sets).
-    fn validate(&self, keys: &KeySpans) -> Result<()> {
+    fn validate(&self, keys: &Origin) -> Result<()> {
         let at = |names: &[&str]| keys.line_of_first(names);
         if self.data_dir.as_os_str().is_empty() {
             bail!("{}key `data_dir`: must not be empty", at(&["data_dir"]));
@@ -673,22 +567,6 @@ impl Config {
                 );
             }
         }
-        if let Some(l) = &self.metrics.listen
-            && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
-        {
-            bail!(
-                "{}key `metrics.listen`: `{l}` is not a host:port to listen on",
-                at(&["metrics.listen"])
-            );
-        }
-        if let Some(l) = &self.serve.listen
-            && std::net::ToSocketAddrs::to_socket_addrs(l.as_str()).is_err()
-        {
-            bail!(
-                "{}key `serve.listen`: `{l}` is not a host:port to listen on",
-                at(&["serve.listen"])
-            );
-        }
         if let Some(a) = &self.serve.advertised {
             if !is_host_port(a) {
                 bail!(
@@ -702,28 +580,6 @@ impl Config {
                     at(&["serve.advertised"])
                 );
             }
-        }
-        for (i, a) in self.serve.follower_addresses.iter().enumerate() {
-            if let Err(e) = crate::serve::limits::Cidr::parse(a) {
-                bail!(
-                    "{}key `serve.follower_addresses`: entry {i} `{a}`: {e}",
-                    at(&["serve.follower_addresses"])
-                );
-            }
-        }
-        let charge =
-            crate::serve::limits::request_charge(self.serve.max_request_bytes.max(0) as usize);
-        let pool_share = charge.saturating_sub(
-            crate::serve::limits::CONNECTION_ALLOWANCE - crate::serve::limits::CONNECTION_BASE,
-        );
-        if pool_share > self.serve.max_memory_bytes {
-            bail!(
-                "{}key `serve.max_memory_bytes`: {} is too little for a request of serve.max_request_bytes ({}): answering one takes up to {} bytes of it; raise serve.max_memory_bytes to at least {pool_share} or lower serve.max_request_bytes",
-                at(&["serve.max_memory_bytes", "serve.max_request_bytes"]),
-                self.serve.max_memory_bytes,
-                self.serve.max_request_bytes,
-                pool_share
-            );
         }
         self.validate_security(keys)?;
         keys.at_most(
@@ -741,9 +597,9 @@ impl Config {
         )
     }
     /// `[security]` and the security keys of `[serve]`: keys that belong together are set
-    /// together, keys for a protocol not in use are refused (a typo'd protocol would
-    /// otherwise silently ignore them), and the password file is its owner's alone.
-    fn validate_security(&self, keys: &KeySpans) -> Result<()> {
+    /// together, and keys for a protocol not in use are refused (a typo'd protocol would
+    /// otherwise silently ignore them).
+    fn validate_security(&self, keys: &Origin) -> Result<()> {
         let at = |names: &[&str]| keys.line_of_first(names);
         let sec = &self.security;
         let proto = sec.protocol;
@@ -801,15 +657,6 @@ impl Config {
                 at(&["security.sasl_username"])
             );
         }
-        if let Some(f) = &sec.sasl_password_file {
-            crate::security::read_secret(f).map(drop).with_context(|| {
-                format!(
-                    "{}key `security.sasl_password_file`",
-                    at(&["security.sasl_password_file"])
-                )
-            })?;
-        }
-
         let sv = &self.serve;
         let sproto = sv.protocol;
         if sproto != SecurityProtocol::Plaintext && sv.listen.is_none() {
@@ -866,25 +713,6 @@ impl Config {
                 sproto.name()
             );
         }
-        // The PEM files are read now, so a check of the configuration finds a missing or
-        // unreadable certificate, a key that does not match it, or no CA bundle; the errors
-        // name the key and the file.
-        if proto.uses_tls() {
-            crate::security::tls::ClientTls::load(sec)?;
-        }
-        if sproto.uses_tls() {
-            crate::security::tls::ServerTls::from_section(sv)?;
-        }
-        if sproto.uses_sasl()
-            && let Some(f) = &sv.sasl_users_file
-        {
-            crate::security::users::Users::load(f).with_context(|| {
-                format!(
-                    "{}key `serve.sasl_users_file`",
-                    at(&["serve.sasl_users_file"])
-                )
-            })?;
-        }
         Ok(())
     }
 }
@@ -893,6 +721,53 @@ impl Config {
 enum Said {
     ByLow,
     ByHigh,
+}
+
+/// Where a configuration was read from: the file, and the line of each key it sets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub path: PathBuf,
+    /// Each key the file sets, dotted (`fetch.max_bytes`, `follow[1].topic`), and its line.
+    keys: Vec<(String, usize)>,
+}
+
+impl Origin {
+    /// Checks `low.1 <= high.1`. The error is about a key the file sets, at its line, and a
+    /// value the file leaves at its default says so: `key `fetch.backoff_ms` (20000) must
+    /// not exceed `fetch.backoff_max_ms` (10000, its default)`.
+    fn at_most(&self, low: (&str, i64), high: (&str, i64), said: Said) -> Result<()> {
+        if low.1 <= high.1 {
+            return Ok(());
+        }
+        let sets = |name: &str| self.keys.iter().any(|(k, _)| k == name);
+        let by_low = match said {
+            Said::ByLow => sets(low.0) || !sets(high.0),
+            Said::ByHigh => sets(low.0) && !sets(high.0),
+        };
+        let (subject, verb, other) = if by_low {
+            (low, "must not exceed", high)
+        } else {
+            (high, "must not be below", low)
+        };
+        let default = if sets(other.0) { "" } else { ", its default" };
+        bail!(
+            "{}key `{}` ({}) {verb} `{}` ({}{default})",
+            self.line_of_first(&[subject.0]),
+            subject.0,
+            subject.1,
+            other.0,
+            other.1
+        )
+    }
+
+    /// `line N: ` for the first of `names` the file sets; empty when it sets none.
+    pub fn line_of_first(&self, names: &[&str]) -> String {
+        names
+            .iter()
+            .find_map(|n| self.keys.iter().find(|(k, _)| k == n))
+            .map(|(_, line)| format!("line {line}: "))
+            .unwrap_or_default()
+    }
 }
 
 /// Every key the file sets, dotted as an operator writes it (`fetch.max_bytes`,
@@ -970,48 +845,21 @@ impl<'t> KeySpans<'t> {
         }
     }
 
+    /// The file `path` and the line of each key.
+    fn origin(&self, path: &Path) -> Origin {
+        Origin {
+            path: path.to_path_buf(),
+            keys: (self.keys.iter())
+                .map(|k| (k.name.clone(), self.line_column(k.key.start).0))
+                .collect(),
+        }
+    }
+
     /// 1-based line and column of byte `pos`.
     fn line_column(&self, pos: usize) -> (usize, usize) {
         let line = self.line_starts.partition_point(|&s| s <= pos).max(1);
         let start = self.line_starts.get(line - 1).copied().unwrap_or(0);
         (line, pos.saturating_sub(start) + 1)
-    }
-
-    /// `line N: ` for the first of `names` the file sets; empty when it sets none.
-    /// Checks `low.1 <= high.1`. The error is about a key the file sets, at its line, and a
-    /// value the file leaves at its default says so: `key `fetch.backoff_ms` (20000) must
-    /// not exceed `fetch.backoff_max_ms` (10000, its default)`.
-    fn at_most(&self, low: (&str, i64), high: (&str, i64), said: Said) -> Result<()> {
-        if low.1 <= high.1 {
-            return Ok(());
-        }
-        let sets = |name: &str| self.keys.iter().any(|k| k.name == name);
-        let by_low = match said {
-            Said::ByLow => sets(low.0) || !sets(high.0),
-            Said::ByHigh => sets(low.0) && !sets(high.0),
-        };
-        let (subject, verb, other) = if by_low {
-            (low, "must not exceed", high)
-        } else {
-            (high, "must not be below", low)
-        };
-        let default = if sets(other.0) { "" } else { ", its default" };
-        bail!(
-            "{}key `{}` ({}) {verb} `{}` ({}{default})",
-            self.line_of_first(&[subject.0]),
-            subject.0,
-            subject.1,
-            other.0,
-            other.1
-        )
-    }
-
-    fn line_of_first(&self, names: &[&str]) -> String {
-        names
-            .iter()
-            .find_map(|n| self.keys.iter().find(|k| k.name == *n))
-            .map(|k| format!("line {}: ", self.line_column(k.key.start).0))
-            .unwrap_or_default()
     }
 
     /// A TOML error as one line: `line N: key `K`: message`. The key is the innermost one
@@ -1224,10 +1072,6 @@ interval_ms = 20
             ),
             ("surprise = 1\n", "line 6: key `follow[0].surprise`"),
             (
-                "[serve]\nlisten = \"nowhere\"\n",
-                "line 7: key `serve.listen`",
-            ),
-            (
                 "[serve]\nlisten = \"127.0.0.1:0\"\nadvertised = \"host\"\n",
                 "line 8: key `serve.advertised`",
             ),
@@ -1327,14 +1171,6 @@ interval_ms = 20
             let e = parse_err(&format!("{MINIMAL}{extra}"));
             assert!(e.contains(want), "{extra:?}: {e}");
         }
-
-        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let e = parse_err(&format!("{MINIMAL}{sasl}"));
-        assert!(
-            e.contains("key `security.sasl_password_file`") && e.contains("0640"),
-            "{e}"
-        );
-        assert!(!e.contains("secret\n") && !e.contains(": secret"), "{e}");
     }
 
     /// The whole error `text` is refused with, as printed.

@@ -9,12 +9,14 @@
 //! checkpoints and the clean-shutdown marker, exit 0.
 
 use crate::client::cluster;
-use crate::config::{Config, SecurityProtocol};
+use crate::config::Config;
 use crate::fetcher::manager::{FETCH_STOPPED_FILE, FetcherManager, ManagerEvent};
 use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
 use crate::log::identity;
 use crate::log::manager::LogManager;
+use crate::resolve::Resolved;
 use crate::security::ClientSecurity;
+use crate::security::SecurityProtocol;
 use anyhow::{Context, Result, bail};
 use fs2::FileExt;
 use std::fs::{File, OpenOptions};
@@ -590,7 +592,8 @@ fn reload(
     to_manager: &std::sync::mpsc::Sender<ManagerEvent>,
 ) -> Config {
     crate::notify::notify("RELOADING=1");
-    let new = match Config::load(path) {
+    // Resolved only to be checked: files it names that went missing refuse the reload.
+    let new = match Config::load(path).and_then(|c| crate::resolve::resolve(&c).map(|_| c)) {
         Ok(c) => c,
         Err(e) => {
             crate::log_error!(
@@ -645,7 +648,7 @@ fn reload(
 
 /// Runs the daemon with a validated configuration until SIGTERM/SIGINT; SIGHUP reloads
 /// `config_path` (when given).
-pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
+pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result<()> {
     let cfg = Arc::new(cfg);
     crate::log::fault::init();
     crate::live::set_read_committed(cfg.fetch.isolation.level() == 1);
@@ -664,14 +667,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     );
     // Built once: every connection to the cluster shares it. A change on SIGHUP is said to
     // need a restart.
-    let security = ClientSecurity::from_section(&cfg.security)?;
+    let security = parts.client;
     // Before anything in the data dir is touched (recovery, markers, checkpoints).
     check_brokers_at_start(&cfg, &security)?;
     // Before any log is loaded: loading opens every active segment.
-    crate::log::open_files::shared().set_budget(cfg.log.max_open_files());
+    crate::log::open_files::shared().set_budget(parts.max_open_files);
     let logs = Arc::new(
-        LogManager::open(&cfg.data_dir, cfg.log_config())?
-            .with_min_free_bytes(cfg.log.min_free_bytes),
+        LogManager::open(&cfg.data_dir, parts.log)?.with_min_free_bytes(cfg.log.min_free_bytes),
     );
     // A segment lost from the middle looks like a gap: the leader says whether it is a hole,
     // and fills it, before anything is fetched (every request within the request timeout).
@@ -681,7 +683,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     let metrics = start_metrics(&cfg, logs.clone())?;
     // Readers are served what was loaded from here on; the listener's threads are not
     // watched by the watchdog (a slow client must not restart the daemon).
-    let mut server = crate::serve::ServeOptions::from_section(&cfg.serve)?
+    let mut server = crate::serve::ServeOptions::from_section(&cfg.serve, parts.listener)?
         .map(|o| crate::serve::Server::start(o, crate::serve::source::Source::live(logs.clone())))
         .transpose()?;
     let mut task = start_checkpoint_task(&cfg, logs.clone())?;

@@ -17,8 +17,9 @@
 //! 9. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
 //!    wires the others together.
 //!
-//! [`config`] turns the TOML file into a validated [`config::Config`]; `main.rs` only parses
-//! the command line and dispatches.
+//! [`config`] turns the TOML file into a validated [`config::Config`], and [`resolve`] turns
+//! that into the runtime parts it names (TLS, SASL users, log settings, descriptor budget),
+//! reading the files; `main.rs` only parses the command line and dispatches.
 
 #![forbid(unsafe_code)]
 // Bytes from brokers and disks never panic the daemon: no unwrap, expect or panic outside tests.
@@ -43,5 +44,6 @@ pub mod notify;
 pub mod protocol;
 pub mod record;
 pub mod repair;
+pub mod resolve;
 pub mod security;
 pub mod serve;

@@ -3,6 +3,7 @@
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::config::Config;
 use replica_follower::logging::count;
+use replica_follower::resolve::{Resolved, resolve};
 use replica_follower::{daemon, inspect, logging};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -246,9 +247,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn load_config(args: &Args) -> Result<Result<Config, ExitCode>, String> {
+/// The configuration `--config` names, resolved: an error in either is printed, exit 2.
+fn load_config(args: &Args) -> Result<Result<(Config, Resolved), ExitCode>, String> {
     let path = PathBuf::from(args.req("config")?);
-    Ok(Config::load(&path).map_err(|e| {
+    let loaded = Config::load(&path).and_then(|cfg| Ok((resolve(&cfg)?, cfg)));
+    Ok(loaded.map(|(parts, cfg)| (cfg, parts)).map_err(|e| {
         eprintln!("error: {}", logging::plain_chain(&e));
         ExitCode::from(2)
     }))
@@ -257,7 +260,7 @@ fn load_config(args: &Args) -> Result<Result<Config, ExitCode>, String> {
 fn dispatch(args: &Args) -> Result<ExitCode, String> {
     match args.cmd.as_str() {
         "check-config" => Ok(match load_config(args)? {
-            Ok(cfg) => {
+            Ok((cfg, _)) => {
                 let file = args.req("config")?;
                 match replica_follower::log::manager::check_writable(&cfg.data_dir) {
                     Ok(created_in) => {
@@ -284,7 +287,11 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             Err(code) => code,
         }),
         "run" => Ok(match load_config(args)? {
-            Ok(cfg) => runtime(daemon::run(cfg, Some(PathBuf::from(args.req("config")?)))),
+            Ok((cfg, parts)) => runtime(daemon::run(
+                cfg,
+                parts,
+                Some(PathBuf::from(args.req("config")?)),
+            )),
             Err(code) => code,
         }),
         "status" => {
@@ -295,7 +302,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 (Some(d), None) => (PathBuf::from(d), Vec::new()),
                 (None, Some(_)) => match load_config(args)? {
                     Err(code) => return Ok(code),
-                    Ok(cfg) => (cfg.data_dir, cfg.follow),
+                    Ok((cfg, _)) => (cfg.data_dir, cfg.follow),
                 },
                 (None, None) => return Err("`status` needs --data-dir DIR or --config FILE".into()),
             };
@@ -455,8 +462,8 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
                 (Some(dir), None) => PathBuf::from(dir),
                 (None, Some(_)) => match load_config(args)? {
                     Err(code) => return Ok(code),
-                    Ok(cfg) if against_leader => return Ok(verify_against_leader(&cfg)),
-                    Ok(cfg) => cfg.data_dir,
+                    Ok((cfg, _)) if against_leader => return Ok(verify_against_leader(&cfg)),
+                    Ok((cfg, _)) => cfg.data_dir,
                 },
             };
             let all = args.flags.iter().any(|f| f == "all");
@@ -538,7 +545,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             }
         }
         "repair" => Ok(match load_config(args)? {
-            Ok(cfg) => {
+            Ok((cfg, _)) => {
                 let stdout = std::io::stdout();
                 match daemon::repair(&cfg, &mut stdout.lock()) {
                     Ok(s) => {
@@ -559,11 +566,15 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
         }),
         "serve" => {
             // --config: that daemon's data dir and [serve] section; the flags override them.
-            let (mut section, config_dir) = match args.values.get("config") {
-                None => (replica_follower::config::ServeSection::default(), None),
+            let (mut section, config_dir, security) = match args.values.get("config") {
+                None => (
+                    replica_follower::config::ServeSection::default(),
+                    None,
+                    replica_follower::security::ListenerSecurity::default(),
+                ),
                 Some(_) => match load_config(args)? {
                     Err(code) => return Ok(code),
-                    Ok(cfg) => (cfg.serve, Some(cfg.data_dir)),
+                    Ok((cfg, parts)) => (cfg.serve, Some(cfg.data_dir), parts.listener),
                 },
             };
             let dir = match (args.values.get("data-dir"), config_dir) {
@@ -577,7 +588,8 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
             if let Some(a) = args.values.get("advertised") {
                 section.advertised = Some(a.clone());
             }
-            let opts = match replica_follower::serve::ServeOptions::from_section(&section) {
+            let opts = match replica_follower::serve::ServeOptions::from_section(&section, security)
+            {
                 Ok(Some(o)) => o,
                 Ok(None) => {
                     return Err("`serve` needs --listen ADDR (or serve.listen in --config)".into());
@@ -597,7 +609,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
 /// `add-user`: usage errors (exit 2) for bad flags, a bad password file or an empty
 /// password; 1 when the users file cannot be read or written. The password is never shown.
 fn add_user(args: &Args) -> Result<ExitCode, String> {
-    use replica_follower::config::SaslMechanism;
+    use replica_follower::security::SaslMechanism;
     use replica_follower::security::{scram, users};
     let file = PathBuf::from(args.req("users-file")?);
     let user = args.req("user")?;

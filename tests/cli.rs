@@ -33,7 +33,7 @@ fn help_on_every_subcommand() {
 
 #[test]
 fn add_user_takes_the_password_from_stdin_and_never_shows_or_stores_it() {
-    use replica_follower::config::SaslMechanism;
+    use replica_follower::security::SaslMechanism;
     use replica_follower::security::users::Users;
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;

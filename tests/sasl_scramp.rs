@@ -7,12 +7,12 @@
 
 mod support;
 
-use replica_follower::config::SaslMechanism;
 use replica_follower::protocol::codec::{Reader, Writer};
 use replica_follower::protocol::error::ErrorCode;
 use replica_follower::protocol::{
     ApiKey, api_versions, decode_response_header, encode_request_header, metadata, sasl,
 };
+use replica_follower::security::SaslMechanism;
 use replica_follower::security::scram::{ScramClient, ScramHash};
 use std::io::{Read, Write};
 use std::net::TcpStream;

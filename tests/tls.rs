@@ -11,8 +11,8 @@ mod support;
 
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::client::BrokerConnection;
-use replica_follower::config::{SecurityProtocol, SecuritySection};
 use replica_follower::security::ClientSecurity;
+use replica_follower::security::{SecurityProtocol, SecuritySection};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -51,7 +51,7 @@ pub struct BrokerConnection {
     request_timeout: Duration,
     max_response_bytes: usize,
     /// Who the connection authenticated as (SASL protocols).
-    sasl: Option<crate::client::sasl::SaslCredentials>,
+    sasl: Option<crate::security::SaslCredentials>,
     /// When to authenticate again (KIP-368): 85–95 % into the session the broker granted.
     reauthenticate_at: Option<Instant>,
     /// Requests sent whose responses have not been read: a re-authentication waits until
@@ -362,7 +362,7 @@ impl BrokerConnection {
             return Ok(());
         };
         let again = self.reauthenticate_at.is_some();
-        let lifetime = crate::client::sasl::authenticate(self, &creds)?;
+        let lifetime = super::sasl::authenticate(self, &creds)?;
         if again {
             crate::log_debug!(
                 "{}: re-authenticated with {} as `{}`",
@@ -372,7 +372,7 @@ impl BrokerConnection {
             );
         }
         self.reauthenticate_at =
-            lifetime.map(|l| Instant::now() + crate::client::sasl::reauthenticate_after(l));
+            lifetime.map(|l| Instant::now() + super::sasl::reauthenticate_after(l));
         Ok(())
     }
 
@@ -574,6 +574,29 @@ impl BrokerConnection {
     /// (double buffering: one response is processed while the next is read).
     pub fn swap_recv_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         std::mem::replace(&mut self.recv_buf, buf)
+    }
+}
+
+impl super::sasl::Transport for BrokerConnection {
+    fn name(&self) -> &str {
+        BrokerConnection::name(self)
+    }
+
+    fn version(&self, api: ApiKey) -> Option<i16> {
+        BrokerConnection::version(self, api)
+    }
+
+    fn require_version(&self, api: ApiKey) -> Result<i16> {
+        BrokerConnection::require_version(self, api)
+    }
+
+    fn send(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<&[u8]> {
+        BrokerConnection::send(self, api, version, Duration::ZERO, encode)
     }
 }
 

@@ -3,68 +3,42 @@
 //! message or SCRAM's two (RFC 5802 / 7677, the server's final signature verified). The
 //! broker's `session_lifetime_ms` (KIP-368) says when the connection must authenticate
 //! again; [`super::connection::BrokerConnection`] does so before its next request once 85–95 %
-//! of it has passed.
+//! of it has passed. The exchange reaches the broker only through [`Transport`], which the
+//! connection implements.
 //!
 //! The password is read from its file at each authentication (so a rotated password is
 //! picked up by the next connection) and appears in no message.
 
-use super::connection::BrokerConnection;
-use crate::config::{SaslMechanism, SecuritySection};
+use crate::protocol::codec::Writer;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{ApiKey, sasl};
 use crate::security::scram::{ScramClient, ScramError, ScramHash};
+use crate::security::{AuthenticationFailed, SaslCredentials};
 use anyhow::{Context, Result};
-use std::path::PathBuf;
 use std::time::Duration;
 
-/// Who a connection authenticates as, and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SaslCredentials {
-    pub mechanism: SaslMechanism,
-    pub username: String,
-    pub password_file: PathBuf,
-}
-
-impl SaslCredentials {
-    /// From `[security]`, when its protocol uses SASL (the config has checked that every key
-    /// is then set).
-    pub fn from_config(sec: &SecuritySection) -> Option<SaslCredentials> {
-        if !sec.protocol.uses_sasl() {
-            return None;
-        }
-        Some(SaslCredentials {
-            mechanism: sec.sasl_mechanism?,
-            username: sec.sasl_username.clone()?,
-            password_file: sec.sasl_password_file.clone()?,
-        })
-    }
-}
-
-/// The broker refused these credentials, or cannot authenticate them as configured (it does
-/// not offer the mechanism, or is not a SASL listener): retrying cannot help until the
-/// configuration or the broker changes. In an error's chain, so that start-up can tell it
-/// from a broker that is down.
-#[derive(Debug)]
-pub struct AuthenticationFailed(pub String);
-
-impl std::fmt::Display for AuthenticationFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for AuthenticationFailed {}
-
-/// Whether `e` is an authentication refusal (see [`AuthenticationFailed`]).
-pub fn is_authentication_failure(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<AuthenticationFailed>().is_some())
+/// What the exchange needs of a connection: how it names the broker, the versions
+/// negotiated with it, and one request answered.
+pub trait Transport {
+    /// How errors name the broker (`broker 2 (10.0.0.5:9092)`).
+    fn name(&self) -> &str;
+    /// The negotiated version of `api`, or `None` when the broker and we share none.
+    fn version(&self, api: ApiKey) -> Option<i16>;
+    /// The negotiated version, or an error naming the broker and API.
+    fn require_version(&self, api: ApiKey) -> Result<i16>;
+    /// Sends one request and returns the response body.
+    fn send(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        encode: impl FnOnce(&mut Writer),
+    ) -> Result<&[u8]>;
 }
 
 /// Authenticates `conn` (versions already negotiated) as `creds`; returns the session
 /// lifetime the broker gave, if any.
 pub fn authenticate(
-    conn: &mut BrokerConnection,
+    conn: &mut impl Transport,
     creds: &SaslCredentials,
 ) -> Result<Option<Duration>> {
     let name = conn.name().to_string();
@@ -76,7 +50,7 @@ pub fn authenticate(
         )));
     }
     let hs = conn
-        .send(ApiKey::SaslHandshake, 1, Duration::ZERO, |w| {
+        .send(ApiKey::SaslHandshake, 1, |w| {
             sasl::encode_handshake_request(w, mech)
         })
         .and_then(|body| {
@@ -124,7 +98,7 @@ pub fn authenticate(
     };
     // One SaslAuthenticate round: the broker's bytes, or its refusal.
     let mut round = |bytes: &[u8]| -> Result<sasl::AuthenticateResponse> {
-        let body = conn.send(ApiKey::SaslAuthenticate, version, Duration::ZERO, |w| {
+        let body = conn.send(ApiKey::SaslAuthenticate, version, |w| {
             sasl::encode_authenticate_request(w, version, bytes)
         })?;
         let resp = sasl::decode_authenticate_response(body, version)
@@ -188,6 +162,7 @@ pub fn reauthenticate_after(lifetime: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::security::SaslMechanism;
 
     #[test]
     fn re_authentication_comes_at_85_to_95_percent_of_the_session() {
@@ -200,18 +175,119 @@ mod tests {
         }
     }
 
+    /// A broker that answers each request with the next scripted body, and records what it
+    /// was sent.
+    struct Scripted {
+        answers: std::collections::VecDeque<Vec<u8>>,
+        sent: Vec<(ApiKey, Vec<u8>)>,
+        last: Vec<u8>,
+    }
+
+    impl Transport for Scripted {
+        fn name(&self) -> &str {
+            "broker 1 (test:9092)"
+        }
+
+        fn version(&self, api: ApiKey) -> Option<i16> {
+            match api {
+                ApiKey::SaslHandshake => Some(1),
+                ApiKey::SaslAuthenticate => Some(2),
+                _ => None,
+            }
+        }
+
+        fn require_version(&self, api: ApiKey) -> Result<i16> {
+            self.version(api).context("no version")
+        }
+
+        fn send(
+            &mut self,
+            api: ApiKey,
+            _version: i16,
+            encode: impl FnOnce(&mut Writer),
+        ) -> Result<&[u8]> {
+            let mut w = Writer::new();
+            encode(&mut w);
+            self.sent.push((api, w.buf));
+            self.last = self.answers.pop_front().context("no answer scripted")?;
+            Ok(&self.last)
+        }
+    }
+
+    fn scripted(offered: &[&str], error: ErrorCode, lifetime_ms: i64) -> Scripted {
+        let mut hs = Writer::new();
+        sasl::encode_handshake_response(
+            &mut hs,
+            &sasl::HandshakeResponse {
+                error,
+                mechanisms: offered.iter().map(|m| m.to_string()).collect(),
+            },
+        );
+        let mut auth = Writer::new();
+        sasl::encode_authenticate_response(
+            &mut auth,
+            2,
+            &sasl::AuthenticateResponse {
+                error: ErrorCode::NONE,
+                error_message: None,
+                auth_bytes: Vec::new(),
+                session_lifetime_ms: lifetime_ms,
+            },
+        );
+        Scripted {
+            answers: [hs.buf, auth.buf].into(),
+            sent: Vec::new(),
+            last: Vec::new(),
+        }
+    }
+
+    fn plain_credentials(dir: &std::path::Path) -> SaslCredentials {
+        use std::os::unix::fs::PermissionsExt;
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        SaslCredentials {
+            mechanism: SaslMechanism::Plain,
+            username: "alice".into(),
+            password_file: pw,
+        }
+    }
+
     #[test]
-    fn credentials_come_from_sasl_protocols_only() {
-        let mut sec = SecuritySection {
-            sasl_mechanism: Some(SaslMechanism::ScramSha256),
-            sasl_username: Some("u".into()),
-            sasl_password_file: Some("/pw".into()),
-            ..SecuritySection::default()
+    fn plain_sends_the_user_and_password_and_returns_the_session_lifetime() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = plain_credentials(dir.path());
+        let mut broker = scripted(&["PLAIN"], ErrorCode::NONE, 60_000);
+        let lifetime = authenticate(&mut broker, &creds).unwrap();
+        assert_eq!(lifetime, Some(Duration::from_secs(60)));
+        let [
+            (ApiKey::SaslHandshake, hs),
+            (ApiKey::SaslAuthenticate, auth),
+        ] = &broker.sent[..]
+        else {
+            panic!("{:?}", broker.sent);
         };
-        assert_eq!(SaslCredentials::from_config(&sec), None);
-        sec.protocol = crate::config::SecurityProtocol::SaslSsl;
-        let c = SaslCredentials::from_config(&sec).unwrap();
-        assert_eq!(c.mechanism, SaslMechanism::ScramSha256);
-        assert_eq!(c.username, "u");
+        assert_eq!(sasl::decode_handshake_request(hs).unwrap(), "PLAIN");
+        assert_eq!(
+            sasl::decode_authenticate_request(auth, 2).unwrap(),
+            b"\0alice\0s3cret"
+        );
+    }
+
+    #[test]
+    fn a_mechanism_the_broker_does_not_offer_is_a_refusal_naming_what_it_offers() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = plain_credentials(dir.path());
+        let mut broker = scripted(&["SCRAM-SHA-512"], ErrorCode::UNSUPPORTED_SASL_MECHANISM, 0);
+        let e = authenticate(&mut broker, &creds).unwrap_err();
+        assert!(crate::security::is_authentication_failure(&e), "{e:#}");
+        let e = format!("{e:#}");
+        assert!(
+            e.contains(
+                "broker 1 (test:9092) does not offer SASL mechanism PLAIN (it offers SCRAM-SHA-512)"
+            ),
+            "{e}"
+        );
+        assert_eq!(broker.sent.len(), 1, "no password is sent");
     }
 }

@@ -11,13 +11,14 @@ pub mod scram;
 pub mod users;
 
 pub mod cert_info;
+pub mod settings;
 pub mod stream;
 pub mod tls;
 
+pub use settings::{SaslCredentials, SaslMechanism, SecurityProtocol, SecuritySection};
 pub use stream::Stream;
 pub use tls::TlsFailure;
 
-use crate::config::{SecurityProtocol, SecuritySection, ServeSection};
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -35,7 +36,7 @@ use std::sync::Arc;
 pub struct ClientSecurity {
     protocol: SecurityProtocol,
     tls: Option<tls::ClientTls>,
-    sasl: Option<crate::client::sasl::SaslCredentials>,
+    sasl: Option<SaslCredentials>,
 }
 
 impl ClientSecurity {
@@ -47,14 +48,9 @@ impl ClientSecurity {
     };
 
     /// From a validated `[security]`: loads the CA roots and the client certificate (errors
-    /// name the key and file) and warns once when hostname verification is off.
+    /// name the key and file). The password file is read at each authentication.
     pub fn from_section(sec: &SecuritySection) -> Result<Arc<ClientSecurity>> {
-        let sasl = crate::client::sasl::SaslCredentials::from_config(sec);
-        if let Some(c) = &sasl {
-            // Readable now, so that a missing or open password file stops the start (exit
-            // 2) instead of failing every connection; read again at each authentication.
-            read_secret(&c.password_file).context("key `security.sasl_password_file`")?;
-        }
+        let sasl = SaslCredentials::from_config(sec);
         let tls = if sec.protocol.uses_tls() {
             Some(tls::ClientTls::from_section(sec)?)
         } else {
@@ -75,53 +71,54 @@ impl ClientSecurity {
         self.tls.as_ref()
     }
 
-    pub fn sasl(&self) -> Option<&crate::client::sasl::SaslCredentials> {
+    pub fn sasl(&self) -> Option<&SaslCredentials> {
         self.sasl.as_ref()
     }
 }
 
-/// What the serve listener requires of its clients (`[serve] protocol`): TLS, and SASL once
-/// integrated. Built once when the listener starts.
+/// What the serve listener requires of its clients (`[serve] protocol`): TLS and SASL. Built
+/// once, from the configuration ([`crate::resolve`]) or the `serve` command line.
 #[derive(Debug, Clone, Default)]
 pub struct ListenerSecurity {
     pub tls: Option<tls::ServerTls>,
     /// The mechanisms offered and the users file, with a SASL protocol.
-    pub sasl: Option<Arc<crate::serve::auth::SaslServerConfig>>,
+    pub sasl: Option<Arc<SaslServerConfig>>,
 }
 
-impl ListenerSecurity {
-    pub fn from_section(sv: &ServeSection) -> Result<ListenerSecurity> {
-        let tls = if sv.protocol.uses_tls() {
-            Some(tls::ServerTls::from_section(sv)?)
-        } else {
-            None
-        };
-        let sasl = match (&sv.sasl_users_file, sv.protocol.uses_sasl()) {
-            (Some(file), true) => {
-                let users = users::Users::load(file).context("key `serve.sasl_users_file`")?;
-                if users.names().is_empty() {
-                    crate::log_warn!(
-                        "serve: the users file `{}` has no users: every SASL client will be refused (add one with `replica-follower add-user`)",
-                        file.display()
-                    );
-                }
-                Some(Arc::new(crate::serve::auth::SaslServerConfig {
-                    mechanisms: sv.sasl_mechanisms.clone(),
-                    users,
-                }))
-            }
-            _ => None,
-        };
-        Ok(ListenerSecurity { tls, sasl })
+/// What the listener authenticates against.
+#[derive(Debug)]
+pub struct SaslServerConfig {
+    /// Offered in SaslHandshake, in this order.
+    pub mechanisms: Vec<SaslMechanism>,
+    pub users: users::Users,
+}
+
+/// The broker refused these credentials, or cannot authenticate them as configured (it does
+/// not offer the mechanism, or is not a SASL listener): retrying cannot help until the
+/// configuration or the broker changes. In an error's chain, so that start-up can tell it
+/// from a broker that is down.
+#[derive(Debug)]
+pub struct AuthenticationFailed(pub String);
+
+impl std::fmt::Display for AuthenticationFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
+}
+
+impl std::error::Error for AuthenticationFailed {}
+
+/// Whether `e` is an authentication refusal (see [`AuthenticationFailed`]).
+pub fn is_authentication_failure(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<AuthenticationFailed>().is_some())
 }
 
 /// Whether `e` is a security refusal that retrying cannot mend (a certificate refused
 /// either way, a peer that does not speak TLS, credentials refused): an ERROR, and at
 /// start-up fatal once every bootstrap broker refused.
 pub fn is_refusal(e: &anyhow::Error) -> bool {
-    TlsFailure::find(e).is_some_and(|f| f.fatal)
-        || crate::client::sasl::is_authentication_failure(e)
+    TlsFailure::find(e).is_some_and(|f| f.fatal) || is_authentication_failure(e)
 }
 
 /// Whether `a` and `b` are equal, in a time that depends only on their lengths (keys and

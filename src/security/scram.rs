@@ -19,8 +19,8 @@
 //! compute messages only; sockets are the caller's. No error message or `Debug` output holds
 //! a password, a salted password or a key.
 
+use super::SaslMechanism;
 use super::{base64, ct_eq, random_bytes};
-use crate::config::SaslMechanism;
 use hmac::{EagerHash, KeyInit, Mac};
 use std::fmt;
 

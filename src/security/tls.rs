@@ -18,8 +18,8 @@
 //! mend without a change of certificate or configuration (unknown CA, wrong name, expired,
 //! a client certificate required or refused, a peer that does not speak TLS).
 
+use super::SecuritySection;
 use super::cert_info::{self, CertInfo};
-use crate::config::{SecuritySection, ServeSection};
 use anyhow::{Context, Result, anyhow, bail};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ClientConfig, WebPkiServerVerifier};
@@ -158,23 +158,14 @@ pub struct ClientTls {
     config: Arc<ClientConfig>,
     /// The client certificate offered (mutual TLS), to name it when the broker refuses it.
     client_cert: Option<PathBuf>,
+    /// With `ssl_verify_hostname = false`: warned of once, at the first connection made with
+    /// this configuration (a configuration only checked, never used, says nothing).
+    unverified_names: Option<std::sync::Once>,
 }
 
 impl ClientTls {
     /// Loads the CA roots and the client certificate; errors name the key and the file.
-    /// `ssl_verify_hostname = false` is warned of here, once per configuration built.
     pub fn from_section(sec: &SecuritySection) -> Result<ClientTls> {
-        let tls = Self::load(sec)?;
-        if !sec.ssl_verify_hostname {
-            crate::log_warn!(
-                "security.ssl_verify_hostname = false: brokers' certificates are checked against the CAs but not against the host connected to; any certificate those CAs signed is accepted for every broker"
-            );
-        }
-        Ok(tls)
-    }
-
-    /// [`Self::from_section`] without the warning (the configuration check).
-    pub fn load(sec: &SecuritySection) -> Result<ClientTls> {
         let (roots, described) = match &sec.ssl_ca_file {
             Some(p) => (
                 load_roots(p, "security.ssl_ca_file")?,
@@ -214,12 +205,20 @@ impl ClientTls {
         Ok(ClientTls {
             config: Arc::new(config),
             client_cert: sec.ssl_cert_file.clone(),
+            unverified_names: (!sec.ssl_verify_hostname).then(std::sync::Once::new),
         })
     }
 
     /// A client connection to `host` (the broker's host as the address names it: SNI and
     /// the name its certificate must carry; an IP literal is checked as an IP address).
     pub fn connection(&self, host: &str) -> io::Result<rustls::ClientConnection> {
+        if let Some(once) = &self.unverified_names {
+            once.call_once(|| {
+                crate::log_warn!(
+                    "security.ssl_verify_hostname = false: brokers' certificates are checked against the CAs but not against the host connected to; any certificate those CAs signed is accepted for every broker"
+                )
+            });
+        }
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string()).map_err(|_| {
             io::Error::new(
@@ -244,16 +243,14 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    /// Loads the listener's certificate chain and key (checked to match) and, with
-    /// `ssl_client_ca_file`, the CAs client certificates must be signed by (required then).
-    pub fn from_section(sv: &ServeSection) -> Result<ServerTls> {
-        let (Some(cert), Some(key)) = (&sv.ssl_cert_file, &sv.ssl_key_file) else {
-            bail!("serve.ssl_cert_file and serve.ssl_key_file are required with TLS");
-        };
+    /// Loads the listener's certificate chain `cert` and its `key` (checked to match) and,
+    /// with `client_ca` (`ssl_client_ca_file`), the CAs client certificates must be signed
+    /// by (required then). Errors name the `serve.*` key and the file.
+    pub fn load(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<ServerTls> {
         let builder = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(VERSIONS)
             .context("TLS 1.2 and 1.3 with the ring provider")?;
-        let builder = match &sv.ssl_client_ca_file {
+        let builder = match client_ca {
             Some(ca) => {
                 let roots = load_roots(ca, "serve.ssl_client_ca_file")?;
                 let verifier =
@@ -273,7 +270,7 @@ impl ServerTls {
             .map_err(|e| key_pair_error(e, cert, key, "serve"))?;
         Ok(ServerTls {
             config: Arc::new(config),
-            verifies_clients: sv.ssl_client_ca_file.is_some(),
+            verifies_clients: client_ca.is_some(),
         })
     }
 

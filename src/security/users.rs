@@ -14,12 +14,12 @@
 //! `checkpoint::rewrite_atomic_private`: a crash leaves the old file or the new one, and the
 //! file is mode 0600 from its first byte. Read once by the listener at start.
 
+use super::SaslMechanism;
 use super::base64;
 use super::ct_eq;
 use super::scram::{
     DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_SHA_256, ScramCredential, ScramHash,
 };
-use crate::config::SaslMechanism;
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -6,22 +6,13 @@
 //! with SASL_AUTHENTICATION_FAILED and the connection closed; a client may authenticate
 //! again on an authenticated connection (KIP-368) by sending SaslHandshake anew.
 
-use crate::config::SaslMechanism;
 use crate::protocol::codec::Writer;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{ApiKey, sasl};
 use crate::security::scram::{ScramError, ScramHash, ScramServer};
-use crate::security::users::Users;
+use crate::security::{SaslMechanism, SaslServerConfig};
 use anyhow::{Result, bail};
 use std::sync::Arc;
-
-/// What the listener authenticates against.
-#[derive(Debug)]
-pub struct SaslServerConfig {
-    /// Offered in SaslHandshake, in this order.
-    pub mechanisms: Vec<SaslMechanism>,
-    pub users: Users,
-}
 
 enum State {
     /// Waiting for SaslHandshake.
@@ -360,6 +351,7 @@ fn parse_plain(msg: &[u8]) -> Option<(String, String)> {
 mod tests {
     use super::*;
     use crate::security::scram::{SCRAM_SHA_512, ScramClient};
+    use crate::security::users::Users;
 
     impl Authenticator {
         fn admit_t(&self, api_key: i16) -> Result<()> {

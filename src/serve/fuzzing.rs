@@ -14,14 +14,14 @@
 //! empty session cache, and a Fetch naming session id 1 to [`SESSION_ALIASES`] names the
 //! sessions this connection opened (their real ids are random), in order.
 
-use super::auth::{Authenticator, SaslServerConfig};
+use super::auth::Authenticator;
 use super::handlers::Context;
 use super::response::{Piece, write_frame};
 use super::sessions::FetchSessionCache;
 use super::source::Source;
 use super::{ConnState, answer};
 use crate::checkpoint::TopicPartition;
-use crate::config::{SaslMechanism, ServeSection};
+use crate::config::ServeSection;
 use crate::log::LogConfig;
 use crate::log::manager::{LogManager, lock_log};
 use crate::protocol::codec::{Reader, Writer};
@@ -33,6 +33,7 @@ use crate::protocol::{ApiKey, RefusedApi, api_versions, metadata, sasl};
 use crate::record::BatchHeader;
 use crate::record::records::{NewRecord, build_v2_batch};
 use crate::security::users::Users;
+use crate::security::{SaslMechanism, SaslServerConfig};
 use anyhow::{Context as _, Result};
 use std::borrow::Cow;
 use std::path::Path;

@@ -104,12 +104,23 @@ pub struct ServeOptions {
 }
 
 impl ServeOptions {
-    /// From `[serve]`, its TLS files loaded (errors name the key and file); `None` when
-    /// `listen` is not set.
-    pub fn from_section(s: &ServeSection) -> Result<Option<ServeOptions>> {
+    /// From `[serve]` and the listener's `security` (its files loaded); `None` when `listen`
+    /// is not set. A users file without users is warned of: every SASL client is refused.
+    pub fn from_section(
+        s: &ServeSection,
+        security: ListenerSecurity,
+    ) -> Result<Option<ServeOptions>> {
         let Some(listen) = s.listen.clone() else {
             return Ok(None);
         };
+        if let (Some(sasl), Some(file)) = (&security.sasl, &s.sasl_users_file)
+            && sasl.users.names().is_empty()
+        {
+            crate::log_warn!(
+                "serve: the users file `{}` has no users: every SASL client will be refused (add one with `replica-follower add-user`)",
+                file.display()
+            );
+        }
         Ok(Some(ServeOptions {
             listen,
             advertised: s.advertised.clone(),
@@ -130,7 +141,7 @@ impl ServeOptions {
             follower_principals: s.follower_principals.clone(),
             max_fetch_sessions: s.max_fetch_sessions,
             fetch_max_bytes: s.fetch_max_bytes,
-            security: ListenerSecurity::from_section(s)?,
+            security,
         }))
     }
 }
@@ -909,7 +920,12 @@ fn answer_refused(
         r.skip_tagged_fields("request header tags")?;
     }
     let body = r.take(r.remaining(), "request body")?;
-    let answered = refusals::answer(ctx, api, version, body)
+    let this = crate::protocol::group::Coordinator {
+        node_id: ctx.node_id,
+        host: &ctx.host,
+        port: ctx.port,
+    };
+    let answered = refusals::answer(this, || ctx.cluster_id(), api, version, body)
         .with_context(|| format!("{} v{version}", api.name()))?;
     let Some(body) = answered else {
         return Ok(None);

@@ -30,7 +30,6 @@
 //! reports nothing at all; listed, the Producer gets "Broker: Topic authorization failed"
 //! and the Consumer GROUP_AUTHORIZATION_FAILED within a second.
 
-use super::handlers::Context;
 use crate::protocol::RefusedApi;
 use crate::protocol::admin::{self, ConfigApi, ConfigResource};
 use crate::protocol::codec::{DecodeResult, Writer};
@@ -63,9 +62,12 @@ fn config_resource_error(res: &ConfigResource) -> ErrorCode {
 
 /// The body answering `api` at `version`, a version it is
 /// advertised at; `None` when Kafka sends no response (Produce with acks=0). A request that
-/// cannot be decoded is an error, which closes the connection as Kafka does.
+/// cannot be decoded is an error, which closes the connection as Kafka does. `this` is this
+/// broker as FindCoordinator and DescribeCluster name it; `cluster_id` is asked only by
+/// DescribeCluster.
 pub fn answer(
-    ctx: &Context,
+    this: group::Coordinator<'_>,
+    cluster_id: impl FnOnce() -> Option<String>,
     api: RefusedApi,
     version: i16,
     body: &[u8],
@@ -98,18 +100,13 @@ pub fn answer(
                 // This node, which then refuses every group request: a consumer that only
                 // assign()s (librdkafka asks for a coordinator whenever group.id is set)
                 // never meets an error, one that subscribes or commits does, at once.
-                let node = group::Coordinator {
-                    node_id: ctx.node_id,
-                    host: &ctx.host,
-                    port: ctx.port,
-                };
                 group::encode_find_coordinator(
                     &mut w,
                     version,
                     &req.keys,
                     ErrorCode::NONE,
                     None,
-                    node,
+                    this,
                 );
             }
         }
@@ -169,11 +166,11 @@ pub fn answer(
         }
         RefusedApi::DescribeCluster => {
             let endpoint_type = admin::decode_describe_cluster_request(body, version)?;
-            let cluster_id = ctx.cluster_id().unwrap_or_default();
+            let cluster_id = cluster_id().unwrap_or_default();
             let node = admin::ClusterNode {
-                node_id: ctx.node_id,
-                host: &ctx.host,
-                port: ctx.port,
+                node_id: this.node_id,
+                host: this.host,
+                port: this.port,
                 cluster_id: &cluster_id,
             };
             admin::encode_describe_cluster(&mut w, version, endpoint_type, &node);
