@@ -12,7 +12,7 @@ use super::abstract_fetcher::LeaderEndPoint;
 use super::abstract_fetcher::{
     AbstractFetcher, FetchParams, FetchStatus, FetcherEvent, FetcherShared, PartitionFetchState,
 };
-use super::leader_endpoint::BrokerEndPoint;
+use super::broker_endpoint::BrokerEndPoint;
 use super::replica_fetcher::ReplicaLogOps;
 use super::shutdownable::ShutdownableThread;
 use crate::checkpoint::TopicPartition;

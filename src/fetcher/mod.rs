@@ -9,7 +9,7 @@
 //!   looks at no partition.
 //! - [`fetch_session`]: the client side of KIP-227 fetch sessions (Kafka's
 //!   `FetchSessionHandler`): what the leader's session holds, and the next request's contents.
-//! - [`leader_endpoint`]: the real `LeaderEndPoint` over a broker connection.
+//! - [`broker_endpoint`]: the real `LeaderEndPoint` over a broker connection.
 //! - [`replica_fetcher`]: the real `ReplicaOps`: verify batches, append to the local log.
 //! - [`manager`]: groups partitions by leader into `fetchers_per_broker` threads per broker and
 //!   moves them when leadership moves; it reaches the cluster through a
@@ -37,8 +37,8 @@
 //! in (a network wait ends at once with its socket shut; a disk write or checkpoint finishes).
 
 pub mod abstract_fetcher;
+pub mod broker_endpoint;
 pub mod fetch_session;
-pub mod leader_endpoint;
 pub mod manager;
 pub mod partition_map;
 pub mod replica_fetcher;
