@@ -17,363 +17,20 @@
 //! the manager, which looks the leader up again.
 
 use super::fetch_session::{FetchSessionHandler, ResponseVerdict, WantedPartition};
-use super::partition_map::PartitionMap;
+use super::leader_endpoint::{FetchFrame, Identity, IdentityMismatch, LeaderEndPoint};
+use super::partition_map::{FetchStatus, PartitionFetchState, PartitionMap};
+use super::replica_ops::{ReplicaOps, ValidatedFetch};
+use super::shared::{FetcherEvent, FetcherShared};
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
 use crate::logging::Human;
-use crate::protocol::error::{ErrorAction, ErrorCode};
-use crate::protocol::fetch::{
-    DivergingEpoch, FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse,
-};
-use crate::protocol::uuid::Uuid;
+use crate::protocol::error::ErrorAction;
+use crate::protocol::fetch::{DivergingEpoch, FetchPartition, FetchRequest};
 use anyhow::Result;
 use std::collections::BTreeMap;
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FetchStatus {
-    Fetching,
-    /// Must find the point where the local log and the leader's agree before fetching.
-    Truncating,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionFetchState {
-    /// Next offset to fetch. Invariant: equals the local log end after every round.
-    pub fetch_offset: i64,
-    /// The leader epoch from metadata, sent as CurrentLeaderEpoch (-1: unknown).
-    pub current_leader_epoch: i32,
-    pub status: FetchStatus,
-    /// Not fetched before this instant (set after an error).
-    pub delayed_until: Option<Instant>,
-    /// The round in which the partition last brought data. Requests list partitions that
-    /// brought data longest ago first: a leader gives an oversized batch (KIP-74) only to the
-    /// first partition with data, so a fixed order could starve the ones at the back.
-    pub last_data_round: u64,
-    /// The topic id the local log belongs to, sent with Fetch v13+ so that a leader whose
-    /// topic was re-created answers UNKNOWN_TOPIC_ID instead of serving the new topic.
-    pub topic_id: Option<Uuid>,
-}
-
-impl PartitionFetchState {
-    pub fn new(fetch_offset: i64, current_leader_epoch: i32, status: FetchStatus) -> Self {
-        PartitionFetchState {
-            fetch_offset,
-            current_leader_epoch,
-            status,
-            delayed_until: None,
-            last_data_round: 0,
-            topic_id: None,
-        }
-    }
-
-    pub fn with_topic_id(mut self, topic_id: Option<Uuid>) -> Self {
-        self.topic_id = topic_id;
-        self
-    }
-    fn is_ready(&self, now: Instant) -> bool {
-        self.status == FetchStatus::Fetching && self.delayed_until.is_none_or(|t| t <= now)
-    }
-}
-
-/// What a fetcher shares with its manager.
-pub struct FetcherShared {
-    /// Written by the manager (add/remove) and the fetcher thread (state after each round);
-    /// the fetcher waits on `cond` while no partition is ready; `cond` is signalled when
-    /// partitions are added and at shutdown.
-    map: Mutex<PartitionMap>,
-    cond: Condvar,
-    running: AtomicBool,
-    /// A clone of the fetcher's socket, shut down by `initiate_shutdown` so that a fetch in
-    /// flight ends at once instead of at its timeout.
-    socket: Mutex<Option<TcpStream>>,
-}
-
-impl Default for FetcherShared {
-    fn default() -> Self {
-        FetcherShared {
-            map: Mutex::new(PartitionMap::new()),
-            cond: Condvar::new(),
-            running: AtomicBool::new(true),
-            socket: Mutex::new(None),
-        }
-    }
-}
-
-impl FetcherShared {
-    pub fn lock(&self) -> MutexGuard<'_, PartitionMap> {
-        self.map
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Adds (or replaces) partitions and wakes the fetcher.
-    pub fn add_partitions(
-        &self,
-        parts: impl IntoIterator<Item = (TopicPartition, PartitionFetchState)>,
-    ) {
-        let mut map = self.lock();
-        map.extend(parts);
-        self.cond.notify_all();
-    }
-
-    /// Removes a partition; returns its last state.
-    pub fn remove_partition(&self, tp: &TopicPartition) -> Option<PartitionFetchState> {
-        self.lock().remove(tp)
-    }
-
-    pub fn partition_count(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn partitions(&self) -> Vec<(TopicPartition, PartitionFetchState)> {
-        self.lock()
-            .iter()
-            .map(|(t, s)| (t.clone(), s.clone()))
-            .collect()
-    }
-
-    /// Registers the socket a fetch in flight uses (see `socket`).
-    pub fn set_socket(&self, s: Option<TcpStream>) {
-        *self
-            .socket
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = s;
-    }
-}
-
-impl FetcherShared {
-    /// Clears the running flag and shuts the socket of a fetch in flight (it fails at once,
-    /// and no new connection is made).
-    fn stop_fetching(&self) {
-        self.running.store(false, Ordering::SeqCst);
-        if let Some(s) = self
-            .socket
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-        {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    /// [`ShutdownSignal::initiate_shutdown`] for [`super::manager::StopHandle`], which must
-    /// never wait: it only *tries* the partition-map lock (the fetcher holds it across a
-    /// truncation's requests) to wake a waiting fetcher. Should the lock be taken, the
-    /// wake-up goes out without it, and a wait that begins just after ends within
-    /// `IDLE_WAIT`; the owner's own `initiate_shutdown` before it joins wakes it for sure.
-    pub(crate) fn interrupt(&self) {
-        self.stop_fetching();
-        let _map = match self.map.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        self.cond.notify_all();
-    }
-}
-
-impl ShutdownSignal for FetcherShared {
-    fn is_running(&self) -> bool {
-        self.running.load(Ordering::SeqCst)
-    }
-    fn initiate_shutdown(&self) {
-        self.stop_fetching();
-        // Taking the map lock before notifying closes the window between a waiter's running
-        // check and its wait.
-        let _map = self.lock();
-        self.cond.notify_all();
-    }
-}
-
-/// Events a fetcher sends its manager.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FetcherEvent {
-    /// The partition was removed from the fetcher: its leader must be looked up again.
-    NeedsLeader {
-        tp: TopicPartition,
-        reason: String,
-        /// The fetcher that gave it up and the leader epoch it fetched under: a stale event
-        /// from an earlier assignment must not undo the current one.
-        fetcher: String,
-        leader_epoch: i32,
-    },
-}
-
-/// A Fetch response as received. The fetcher owns it while processing it, so the endpoint
-/// can send (and later receive) the next request meanwhile; then it goes back with
-/// [`LeaderEndPoint::recycle`] and its buffer is reused.
-#[derive(Debug)]
-pub struct FetchFrame {
-    pub buf: Vec<u8>,
-    /// Where the response body lies in `buf`.
-    pub body: std::ops::Range<usize>,
-    pub version: i16,
-    /// topic id → name, for a v13+ response (which names topics only by id).
-    pub topic_names: BTreeMap<Uuid, String>,
-}
-
-impl FetchFrame {
-    pub fn decode(&self) -> Result<FetchResponse<'_>> {
-        Ok(crate::protocol::fetch::decode_response_named(
-            self.buf.get(self.body.clone()).unwrap_or_default(),
-            self.version,
-            &self.topic_names,
-        )?)
-    }
-}
-
-/// The leader side of the loop (Kafka's `LeaderEndPoint`).
-pub trait LeaderEndPoint: Send {
-    fn describe(&self) -> String;
-    /// Sends a Fetch request without waiting for its response; responses come back in the
-    /// order requests were sent.
-    fn send_fetch(&mut self, req: &FetchRequest) -> Result<()>;
-    /// Receives the response to the oldest Fetch sent.
-    fn receive_fetch(&mut self) -> Result<FetchFrame>;
-    /// Hands a processed frame's buffer back for reuse.
-    fn recycle(&mut self, frame: FetchFrame);
-    fn fetch_earliest_offset(
-        &mut self,
-        tp: &TopicPartition,
-        current_leader_epoch: i32,
-    ) -> Result<std::result::Result<i64, ErrorCode>>;
-    fn fetch_latest_offset(
-        &mut self,
-        tp: &TopicPartition,
-        current_leader_epoch: i32,
-    ) -> Result<std::result::Result<i64, ErrorCode>>;
-    /// OffsetForLeaderEpoch: the leader's (epoch, end offset) for `epoch`; `Ok(None)` when the
-    /// leader does not offer the API.
-    fn fetch_epoch_end_offset(
-        &mut self,
-        tp: &TopicPartition,
-        current_leader_epoch: i32,
-        epoch: i32,
-    ) -> Result<Option<(ErrorCode, i32, i64)>>;
-    /// Whether Fetch responses report diverging epochs (Fetch v12+).
-    fn supports_diverging_epoch(&mut self) -> Result<bool>;
-    /// The cluster id and the topic's id as this leader reports them (each `None` when it
-    /// reports none), asked before a truncation: a re-created topic or another cluster behind
-    /// the same address must never truncate the history of the old one.
-    fn identity(&mut self, topic: &str) -> Result<Identity>;
-    /// Drops the connection; the next call reconnects.
-    fn close(&mut self);
-}
-
-/// An endpoint's refusal to fetch from a broker that is not the source of the local logs
-/// (another cluster id); the loop hands every partition back instead of retrying.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdentityMismatch(pub String);
-
-impl std::fmt::Display for IdentityMismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for IdentityMismatch {}
-
-/// Which cluster and topic a log belongs to.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub cluster_id: Option<String>,
-    pub topic_id: Option<crate::protocol::uuid::Uuid>,
-}
-
-impl Identity {
-    /// Why `leader` cannot be the source of `local`, if it cannot (only ids both sides know
-    /// are compared).
-    pub fn mismatch(local: &Identity, leader: &Identity) -> Option<String> {
-        if let (Some(a), Some(b)) = (&local.cluster_id, &leader.cluster_id)
-            && a != b
-        {
-            return Some(format!(
-                "the leader reports cluster id {b}, the local log belongs to cluster {a}"
-            ));
-        }
-        if let (Some(a), Some(b)) = (local.topic_id, leader.topic_id)
-            && a != b
-        {
-            return Some(format!(
-                "the leader reports topic id {b}, the local log has topic id {a}"
-            ));
-        }
-        None
-    }
-}
-
-/// What the replica side's validation of one partition's records hands the loop: the loop
-/// needs only where the next fetch starts and the epoch of the last batch (for pipelining the
-/// next request); the bytes themselves stay the replica's business.
-pub trait ValidatedFetch {
-    fn next_fetch_offset(&self) -> i64;
-    fn last_epoch(&self) -> Option<i32>;
-    /// Why the batches after the valid ones were refused, when some were: the valid ones are
-    /// appended, then the partition backs off.
-    fn refused(&self) -> Option<&str>;
-}
-
-/// The local side of the loop: what a replica fetcher does with fetched data.
-pub trait ReplicaOps: Send {
-    type Validated: ValidatedFetch;
-    /// Checks the records fetched at `fetch_offset` once, writing nothing: checksums, headers,
-    /// and that the offsets may follow the local log.
-    fn validate(
-        &self,
-        tp: &TopicPartition,
-        fetch_offset: i64,
-        data: &FetchPartitionResponse<'_>,
-    ) -> Result<Self::Validated, AppendError>;
-    /// Appends what [`Self::validate`] accepted; returns the new log end offset.
-    fn append(
-        &mut self,
-        tp: &TopicPartition,
-        fetch_offset: i64,
-        validated: Self::Validated,
-        data: &FetchPartitionResponse<'_>,
-    ) -> Result<i64, AppendError>;
-    fn log_start_offset(&self, tp: &TopicPartition) -> Option<i64>;
-    fn log_end_offset(&self, tp: &TopicPartition) -> Option<i64>;
-    fn latest_epoch(&self, tp: &TopicPartition) -> Option<i32>;
-    /// The log start offset and the latest epoch together, which every request asks of every
-    /// partition it fetches: one look-up where the log is found through a map.
-    fn fetch_position(&self, tp: &TopicPartition) -> (Option<i64>, Option<i32>) {
-        (self.log_start_offset(tp), self.latest_epoch(tp))
-    }
-    /// A count that moves whenever some partition's log start or epochs may have moved other
-    /// than through this trait (retention): a request then looks at every partition again.
-    fn position_moves(&self) -> u64 {
-        0
-    }
-    /// The largest local epoch ≤ `epoch` and its end offset.
-    fn end_offset_for_epoch(&self, tp: &TopicPartition, epoch: i32) -> Option<(i32, i64)>;
-    /// Removes every offset ≥ `offset`; `reason` says why, for the record of what was removed.
-    fn truncate(&mut self, tp: &TopicPartition, offset: i64, reason: &str) -> Result<()>;
-    /// The leader no longer has the offsets from the local log end up to `offset` (its
-    /// retention passed a stopped or slow replica): keep every local batch, record the range
-    /// as lost upstream, and continue at `offset`.
-    fn skip_to(&mut self, tp: &TopicPartition, offset: i64) -> Result<()>;
-    /// The cluster id and topic id recorded for the local log (each `None` when unknown).
-    fn identity(&self, tp: &TopicPartition) -> Identity;
-    /// Whether no fetch should be sent now (the local disk is full): the loop waits a backoff
-    /// instead of fetching data it could not append.
-    fn paused(&self) -> bool {
-        false
-    }
-    /// A local storage error on `tp` (Kafka's `markPartitionFailed`): it is no longer
-    /// fetched until its storage is sound again. Must not block (the caller holds the
-    /// partition-map lock).
-    fn mark_failed(&mut self, _tp: &TopicPartition, _reason: &str) {}
-    /// Called once after a round's truncations, outside the partition-map lock (the real
-    /// replica rewrites its checkpoints here, once, rather than per truncated partition).
-    fn after_truncations(&mut self) {}
-}
 
 #[derive(Debug, Clone)]
 pub struct FetchParams {
@@ -743,9 +400,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let mut map = shared.lock();
         if self.replica.paused() {
             if shared.is_running() {
-                let _r = shared
-                    .cond
-                    .wait_timeout(map, self.params.backoff.min(IDLE_WAIT));
+                shared.wait(map, self.params.backoff.min(IDLE_WAIT));
             }
             return None;
         }
@@ -764,7 +419,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             None if map.any_truncating() => self.params.backoff,
             None => IDLE_WAIT,
         };
-        let _r = shared.cond.wait_timeout(map, wait.min(IDLE_WAIT));
+        shared.wait(map, wait.min(IDLE_WAIT));
         None
     }
 
@@ -1607,9 +1262,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
 mod tests {
     //! The loop against a scripted leader and an in-memory replica: no sockets.
     use super::*;
+    use crate::protocol::error::ErrorCode;
+    use crate::protocol::fetch::{FetchPartitionResponse, FetchResponse};
     use crate::record::records::{NewRecord, build_v2_batch};
     use std::collections::VecDeque;
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
 
     /// A leader that serves `log` (whole batches) and can be told to fail.
     struct MockLeader {

@@ -1,8 +1,7 @@
 //! The real [`LeaderEndPoint`]: a lazily (re)connected broker connection.
 
-use super::abstract_fetcher::{
-    FetchFrame, FetcherShared, Identity, IdentityMismatch, LeaderEndPoint,
-};
+use super::leader_endpoint::{FetchFrame, Identity, IdentityMismatch, LeaderEndPoint};
+use super::shared::FetcherShared;
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;

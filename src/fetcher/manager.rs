@@ -8,12 +8,12 @@
 //! epoch, the partition moves. Fetchers left without partitions are shut down.
 //! The manager runs on its own thread and sleeps on its event channel between rounds.
 
-use super::abstract_fetcher::LeaderEndPoint;
-use super::abstract_fetcher::{
-    AbstractFetcher, FetchParams, FetchStatus, FetcherEvent, FetcherShared, PartitionFetchState,
-};
+use super::abstract_fetcher::{AbstractFetcher, FetchParams};
 use super::broker_endpoint::BrokerEndPoint;
+use super::leader_endpoint::LeaderEndPoint;
+use super::partition_map::{FetchStatus, PartitionFetchState};
 use super::replica_fetcher::ReplicaLogOps;
+use super::shared::{FetcherEvent, FetcherShared};
 use super::shutdownable::ShutdownableThread;
 use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::client::cluster::PartitionLeader;
-use crate::fetcher::abstract_fetcher::{FetchFrame, Identity};
+use crate::fetcher::leader_endpoint::{FetchFrame, Identity};
 use crate::protocol::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse};
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;

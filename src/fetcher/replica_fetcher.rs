@@ -22,7 +22,8 @@
 //! fetch offset, the last epoch) goes to the fetch loop as a [`ValidatedRecords`], which the
 //! loop reads only through [`ValidatedFetch`]: it never walks record bytes itself.
 
-use super::abstract_fetcher::{Identity, ReplicaOps, ValidatedFetch};
+use super::leader_endpoint::Identity;
+use super::replica_ops::{ReplicaOps, ValidatedFetch};
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
 use crate::log::manager::{LogManager, lock_log};
