@@ -16,6 +16,7 @@
 //! OffsetOutOfRange follows Kafka's follower rule; partitions whose leader is stale go back to
 //! the manager, which looks the leader up again.
 
+use super::backoff::{FailureBackoff, delay};
 use super::fetch_session::{FetchSessionHandler, ResponseVerdict, WantedPartition};
 use super::leader_endpoint::{FetchFrame, Identity, IdentityMismatch, LeaderEndPoint};
 use super::partition_map::{FetchStatus, PartitionFetchState, PartitionMap};
@@ -60,13 +61,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     sent_at: Option<Instant>,
     /// Counts partitions that brought data, to order requests (see `last_data_round`).
     round: u64,
-    /// Fetches in a row that got no usable response (the leader down or unreachable): each
-    /// doubles the wait before the next, and only the first and one a minute are warned of.
-    failures: u32,
-    failing_since: Option<Instant>,
-    /// When the last failure was warned of, and its outermost message: another kind of
-    /// failure is warned of at once.
-    last_warned: Option<(Instant, String)>,
+    /// Fetches in a row that got no usable response, and the wait before the next.
+    failures: FailureBackoff,
     /// Partitions handed back in this round, and why: said in one line, not one each.
     handed_back: Vec<(TopicPartition, String)>,
     /// The KIP-227 session with this leader: what it holds and the next epoch.
@@ -128,13 +124,6 @@ fn is_full(req: &FetchRequest) -> bool {
     req.session_epoch <= crate::protocol::fetch::INITIAL_EPOCH
 }
 
-/// Marks a partition not ready before now + `backoff`.
-fn delay(map: &mut PartitionMap, tp: &TopicPartition, backoff: Duration) {
-    if let Some(s) = map.get_mut(tp) {
-        s.delayed_until = Some(Instant::now() + backoff);
-    }
-}
-
 /// Marks an error as the local log's (not the leader's): the partition is failed.
 /// How many record bytes a response must bring before its successor is received on a second
 /// thread while it is appended: below this, a thread costs more than the overlap saves.
@@ -174,6 +163,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         params: FetchParams,
         events: Sender<FetcherEvent>,
     ) -> Self {
+        let failures = FailureBackoff::new(params.backoff, params.backoff_max);
         AbstractFetcher {
             name,
             shared,
@@ -185,33 +175,13 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             prefetched: None,
             sent_at: None,
             round: 0,
-            failures: 0,
-            failing_since: None,
-            last_warned: None,
+            failures,
             handed_back: Vec::new(),
             session: FetchSessionHandler::new(),
             position_moves: 0,
             session_fetched_at: None,
             session_reset_said: None,
         }
-    }
-
-    /// The wait after the `failures`-th failed fetch in a row: the backoff, doubling, at
-    /// most `backoff_max` (Kafka's `reconnect.backoff.max.ms`), with ±20 % jitter so that
-    /// many fetchers do not retry in step.
-    fn failure_backoff(&self) -> Duration {
-        let doubled = self
-            .params
-            .backoff
-            .saturating_mul(1 << self.failures.saturating_sub(1).min(16));
-        // A cheap spread: the clock's nanoseconds, not a random generator.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let factor = 0.8 + f64::from(nanos % 1_000_000) / 1_000_000.0 * 0.4;
-        doubled
-            .mul_f64(factor)
-            .min(self.params.backoff_max.max(self.params.backoff))
     }
 
     /// One line for the partitions handed back since the last call.
@@ -448,7 +418,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             fetched.len(),
             self.leader.describe()
         );
-        let wait = self.note_failure(&what, e);
+        let wait = self.failures.failed(&what, e, self.shared.is_running());
         self.close_leader();
         self.in_flight = None;
         let mut map = shared.lock();
@@ -457,61 +427,6 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             crate::live::live().unanswered(tp, &why);
             delay(&mut map, tp, wait);
         }
-    }
-
-    /// Counts a request to the leader that got no usable answer and says so calmly: warned
-    /// (an ERROR for a TLS refusal) when failures start, when their kind changes and once a
-    /// minute; debug in between.
-    /// Returns how long to wait before the next try (doubling, see `failure_backoff`).
-    fn note_failure(&mut self, what: &str, e: &anyhow::Error) -> Duration {
-        self.failures += 1;
-        let wait = self.failure_backoff();
-        if !self.shared.is_running() {
-            return wait;
-        }
-        let now = Instant::now();
-        let since = *self.failing_since.get_or_insert(now);
-        let kind = e.to_string();
-        let loud = self
-            .last_warned
-            .as_ref()
-            .is_none_or(|(t, k)| now - *t >= Duration::from_secs(60) || *k != kind);
-        if self.failures == 1 || loud {
-            let line = format!(
-                "{what} failed{}: {e:#}; retrying in {}, then less often",
-                if self.failures > 1 {
-                    format!(" ({} times in {})", self.failures, Human(now - since))
-                } else {
-                    String::new()
-                },
-                Human(wait)
-            );
-            // A refused certificate needs an operator; an unreachable broker may come back.
-            if crate::security::is_refusal(e) {
-                crate::log_error!("{line}");
-            } else {
-                crate::log_warn!("{line}");
-            }
-            self.last_warned = Some((now, kind));
-        } else {
-            crate::log_debug!("{what} failed again: {e:#}; retrying in {}", Human(wait));
-        }
-        wait
-    }
-
-    /// A usable response arrived: the leader is reachable again.
-    fn fetch_succeeded(&mut self) {
-        if self.failures > 0 {
-            let since = self.failing_since.map_or(0, |t| t.elapsed().as_secs());
-            crate::log_info!(
-                "fetching from {} works again (after {} failed attempt(s) over {since}s)",
-                self.leader.describe(),
-                self.failures
-            );
-        }
-        self.failures = 0;
-        self.failing_since = None;
-        self.last_warned = None;
     }
 
     /// Receives the response to `req` and handles it partition by partition.
@@ -547,7 +462,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 return;
             }
         };
-        self.fetch_succeeded();
+        self.failures.succeeded(|| self.leader.describe());
         let full = is_full(req);
         // The offset each answered partition was fetched from: a full request names them all;
         // an incremental one only those that changed, the session holds the rest. Only the
@@ -1171,7 +1086,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             Ok(d) => d,
             Err(e) => {
                 let what = format!("reaching {}", self.leader.describe());
-                let wait = self.note_failure(&what, &e);
+                let wait = self.failures.failed(&what, &e, self.shared.is_running());
                 self.close_leader();
                 for (tp, _) in &truncating {
                     delay(&mut map, tp, wait);
@@ -1231,7 +1146,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 Err(e) => {
                     let wait = if is_transport(&e) {
                         let what = format!("OffsetForLeaderEpoch to {}", self.leader.describe());
-                        self.note_failure(&what, &e)
+                        self.failures.failed(&what, &e, self.shared.is_running())
                     } else {
                         crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
                         self.params.backoff

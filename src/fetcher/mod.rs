@@ -10,6 +10,7 @@
 //!   mutex with a condition variable, as a fetcher shares it with its manager.
 //! - [`fetch_session`]: the client side of KIP-227 fetch sessions (Kafka's
 //!   `FetchSessionHandler`): what the leader's session holds, and the next request's contents.
+//! - [`backoff`]: how long a fetcher waits after failed fetches in a row, and what it says.
 //! - [`abstract_fetcher`]: the generic fetch loop, a `do_work()` round of truncate → build
 //!   fetch request → fetch → process the response (validate → pipeline the next request →
 //!   append → apply the outcome), with truncation in its own file.
@@ -41,6 +42,7 @@
 //! in (a network wait ends at once with its socket shut; a disk write or checkpoint finishes).
 
 pub mod abstract_fetcher;
+pub mod backoff;
 pub mod broker_endpoint;
 pub mod fetch_session;
 pub mod leader_endpoint;
