@@ -4,11 +4,14 @@
 //! manager, its fetcher threads and the logs (in a temporary data dir) are the real ones.
 
 use super::*;
-use crate::client::cluster::PartitionLeader;
-use crate::fetcher::leader_endpoint::{FetchFrame, Identity};
+use crate::client::cluster::{OffsetAnswer, PartitionLeader};
+use crate::fetcher::leader_endpoint::{FetchFrame, Identity, LeaderEndPoint};
+use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse};
 use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 /// A fetch as a leader saw it: the broker, and each partition with its current leader epoch.
