@@ -47,6 +47,8 @@ pub mod broker_endpoint;
 pub mod fetch_session;
 pub mod leader_endpoint;
 pub mod manager;
+#[cfg(test)]
+mod mock_leader;
 pub mod partition_map;
 pub mod replica_fetcher;
 pub mod replica_ops;
