@@ -12,7 +12,7 @@ use crate::fetcher::shutdownable::ShutdownSignal;
 use crate::protocol::error::ErrorAction;
 use crate::protocol::fetch::DivergingEpoch;
 use anyhow::Result;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Whether an error came from the connection (an I/O error in its chain) rather than from
 /// what the leader said.
@@ -255,80 +255,106 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         };
         for (tp, current_epoch) in truncating.clone() {
-            let end = self.replica.log_end_offset(&tp).unwrap_or(0);
-            let latest = self.replica.latest_epoch(&tp);
-            let (Some(latest), false) = (latest, diverging) else {
-                self.resume_at_log_end(&mut map, &tp, end);
+            let Some(wait) = self.truncate_to_epoch_end(&mut map, &tp, current_epoch, diverging)
+            else {
                 continue;
             };
-            match self
-                .leader
-                .fetch_epoch_end_offset(&tp, current_epoch, latest)
-            {
-                Ok(None) => self.resume_at_log_end(&mut map, &tp, end),
-                Ok(Some((code, _, _))) if !code.is_ok() => {
-                    if code.action() == ErrorAction::RefreshMetadata {
-                        self.hand_back(
-                            &mut map,
-                            &tp,
-                            format!("OffsetForLeaderEpoch answered {code}"),
-                        );
-                    } else {
-                        delay(&mut map, &tp, self.params.backoff);
-                    }
-                }
-                Ok(Some((_, leader_epoch, leader_end))) => {
-                    let target = if leader_epoch < 0 || leader_end < 0 {
-                        end
-                    } else {
-                        match self.replica.end_offset_for_epoch(&tp, leader_epoch) {
-                            Some((e, local_end)) if e == leader_epoch => local_end.min(leader_end),
-                            Some((_, local_end)) => local_end,
-                            None => self.replica.log_start_offset(&tp).unwrap_or(0),
-                        }
-                    };
-                    if target < end {
-                        if !self.same_identity(&mut map, &tp) {
-                            continue;
-                        }
-                        crate::log_warn!(
-                            "{tp}: leader's epoch {leader_epoch} ends at {leader_end}; truncating {end} → {target}"
-                        );
-                    }
-                    let reason = format!(
-                        "diverging epoch: the leader's epoch {leader_epoch} ends at offset {leader_end}"
-                    );
-                    match self.replica.truncate(&tp, target, &reason) {
-                        Ok(()) => self.resume_at_log_end(&mut map, &tp, target),
-                        Err(e) => self.fail(&mut map, &tp, &format!("truncation failed: {e:#}")),
-                    }
-                }
-                Err(e) => {
-                    let wait = if is_transport(&e) {
-                        let what = format!("OffsetForLeaderEpoch to {}", self.leader.describe());
-                        self.failures.failed(&what, &e, self.shared.is_running())
-                    } else {
-                        crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
-                        self.params.backoff
-                    };
-                    self.close_leader();
-                    delay(&mut map, &tp, wait);
-                    if is_transport(&e) {
-                        // The leader is unreachable: the rest back off instead of each waiting.
-                        for (rest, _) in &truncating {
-                            if map
-                                .get(rest)
-                                .is_some_and(|s| s.status == FetchStatus::Truncating)
-                            {
-                                delay(&mut map, rest, wait);
-                            }
-                        }
-                        break;
-                    }
+            // The leader is unreachable: the rest back off instead of each waiting.
+            for (rest, _) in &truncating {
+                if map
+                    .get(rest)
+                    .is_some_and(|s| s.status == FetchStatus::Truncating)
+                {
+                    delay(&mut map, rest, wait);
                 }
             }
+            break;
         }
         drop(map);
         self.replica.after_truncations();
+    }
+
+    /// One truncating partition, where the leader has no Fetch v12 divergence detection:
+    /// OffsetForLeaderEpoch finds the common point (where the leader offers it). Returns the
+    /// wait when the leader proved unreachable.
+    fn truncate_to_epoch_end(
+        &mut self,
+        map: &mut PartitionMap,
+        tp: &TopicPartition,
+        current_epoch: i32,
+        diverging: bool,
+    ) -> Option<Duration> {
+        let end = self.replica.log_end_offset(tp).unwrap_or(0);
+        let latest = self.replica.latest_epoch(tp);
+        let (Some(latest), false) = (latest, diverging) else {
+            self.resume_at_log_end(map, tp, end);
+            return None;
+        };
+        match self
+            .leader
+            .fetch_epoch_end_offset(tp, current_epoch, latest)
+        {
+            Ok(None) => self.resume_at_log_end(map, tp, end),
+            Ok(Some((code, _, _))) if !code.is_ok() => {
+                if code.action() == ErrorAction::RefreshMetadata {
+                    self.hand_back(map, tp, format!("OffsetForLeaderEpoch answered {code}"));
+                } else {
+                    delay(map, tp, self.params.backoff);
+                }
+            }
+            Ok(Some((_, leader_epoch, leader_end))) => {
+                self.truncate_to_leader_end(map, tp, end, leader_epoch, leader_end)
+            }
+            Err(e) => {
+                let transport = is_transport(&e);
+                let wait = if transport {
+                    let what = format!("OffsetForLeaderEpoch to {}", self.leader.describe());
+                    self.failures.failed(&what, &e, self.shared.is_running())
+                } else {
+                    crate::log_warn!("{tp}: OffsetForLeaderEpoch failed: {e:#}");
+                    self.params.backoff
+                };
+                self.close_leader();
+                delay(map, tp, wait);
+                return transport.then_some(wait);
+            }
+        }
+        None
+    }
+
+    /// The leader's `leader_epoch` ends at `leader_end`: truncate the local log (ending at
+    /// `end`) to where both agree, once the leader proved it serves the same topic.
+    fn truncate_to_leader_end(
+        &mut self,
+        map: &mut PartitionMap,
+        tp: &TopicPartition,
+        end: i64,
+        leader_epoch: i32,
+        leader_end: i64,
+    ) {
+        let target = if leader_epoch < 0 || leader_end < 0 {
+            end
+        } else {
+            match self.replica.end_offset_for_epoch(tp, leader_epoch) {
+                Some((e, local_end)) if e == leader_epoch => local_end.min(leader_end),
+                Some((_, local_end)) => local_end,
+                None => self.replica.log_start_offset(tp).unwrap_or(0),
+            }
+        };
+        if target < end {
+            if !self.same_identity(map, tp) {
+                return;
+            }
+            crate::log_warn!(
+                "{tp}: leader's epoch {leader_epoch} ends at {leader_end}; truncating {end} → {target}"
+            );
+        }
+        let reason = format!(
+            "diverging epoch: the leader's epoch {leader_epoch} ends at offset {leader_end}"
+        );
+        match self.replica.truncate(tp, target, &reason) {
+            Ok(()) => self.resume_at_log_end(map, tp, target),
+            Err(e) => self.fail(map, tp, &format!("truncation failed: {e:#}")),
+        }
     }
 }
