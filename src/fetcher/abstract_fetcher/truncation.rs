@@ -146,54 +146,14 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         // failure): only then are the round's other partitions spared the wait.
         let mut unreachable = false;
         let mut identity_changed = false;
-        let result: Result<Option<(i64, &'static str)>> = (|| {
-            let latest = self.leader.fetch_latest_offset(tp, epoch);
-            unreachable = latest.is_err();
-            let leader_end = match latest? {
-                Ok(o) if o < 0 => anyhow::bail!("ListOffsets latest answered offset {o}"),
-                Ok(o) => o,
-                Err(code) => {
-                    if code.action() == ErrorAction::RefreshMetadata {
-                        return Ok(None);
-                    }
-                    anyhow::bail!("ListOffsets latest answered {code}");
-                }
-            };
-            if leader_end < local_end {
-                if !self.same_identity(map, tp) {
-                    identity_changed = true;
-                    return Ok(None);
-                }
-                let reason = format!(
-                    "OffsetOutOfRange: the leader's log ends at {leader_end}, below the local end {local_end}"
-                );
-                self.replica
-                    .truncate(tp, leader_end, &reason)
-                    .map_err(|e| e.context(LocalFailure("truncation")))?;
-                return Ok(Some((leader_end, "truncated to the leader's end")));
-            }
-            let earliest = self.leader.fetch_earliest_offset(tp, epoch);
-            unreachable = earliest.is_err();
-            let leader_start = match earliest? {
-                Ok(o) if o < 0 => anyhow::bail!("ListOffsets earliest answered offset {o}"),
-                Ok(o) => o,
-                Err(code) => anyhow::bail!("ListOffsets earliest answered {code}"),
-            };
-            if leader_start > local_end {
-                if !self.same_identity(map, tp) {
-                    identity_changed = true;
-                    return Ok(None);
-                }
-                self.replica
-                    .skip_to(tp, leader_start)
-                    .map_err(|e| e.context(LocalFailure("skipping past offsets lost upstream")))?;
-                return Ok(Some((
-                    leader_start,
-                    "the leader's log now starts above the local end; local data kept",
-                )));
-            }
-            Ok(Some((local_end, "offset is in range again")))
-        })();
+        let result = self.fit_to_leader(
+            map,
+            tp,
+            epoch,
+            local_end,
+            &mut unreachable,
+            &mut identity_changed,
+        );
         match result {
             Ok(Some((offset, what))) => {
                 crate::log_warn!(
@@ -227,6 +187,67 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 !unreachable
             }
         }
+    }
+
+    /// Asks the leader where its log ends (and starts) and fits the local log to it: returns
+    /// the offset to fetch from and what was done, or `None` when the partition's leader
+    /// moved or its identity changed (`identity_changed` then says which). `unreachable` is
+    /// set when the last request to the leader itself failed.
+    fn fit_to_leader(
+        &mut self,
+        map: &mut PartitionMap,
+        tp: &TopicPartition,
+        epoch: i32,
+        local_end: i64,
+        unreachable: &mut bool,
+        identity_changed: &mut bool,
+    ) -> Result<Option<(i64, &'static str)>> {
+        let latest = self.leader.fetch_latest_offset(tp, epoch);
+        *unreachable = latest.is_err();
+        let leader_end = match latest? {
+            Ok(o) if o < 0 => anyhow::bail!("ListOffsets latest answered offset {o}"),
+            Ok(o) => o,
+            Err(code) => {
+                if code.action() == ErrorAction::RefreshMetadata {
+                    return Ok(None);
+                }
+                anyhow::bail!("ListOffsets latest answered {code}");
+            }
+        };
+        if leader_end < local_end {
+            if !self.same_identity(map, tp) {
+                *identity_changed = true;
+                return Ok(None);
+            }
+            let reason = format!(
+                "OffsetOutOfRange: the leader's log ends at {leader_end}, below the local end {local_end}"
+            );
+            self.replica
+                .truncate(tp, leader_end, &reason)
+                .map_err(|e| e.context(LocalFailure("truncation")))?;
+            return Ok(Some((leader_end, "truncated to the leader's end")));
+        }
+        let earliest = self.leader.fetch_earliest_offset(tp, epoch);
+        *unreachable = earliest.is_err();
+        let leader_start = match earliest? {
+            Ok(o) if o < 0 => anyhow::bail!("ListOffsets earliest answered offset {o}"),
+            Ok(o) => o,
+            Err(code) => anyhow::bail!("ListOffsets earliest answered {code}"),
+        };
+        if leader_start > local_end {
+            if !self.same_identity(map, tp) {
+                *identity_changed = true;
+                return Ok(None);
+            }
+            self.replica
+                .skip_to(tp, leader_start)
+                .map_err(|e| e.context(LocalFailure("skipping past offsets lost upstream")))?;
+            return Ok(Some((
+                leader_start,
+                "the leader's log now starts above the local end; local data kept",
+            )));
+        }
+        Ok(Some((local_end, "offset is in range again")))
     }
 
     /// Partitions in the `Truncating` state: with Fetch v12+ the leader reports divergence in
