@@ -3,14 +3,15 @@
 //! A fetcher owns a partition map (partition → [`PartitionFetchState`]) shared with the
 //! manager through [`FetcherShared`]. Each [`AbstractFetcher::do_work`] round:
 //! 1. resolves partitions in the `Truncating` state (leaders without Fetch v12 divergence
-//!    detection are asked OffsetForLeaderEpoch);
+//!    detection are asked OffsetForLeaderEpoch; see `truncation`);
 //! 2. `build_fetch_request` — one Fetch for every partition that is ready, or waits on the
 //!    condition variable until one is (added by the manager, or its backoff ends). Within a
 //!    KIP-227 fetch session ([`super::fetch_session`]) it names only the partitions whose
 //!    fetch parameters changed, and its response lists only partitions with news;
 //! 3. `fetch` — through the [`LeaderEndPoint`];
-//! 4. `process_partition_data` — through the [`ReplicaOps`], per partition, then the
-//!    partition's state advances to the offset after the last appended batch. Errors are per
+//! 4. `process_fetch_request` (see `response`) — validate each partition's records through
+//!    the [`ReplicaOps`], pipeline the next request, append, and apply each partition's
+//!    outcome: its state advances to the offset after the last appended batch. Errors are per
 //!    partition: that partition backs off (delayed until T), the others go on.
 //!
 //! OffsetOutOfRange follows Kafka's follower rule; partitions whose leader is stale go back to
