@@ -25,6 +25,7 @@ use super::replica_ops::ReplicaOps;
 use super::shared::{FetcherEvent, FetcherShared};
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
+use crate::live::Live;
 use crate::protocol::fetch::{FetchPartition, FetchRequest};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -53,6 +54,9 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     replica: R,
     params: FetchParams,
     events: Sender<FetcherEvent>,
+    /// Where the loop reports what it sees (fetch latency, lag, back-offs): the process's
+    /// live state, handed over by the manager, so the loop reads no global.
+    live: &'static Live,
     /// A request sent ahead (pipelined) whose response the next round receives.
     in_flight: Option<FetchRequest>,
     /// The response to `in_flight`, already received (while the last response was being
@@ -126,6 +130,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         replica: R,
         params: FetchParams,
         events: Sender<FetcherEvent>,
+        live: &'static Live,
     ) -> Self {
         let failures = FailureBackoff::new(params.backoff, params.backoff_max);
         AbstractFetcher {
@@ -135,6 +140,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             replica,
             params,
             events,
+            live,
             in_flight: None,
             prefetched: None,
             sent_at: None,
@@ -277,7 +283,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             return;
         }
         self.session_fetched_at = Some(now);
-        crate::live::live()
+        self.live
             .fetched_in_session(self.session.session_partitions(), crate::clock::now_ms());
     }
 
@@ -388,7 +394,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let mut map = shared.lock();
         let why = format!("{e:#}");
         for tp in &fetched {
-            crate::live::live().unanswered(tp, &why);
+            self.live.unanswered(tp, &why);
             delay(&mut map, tp, wait);
         }
     }

@@ -18,6 +18,7 @@ use super::shutdownable::ShutdownableThread;
 use crate::checkpoint::TopicPartition;
 use crate::client::cluster::{self, ClusterMetadata};
 use crate::config::{Config, StartPosition};
+use crate::live::Live;
 use crate::log::manager::{FailureListener, LogManager, lock_log};
 use crate::logging::Human;
 use crate::security::ClientSecurity;
@@ -164,6 +165,9 @@ pub struct FetcherManager<S: MetadataSource = BrokerMetadata, E: EndpointFactory
     /// each time, so a leader that answers NOT_LEADER_OR_FOLLOWER for everything (or a stale
     /// metadata view) costs a few requests and lines a minute, not a storm.
     hand_backs: BTreeMap<TopicPartition, HandBacks>,
+    /// Where the manager and its fetchers report what they see: the process's live state,
+    /// handed over by whoever makes the manager, so neither reads a global.
+    live: &'static Live,
 }
 
 /// The thread name of a fetcher, which is also how its events name it.
@@ -191,7 +195,7 @@ impl FetcherManager {
         let stop = Arc::new(StopHandle::default());
         let source = BrokerMetadata::new(&cfg, security.clone(), stop.clone());
         let endpoints = BrokerEndpoints::new(&cfg, security, logs.data_dir());
-        FetcherManager::with_seams(cfg, logs, stop, source, endpoints)
+        FetcherManager::with_seams(cfg, logs, stop, source, endpoints, crate::live::live())
     }
 }
 
@@ -204,6 +208,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
         stop: Arc<StopHandle>,
         source: S,
         endpoints: E,
+        live: &'static Live,
     ) -> Self {
         let (events_tx, events_rx) = std::sync::mpsc::channel();
         stop.set_manager(events_tx.clone());
@@ -246,17 +251,18 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             failure_history: BTreeMap::new(),
             failed_written: None,
             hand_backs: BTreeMap::new(),
+            live,
         };
-        crate::live::live().set_followed_topics(followed_topics(&m.cfg));
+        m.live.set_followed_topics(followed_topics(&m.cfg));
         m.record_not_yet_logged();
         // Every loaded log is in the live figures from the start (the first STATUS= line and
         // `status` count it): followed ones as starting, the others as stopped.
         for (tp, log) in m.logs.all() {
             let figures = log_figures(&lock_log(&log));
             if m.follows(&tp) {
-                crate::live::live().loaded(&tp, &figures);
+                m.live.loaded(&tp, &figures);
             } else {
-                crate::live::live().stopped(&tp, NOT_FOLLOWED, &figures);
+                m.live.stopped(&tp, NOT_FOLLOWED, &figures);
             }
         }
         m
@@ -298,7 +304,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             let now = Instant::now();
             // Events are read even when a refresh is due, so none (shutdown) waits on rounds;
             // and at least once a second, so the watchdog sees the manager alive.
-            crate::live::live().beat(MANAGER_THREAD);
+            self.live.beat(MANAGER_THREAD);
             let event = self.events_rx.recv_timeout(
                 next_refresh
                     .saturating_duration_since(now)
@@ -397,7 +403,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             }
         }
         self.shutdown_all();
-        crate::live::live().forget(MANAGER_THREAD);
+        self.live.forget(MANAGER_THREAD);
     }
 
     /// Handles one event; `next_refresh` is when the next round is due, brought forward
@@ -411,7 +417,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 let mut cfg = (*self.cfg).clone();
                 cfg.follow = follow;
                 self.cfg = Arc::new(cfg);
-                crate::live::live().set_followed_topics(followed_topics(&self.cfg));
+                self.live.set_followed_topics(followed_topics(&self.cfg));
                 // Partitions that were waiting to be reported are looked at anew.
                 self.reported
                     .retain(|k| !matches!(k, Said::TopicMissing(_) | Said::PartitionMissing(_)));
@@ -448,7 +454,8 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 if let Some(a) = self.assigned.remove(&tp) {
                     self.handed_back.insert(tp.clone(), a);
                 }
-                crate::live::live().leader_lost(&tp, &format!("looking up its leader ({reason})"));
+                self.live
+                    .leader_lost(&tp, &format!("looking up its leader ({reason})"));
                 let now = Instant::now();
                 let hb = self.hand_backs.entry(tp).or_insert(HandBacks {
                     count: 0,
@@ -492,16 +499,13 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
         match self.source.metadata(&topics) {
             Ok(md) => {
                 self.metadata = md;
-                crate::live::live().metadata_answered(now);
+                self.live.metadata_answered(now);
                 Ok(())
             }
             Err(e) => {
                 if !self.stop.is_stopping() {
-                    crate::live::live().metadata_failed(
-                        metadata_error_kind(&e),
-                        &format!("{e:#}"),
-                        now,
-                    );
+                    self.live
+                        .metadata_failed(metadata_error_kind(&e), &format!("{e:#}"), now);
                 }
                 Err(e)
             }
@@ -543,7 +547,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 None => {}
             }
         }
-        crate::live::live().set_not_yet_logged(out);
+        self.live.set_not_yet_logged(out);
     }
 }
 

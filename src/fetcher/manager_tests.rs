@@ -227,6 +227,7 @@ fn manager_with_backoff(
         Arc::new(StopHandle::default()),
         Source(cluster.clone()),
         Leaders(cluster.clone()),
+        crate::live::live(),
     );
     (m, dir)
 }

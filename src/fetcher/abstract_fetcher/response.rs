@@ -11,6 +11,7 @@ use crate::fetcher::partition_map::FetchStatus;
 use crate::fetcher::partition_map::PartitionMap;
 use crate::fetcher::replica_ops::{ReplicaOps, ValidatedFetch};
 use crate::fetcher::shutdownable::ShutdownSignal;
+use crate::live::Live;
 use crate::log::AppendError;
 use crate::logging::Human;
 use crate::protocol::error::{ErrorAction, ErrorCode};
@@ -157,7 +158,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
         };
         if let Some(t) = self.sent_at.take() {
-            crate::live::live().observe_fetch(arrived.saturating_duration_since(t));
+            self.live
+                .observe_fetch(arrived.saturating_duration_since(t));
         }
         Some(frame)
     }
@@ -315,6 +317,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         let overlap = self.in_flight.is_some() && to_write >= OVERLAP_MIN_BYTES;
         let mut appender = Appender {
             replica: &mut self.replica,
+            live: self.live,
             backoff: self.params.backoff,
             round: &mut self.round,
         };
@@ -427,6 +430,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
 /// another thread.
 struct Appender<'a, R: ReplicaOps> {
     replica: &'a mut R,
+    live: &'static Live,
     backoff: Duration,
     /// The fetcher's count of partitions that brought data (see `last_data_round`).
     round: &'a mut u64,
@@ -445,7 +449,7 @@ impl<R: ReplicaOps> Appender<'_, R> {
     ) -> Option<FollowUp> {
         let leader_epoch = map.get(&tp).map_or(-1, |s| s.current_leader_epoch);
         if data.error.is_ok() && data.high_watermark >= 0 {
-            crate::live::live().leader_high_watermark(&tp, data.high_watermark);
+            self.live.leader_high_watermark(&tp, data.high_watermark);
         }
         match self.outcome(map, &tp, fetch_offset, data, validated) {
             Outcome::Advanced(next) => {
@@ -500,7 +504,7 @@ impl<R: ReplicaOps> Appender<'_, R> {
                 Outcome::NeedsLeader(format!("leader answered {}", data.error))
             }
             ErrorAction::Retry | ErrorAction::ResetSession => {
-                crate::live::live().backing_off(
+                self.live.backing_off(
                     tp,
                     data.error.name(),
                     &format!("leader answered {}", data.error),
@@ -518,7 +522,8 @@ impl<R: ReplicaOps> Appender<'_, R> {
 
     /// An error the leader will keep answering: the partition waits 30 backoffs.
     fn fatal(&mut self, map: &mut PartitionMap, tp: &TopicPartition, error: ErrorCode) -> Outcome {
-        crate::live::live().backing_off(tp, error.name(), &format!("leader answered {error}"));
+        self.live
+            .backing_off(tp, error.name(), &format!("leader answered {error}"));
         crate::log_error!(
             "{tp}: leader answered {error}; retrying in {}",
             Human(self.backoff * 30)
@@ -553,7 +558,7 @@ impl<R: ReplicaOps> Appender<'_, R> {
                 "{tp} at offset {fetch_offset}: {why}; backing off {}",
                 Human(self.backoff)
             );
-            crate::live::live().backing_off(tp, "refused", why);
+            self.live.backing_off(tp, "refused", why);
         }
         match appended {
             Ok(next) if refused.is_some() => {
@@ -577,7 +582,7 @@ impl<R: ReplicaOps> Appender<'_, R> {
         fetch_offset: i64,
         e: AppendError,
     ) -> Outcome {
-        crate::live::live().backing_off(tp, e.kind(), &e.to_string());
+        self.live.backing_off(tp, e.kind(), &e.to_string());
         // Bytes that can never be valid, and the disk failing, are errors; offsets that do
         // not follow are a warning (a leader change or a re-created topic is looked into).
         match &e {

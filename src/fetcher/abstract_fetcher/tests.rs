@@ -132,6 +132,7 @@ fn fetcher(
             replica,
             params,
             tx,
+            crate::live::live(),
         ),
         shared,
         rx,

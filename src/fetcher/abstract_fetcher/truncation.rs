@@ -261,7 +261,8 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             return;
         }
         for (tp, _) in &truncating {
-            crate::live::live().set_state(tp, crate::live::State::Truncating, None);
+            self.live
+                .set_state(tp, crate::live::State::Truncating, None);
         }
         let diverging = match self.leader.supports_diverging_epoch() {
             Ok(d) => d,

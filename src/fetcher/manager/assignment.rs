@@ -56,7 +56,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             };
             for p in ids {
                 if !parts.contains_key(&p) {
-                    crate::live::live().set_state(
+                    self.live.set_state(
                         &TopicPartition::new(f.topic.clone(), p),
                         crate::live::State::NotFound,
                         None,
@@ -71,7 +71,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 out.push((TopicPartition::new(f.topic.clone(), p), f.start));
             }
         }
-        crate::live::live().set_missing_topics(missing);
+        self.live.set_missing_topics(missing);
         (out, all_known)
     }
 
@@ -80,7 +80,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
     pub(super) fn not_found(&self, topic: &str) {
         for (tp, _) in self.logs.all() {
             if tp.topic == topic && !self.assigned.contains_key(&tp) && self.follows(&tp) {
-                crate::live::live().set_state(&tp, crate::live::State::NotFound, None);
+                self.live.set_state(&tp, crate::live::State::NotFound, None);
             }
         }
     }
@@ -242,12 +242,8 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 let news = states.iter().filter(|(tp, _)| !again.contains(tp)).count();
                 let one_by_one = news <= 10;
                 for (tp, st) in &states {
-                    crate::live::live().assigned(
-                        tp,
-                        broker,
-                        st.current_leader_epoch,
-                        st.fetch_offset,
-                    );
+                    self.live
+                        .assigned(tp, broker, st.current_leader_epoch, st.fetch_offset);
                     let line = format!(
                         "{tp}: fetching from broker {broker} at offset {} (leader epoch {})",
                         st.fetch_offset, st.current_leader_epoch
@@ -397,9 +393,9 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             match self.logs.get(&tp) {
                 Some(log) => {
                     let figures = log_figures(&lock_log(&log));
-                    crate::live::live().stopped(&tp, NOT_FOLLOWED, &figures);
+                    self.live.stopped(&tp, NOT_FOLLOWED, &figures);
                 }
-                None => crate::live::live().remove(&tp),
+                None => self.live.remove(&tp),
             }
             crate::log_info!(
                 "{tp}: no longer in `follow`: fetching stopped; its log and checkpoint entries stay"
@@ -463,7 +459,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                         .map_or(OnTopicRecreated::Archive, |f| f.on_topic_recreated);
                     self.unassign(&tp);
                     if policy == OnTopicRecreated::Stop {
-                        crate::live::live().set_state(
+                        self.live.set_state(
                             &tp,
                             crate::live::State::Stopped,
                             Some("the topic was re-created and on_topic_recreated = \"stop\""),
@@ -536,9 +532,10 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             name.clone(),
             shared.clone(),
             endpoint,
-            ReplicaLogOps::new(self.logs.clone()),
+            ReplicaLogOps::new(self.logs.clone(), self.live),
             params,
             self.fetcher_events.clone(),
+            self.live,
         );
         let thread = ShutdownableThread::start(&name, shared.clone(), move || fetcher.do_work())
             .with_context(|| format!("failed to start thread {name}"))?;

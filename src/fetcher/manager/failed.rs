@@ -99,7 +99,8 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             crate::log_debug!("{tp}: failed again: {reason}");
             said = false;
         }
-        crate::live::live().set_state(tp, crate::live::State::Failed, Some(reason));
+        self.live
+            .set_state(tp, crate::live::State::Failed, Some(reason));
         let retry_at = now + delay;
         self.failed.insert(
             tp.clone(),
@@ -141,7 +142,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             };
             match checked {
                 Ok(()) => {
-                    crate::live::live().set_state(&tp, crate::live::State::Starting, None);
+                    self.live.set_state(&tp, crate::live::State::Starting, None);
                     if self.failed.remove(&tp).is_some_and(|f| f.said) {
                         crate::log_info!(
                             "{tp}: its local storage is sound again; fetching it again"
