@@ -4,11 +4,13 @@
 //! manager, its fetcher threads and the logs (in a temporary data dir) are the real ones.
 
 use super::*;
-use crate::client::cluster::PartitionLeader;
-use crate::fetcher::abstract_fetcher::{FetchFrame, Identity};
-use crate::protocol::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse};
-use std::collections::VecDeque;
+use crate::client::cluster::{OffsetAnswer, PartitionLeader};
+use crate::fetcher::mock_leader::MockLeader;
+use crate::protocol::error::ErrorCode;
+
+use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 /// A fetch as a leader saw it: the broker, and each partition with its current leader epoch.
@@ -124,129 +126,36 @@ impl MetadataSource for Source {
 struct Leaders(Arc<Cluster>);
 
 impl EndpointFactory for Leaders {
-    type EndPoint = Leader;
-    fn endpoint(&mut self, broker: i32, _addr: &str, _: &Arc<FetcherShared>) -> Leader {
-        Leader {
-            broker,
-            cluster: self.0.clone(),
-            pending: VecDeque::new(),
-        }
-    }
-}
-
-/// A leader with an empty log that answers each partition with the error the test set for
-/// its broker, after a short wait (its max wait).
-struct Leader {
-    broker: i32,
-    cluster: Arc<Cluster>,
-    pending: VecDeque<FetchRequest>,
-}
-
-impl LeaderEndPoint for Leader {
-    fn describe(&self) -> String {
-        format!("broker {} (scripted)", self.broker)
-    }
-    fn send_fetch(&mut self, req: &FetchRequest) -> Result<()> {
-        let named = req
-            .topics
-            .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter().map(move |p| {
-                    (
-                        TopicPartition::new(t.clone(), p.partition),
-                        p.current_leader_epoch,
-                    )
-                })
-            })
-            .collect();
-        self.cluster
-            .fetches
-            .lock()
-            .unwrap()
-            .push((self.broker, named));
-        self.pending.push_back(req.clone());
-        Ok(())
-    }
-    fn receive_fetch(&mut self) -> Result<FetchFrame> {
-        let req = self
-            .pending
-            .pop_front()
-            .ok_or_else(|| anyhow::anyhow!("no fetch in flight"))?;
-        std::thread::sleep(Duration::from_millis(10));
-        let error = self
-            .cluster
-            .refuse
-            .lock()
-            .unwrap()
-            .get(&self.broker)
-            .copied()
-            .unwrap_or(ErrorCode::NONE);
-        let resp = FetchResponse {
-            error: ErrorCode::NONE,
-            topics: req
+    type EndPoint = MockLeader;
+    /// A leader with an empty log that answers each partition with the error the test set
+    /// for its broker, after a short wait (its max wait), recording what it was asked.
+    fn endpoint(&mut self, broker: i32, _addr: &str, _: &Arc<FetcherShared>) -> MockLeader {
+        let refusing = self.0.clone();
+        let seeing = self.0.clone();
+        let mut leader = MockLeader::new(0);
+        leader.name = format!("broker {broker} (scripted)");
+        leader.reported_hw = Some(0);
+        leader.every_partition = true;
+        leader.latency = Duration::from_millis(10);
+        leader.standing_error = Some(Box::new(move || {
+            refusing.refuse.lock().unwrap().get(&broker).copied()
+        }));
+        leader.on_send = Some(Box::new(move |req| {
+            let named = req
                 .topics
                 .iter()
-                .map(|(t, ps)| {
-                    let parts = ps
-                        .iter()
-                        .map(|p| FetchPartitionResponse {
-                            partition: p.partition,
-                            error,
-                            high_watermark: 0,
-                            last_stable_offset: 0,
-                            log_start_offset: 0,
-                            aborted_transactions: None,
-                            diverging_epoch: None,
-                            current_leader: None,
-                            records: &[],
-                        })
-                        .collect();
-                    (t.clone(), parts)
+                .flat_map(|(t, ps)| {
+                    ps.iter().map(move |p| {
+                        (
+                            TopicPartition::new(t.clone(), p.partition),
+                            p.current_leader_epoch,
+                        )
+                    })
                 })
-                .collect(),
-            session_id: 0,
-        };
-        let mut w = crate::protocol::codec::Writer::new();
-        crate::protocol::fetch::encode_response(&mut w, 12, &resp);
-        let len = w.buf.len();
-        Ok(FetchFrame {
-            buf: w.buf,
-            body: 0..len,
-            version: 12,
-            topic_names: BTreeMap::new(),
-        })
-    }
-    fn recycle(&mut self, _: FetchFrame) {}
-    fn fetch_earliest_offset(
-        &mut self,
-        _: &TopicPartition,
-        _: i32,
-    ) -> Result<std::result::Result<i64, ErrorCode>> {
-        Ok(Ok(0))
-    }
-    fn fetch_latest_offset(
-        &mut self,
-        _: &TopicPartition,
-        _: i32,
-    ) -> Result<std::result::Result<i64, ErrorCode>> {
-        Ok(Ok(0))
-    }
-    fn fetch_epoch_end_offset(
-        &mut self,
-        _: &TopicPartition,
-        _: i32,
-        _: i32,
-    ) -> Result<Option<(ErrorCode, i32, i64)>> {
-        Ok(None)
-    }
-    fn supports_diverging_epoch(&mut self) -> Result<bool> {
-        Ok(true)
-    }
-    fn identity(&mut self, _: &str) -> Result<Identity> {
-        Ok(Identity::default())
-    }
-    fn close(&mut self) {
-        self.pending.clear();
+                .collect();
+            seeing.fetches.lock().unwrap().push((broker, named));
+        }));
+        leader
     }
 }
 
@@ -318,6 +227,7 @@ fn manager_with_backoff(
         Arc::new(StopHandle::default()),
         Source(cluster.clone()),
         Leaders(cluster.clone()),
+        crate::live::live(),
     );
     (m, dir)
 }

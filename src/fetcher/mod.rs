@@ -1,15 +1,20 @@
 //! Fetching, the way Kafka's follower does it.
 //!
+//! Layers, each using only the ones above it:
 //! - [`shutdownable`]: a named thread that runs `do_work()` until shutdown is initiated.
-//! - [`abstract_fetcher`]: the generic fetch loop — a partition map under a mutex with a
-//!   condition variable, and a `do_work()` round of build fetch request → fetch → process
-//!   partition data. The network side is the [`abstract_fetcher::LeaderEndPoint`] trait, the
-//!   local side the [`abstract_fetcher::ReplicaOps`] trait, so the loop is tested without sockets.
-//! - [`partition_map`]: the partition map, which records what changed so that an idle round
-//!   looks at no partition.
+//! - [`leader_endpoint`]: the leader seam (Kafka's `LeaderEndPoint`) and what it answers;
+//!   [`replica_ops`]: the local seam, what the loop asks of the replica's logs. The loop
+//!   reaches the network and the disk only through these two, so it is tested without sockets.
+//! - [`partition_map`]: each partition's fetch state, and the partition map, which records
+//!   what changed so that an idle round looks at no partition; [`shared`]: the map under a
+//!   mutex with a condition variable, as a fetcher shares it with its manager.
 //! - [`fetch_session`]: the client side of KIP-227 fetch sessions (Kafka's
 //!   `FetchSessionHandler`): what the leader's session holds, and the next request's contents.
-//! - [`leader_endpoint`]: the real `LeaderEndPoint` over a broker connection.
+//! - [`backoff`]: how long a fetcher waits after failed fetches in a row, and what it says.
+//! - [`abstract_fetcher`]: the generic fetch loop, a `do_work()` round of truncate → build
+//!   fetch request → fetch → process the response (validate → pipeline the next request →
+//!   append → apply the outcome), with truncation in its own file.
+//! - [`broker_endpoint`]: the real `LeaderEndPoint` over a broker connection.
 //! - [`replica_fetcher`]: the real `ReplicaOps`: verify batches, append to the local log.
 //! - [`manager`]: groups partitions by leader into `fetchers_per_broker` threads per broker and
 //!   moves them when leadership moves; it reaches the cluster through a
@@ -17,7 +22,7 @@
 //!   [`manager::StopHandle`] stops it and every fetcher.
 //!
 //! Lock order (outer first; a thread holding one takes only later ones):
-//! 1. a fetcher's partition map ([`abstract_fetcher::FetcherShared::lock`]), held by its thread
+//! 1. a fetcher's partition map ([`shared::FetcherShared::lock`]), held by its thread
 //!    across a truncation's requests and while it validates and appends one response (and
 //!    the checkpoint a truncation asks for);
 //! 2. the log manager's checkpoint lock, across one checkpoint (the checkpoint task, the
@@ -37,9 +42,15 @@
 //! in (a network wait ends at once with its socket shut; a disk write or checkpoint finishes).
 
 pub mod abstract_fetcher;
+pub mod backoff;
+pub mod broker_endpoint;
 pub mod fetch_session;
 pub mod leader_endpoint;
 pub mod manager;
+#[cfg(test)]
+mod mock_leader;
 pub mod partition_map;
 pub mod replica_fetcher;
+pub mod replica_ops;
+pub mod shared;
 pub mod shutdownable;

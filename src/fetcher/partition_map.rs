@@ -9,11 +9,57 @@
 //! Derived sets (truncating, delayed) are brought up to date lazily from the changed
 //! partitions, since a write hands out `&mut` and cannot see what the caller did with it.
 
-use super::abstract_fetcher::{FetchStatus, PartitionFetchState};
 use crate::checkpoint::TopicPartition;
+use crate::protocol::uuid::Uuid;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchStatus {
+    Fetching,
+    /// Must find the point where the local log and the leader's agree before fetching.
+    Truncating,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionFetchState {
+    /// Next offset to fetch. Invariant: equals the local log end after every round.
+    pub fetch_offset: i64,
+    /// The leader epoch from metadata, sent as CurrentLeaderEpoch (-1: unknown).
+    pub current_leader_epoch: i32,
+    pub status: FetchStatus,
+    /// Not fetched before this instant (set after an error).
+    pub delayed_until: Option<Instant>,
+    /// The round in which the partition last brought data. Requests list partitions that
+    /// brought data longest ago first: a leader gives an oversized batch (KIP-74) only to the
+    /// first partition with data, so a fixed order could starve the ones at the back.
+    pub last_data_round: u64,
+    /// The topic id the local log belongs to, sent with Fetch v13+ so that a leader whose
+    /// topic was re-created answers UNKNOWN_TOPIC_ID instead of serving the new topic.
+    pub topic_id: Option<Uuid>,
+}
+
+impl PartitionFetchState {
+    pub fn new(fetch_offset: i64, current_leader_epoch: i32, status: FetchStatus) -> Self {
+        PartitionFetchState {
+            fetch_offset,
+            current_leader_epoch,
+            status,
+            delayed_until: None,
+            last_data_round: 0,
+            topic_id: None,
+        }
+    }
+
+    pub fn with_topic_id(mut self, topic_id: Option<Uuid>) -> Self {
+        self.topic_id = topic_id;
+        self
+    }
+    pub(super) fn is_ready(&self, now: Instant) -> bool {
+        self.status == FetchStatus::Fetching && self.delayed_until.is_none_or(|t| t <= now)
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct PartitionMap {

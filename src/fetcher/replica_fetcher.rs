@@ -22,8 +22,10 @@
 //! fetch offset, the last epoch) goes to the fetch loop as a [`ValidatedRecords`], which the
 //! loop reads only through [`ValidatedFetch`]: it never walks record bytes itself.
 
-use super::abstract_fetcher::{Identity, ReplicaOps, ValidatedFetch};
+use super::leader_endpoint::Identity;
+use super::replica_ops::{ReplicaOps, ValidatedFetch};
 use crate::checkpoint::TopicPartition;
+use crate::live::Live;
 use crate::log::AppendError;
 use crate::log::manager::{LogManager, lock_log};
 use crate::log::segment::MAX_BATCH_SIZE;
@@ -141,14 +143,17 @@ pub fn validate_fetched(
 /// [`ReplicaOps`] over the local logs.
 pub struct ReplicaLogOps {
     logs: Arc<LogManager>,
+    /// Where appends are reported (the process's live state, handed over by the manager).
+    live: &'static Live,
     /// A truncation happened since the checkpoint files were last rewritten.
     checkpoint_due: bool,
 }
 
 impl ReplicaLogOps {
-    pub fn new(logs: Arc<LogManager>) -> Self {
+    pub fn new(logs: Arc<LogManager>, live: &'static Live) -> Self {
         ReplicaLogOps {
             logs,
+            live,
             checkpoint_due: false,
         }
     }
@@ -223,7 +228,7 @@ impl ReplicaOps for ReplicaLogOps {
             }
         }
         log.update_high_watermark(data.high_watermark);
-        let live = crate::live::live();
+        let live = self.live;
         live.log_start(tp, log.log_start_offset());
         if !v.headers.is_empty() {
             live.appended(tp, v.range.len() as u64, v.headers.len() as u64);
@@ -528,7 +533,7 @@ mod tests {
         let logs = Arc::new(LogManager::open(d.path(), Default::default()).unwrap());
         assert!(logs.create_logs(&[(tp(), 0, None)])[0].1.is_ok());
         logs.checkpoint().unwrap();
-        let mut ops = ReplicaLogOps::new(logs.clone());
+        let mut ops = ReplicaLogOps::new(logs.clone(), crate::live::live());
         // A checkpoint: how many logs it visited, and what it claims.
         let checkpoint = || {
             logs.checkpoint().unwrap();
