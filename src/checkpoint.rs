@@ -14,7 +14,7 @@
 //! Readers reject anything malformed with an error naming the file and line; callers then fall
 //! back to what the log itself proves (see `checkpoint-format.md`).
 
-use crate::log::fault::{self, Step};
+use crate::fault::{self, Step};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};

@@ -647,7 +647,7 @@ fn reload(
 /// `config_path` (when given).
 pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     let cfg = Arc::new(cfg);
-    crate::log::fault::init();
+    crate::fault::init();
     crate::live::set_read_committed(cfg.fetch.isolation.level() == 1);
     let _lock = lock_data_dir(&cfg.data_dir)?;
     // Register before anything starts, so an early SIGTERM is not lost.
@@ -671,7 +671,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
     crate::log::open_files::shared().set_budget(cfg.log.max_open_files());
     let logs = Arc::new(
         LogManager::open(&cfg.data_dir, cfg.log_config())?
-            .with_min_free_bytes(cfg.log.min_free_bytes),
+            .with_min_free_bytes(cfg.log.min_free_bytes)
+            .with_heartbeat(|| crate::live::live().beat_current()),
     );
     // A segment lost from the middle looks like a gap: the leader says whether it is a hole,
     // and fills it, before anything is fetched (every request within the request timeout).

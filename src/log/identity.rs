@@ -124,8 +124,8 @@ pub fn write_topic_id_unsynced(dir: &Path, id: Uuid) -> Result<()> {
     std::fs::File::create_new(&path)
         .map_err(anyhow::Error::from)
         .and_then(|f| {
-            super::fault::write_all_at(
-                super::fault::Step::Checkpoint,
+            crate::fault::write_all_at(
+                crate::fault::Step::Checkpoint,
                 &f,
                 format!("version: 0\ntopic_id: {id}\n").as_bytes(),
                 0,

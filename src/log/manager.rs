@@ -202,6 +202,24 @@ pub struct LogManager {
     appended: Arc<AppendSignal>,
     /// Set once it was said that segment files are opened on demand.
     said_on_demand: AtomicBool,
+    /// Beaten as a checkpoint pass gets through its logs (the daemon's watchdog).
+    heartbeat: Heartbeat,
+}
+
+/// Called by the thread doing a checkpoint pass each time one more log is flushed and synced:
+/// a pass over many logs is progress the watchdog must see. Must be cheap and not block.
+pub struct Heartbeat(Box<dyn Fn() + Send + Sync>);
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Heartbeat(Box::new(|| {}))
+    }
+}
+
+impl std::fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Heartbeat")
+    }
 }
 
 /// The figures the checkpoint files claim, kept between checkpoints so that one visits only
@@ -381,6 +399,7 @@ impl LogManager {
             on_failed: Mutex::new(None),
             appended: Arc::default(),
             said_on_demand: AtomicBool::new(false),
+            heartbeat: Heartbeat::default(),
         };
         manager.note_open_files();
         Ok(manager)
@@ -416,6 +435,12 @@ impl LogManager {
     /// a write failed with ENOSPC).
     pub fn with_min_free_bytes(mut self, min_free: u64) -> Self {
         self.disk = DiskSpace::new(&self.data_dir, min_free);
+        self
+    }
+
+    /// What a checkpoint pass calls as it gets through its logs (nothing by default).
+    pub fn with_heartbeat(mut self, beat: impl Fn() + Send + Sync + 'static) -> Self {
+        self.heartbeat = Heartbeat(Box::new(beat));
         self
     }
 
@@ -847,7 +872,7 @@ impl LogManager {
             |(tp, shared)| self.checkpoint_one(tp, &shared, final_snapshots),
             |(tp, figures)| {
                 // Many logs, each fsynced: progress for the watchdog as they come.
-                crate::live::live().beat_current();
+                (self.heartbeat.0)();
                 match figures {
                     Some((s, failed)) => state.set(&tp, &s, failed),
                     None => state.forget(&tp),

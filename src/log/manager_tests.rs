@@ -3,7 +3,7 @@
 //! the next checkpoint files. Shutdown still visits every log.
 
 use super::*;
-use crate::log::fault::{Step, arm_no_space};
+use crate::fault::{Step, arm_no_space};
 use crate::log::partition_tests::{batches, cfg};
 use crate::log::segment;
 use crate::record::BatchHeader;

@@ -16,7 +16,8 @@ pub mod descriptors;
 pub mod disk;
 pub mod diverged;
 pub mod epoch_cache;
-pub mod fault;
+#[cfg(test)]
+mod fault_tests;
 pub mod identity;
 pub mod index_file;
 pub mod loader;

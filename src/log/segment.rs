@@ -9,12 +9,12 @@
 //! rebuilds both indexes. Who touches it: only its [`super::partition::PartitionLog`], under the
 //! partition's lock.
 
-use super::fault::{self, Step};
 use super::offset_index::OffsetIndex;
 use super::open_files::{self, SegmentFile, SyncMark};
 use super::segment_reader::SegmentReader;
 use super::time_index::TimeIndex;
 use super::txn_index::TxnIndex;
+use crate::fault::{self, Step};
 use crate::record::{BatchHeader, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
