@@ -30,6 +30,7 @@ pub mod partition;
 mod partition_tests;
 pub mod producer_state;
 pub mod read_view;
+pub mod reader;
 pub mod repair;
 pub mod segment;
 pub mod segment_reader;
