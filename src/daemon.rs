@@ -10,8 +10,9 @@
 
 use crate::client::cluster;
 use crate::config::{Config, SecurityProtocol};
-use crate::fetcher::manager::{FETCH_STOPPED_FILE, FetcherManager, ManagerEvent};
+use crate::fetcher::manager::{FetcherManager, ManagerEvent};
 use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
+use crate::log::data_dir::DataDir;
 use crate::log::identity;
 use crate::log::manager::LogManager;
 use crate::security::ClientSecurity;
@@ -23,8 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub const LOCK_FILE: &str = ".lock";
-
 /// Takes the data-dir lock; held until the returned file is dropped (process exit included).
 ///
 /// The lock is an `flock` on `<data_dir>/.lock`; its holder writes its pid into it (decimal,
@@ -32,7 +31,7 @@ pub const LOCK_FILE: &str = ".lock";
 /// so that a refused process names the holder.
 pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
     crate::log::manager::create_data_dir(data_dir)?;
-    let path = data_dir.join(LOCK_FILE);
+    let path = data_dir.join(DataDir::LOCK_FILE);
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -378,7 +377,7 @@ fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
         lock: Mutex::new(()),
         cond: Condvar::new(),
     });
-    let live_path = logs.data_dir().join(crate::live::LIVE_STATUS_FILE);
+    let live_path = logs.data_dir().join(DataDir::LIVE_STATUS_FILE);
     let watchdog = watchdog_interval();
     if let Some(w) = watchdog {
         crate::log_info!(
@@ -542,7 +541,7 @@ fn check_brokers_at_start(cfg: &Config, security: &ClientSecurity) -> Result<()>
             cfg.bootstrap_servers.join(",")
         ),
         _ => {
-            let stopped = cfg.data_dir.join(FETCH_STOPPED_FILE);
+            let stopped = cfg.data_dir.join(DataDir::FETCH_STOPPED_FILE);
             if stopped.exists() {
                 std::fs::remove_file(&stopped)
                     .with_context(|| format!("failed to remove `{}`", stopped.display()))?;
@@ -736,7 +735,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<()> {
         running.store(false, Ordering::SeqCst);
         crate::serve::wake_accept(addr);
     }
-    let _ = std::fs::remove_file(cfg.data_dir.join(crate::live::LIVE_STATUS_FILE));
+    let _ = std::fs::remove_file(cfg.data_dir.join(DataDir::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;
     for (tp, s, failed) in logs.summaries() {
         match failed {
@@ -834,7 +833,7 @@ mod tests {
     #[test]
     fn a_quiet_round_keeps_the_live_status_and_only_refreshes_its_mtime() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(crate::live::LIVE_STATUS_FILE);
+        let path = dir.path().join(DataDir::LIVE_STATUS_FILE);
         let live = crate::live::Live::default();
         let tp = crate::checkpoint::TopicPartition::new("m", 0);
         live.fetched(&tp, 10, 10, 10, 10, None);

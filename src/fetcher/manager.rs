@@ -19,6 +19,7 @@ use crate::checkpoint::TopicPartition;
 use crate::client::BrokerConnection;
 use crate::client::cluster::{self, ClusterMetadata, OffsetAnswer};
 use crate::config::{Config, OnTopicRecreated, StartPosition};
+use crate::log::data_dir::DataDir;
 use crate::log::manager::{FailureListener, LogManager, lock_log};
 use crate::log::{descriptors, identity};
 use crate::logging::Human;
@@ -32,18 +33,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-
-/// Written into the data dir while fetching is stopped for the whole data dir (the leader
-/// reports another cluster); `status` shows it.
-pub const FETCH_STOPPED_FILE: &str = "fetching-stopped";
-
-/// Written into the data dir while partitions are not followed because their topic was
-/// re-created and `on_topic_recreated = "stop"`: one `topic partition reason` line each.
-pub const STOPPED_PARTITIONS_FILE: &str = "fetching-stopped-partitions";
-
-/// Written into the data dir while partitions are failed by a local storage error: one
-/// `topic partition reason` line each; `status` shows them.
-pub const FAILED_PARTITIONS_FILE: &str = "failed-partitions";
 
 /// The longest a partition handed back again and again waits before it is reassigned to
 /// the same leader.
@@ -1222,7 +1211,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             Some(expected) if expected == seen => {
                 if self.wrong_cluster.take().is_some() {
                     crate::log_info!("the leader reports cluster {seen} again; fetching resumes");
-                    let _ = std::fs::remove_file(data_dir.join(FETCH_STOPPED_FILE));
+                    let _ = std::fs::remove_file(data_dir.join(DataDir::FETCH_STOPPED_FILE));
                 }
                 true
             }
@@ -1234,7 +1223,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 if self.wrong_cluster.as_deref() != Some(msg.as_str()) {
                     crate::log_error!("{msg}");
                     if let Err(e) = crate::checkpoint::rewrite_atomic(
-                        &data_dir.join(FETCH_STOPPED_FILE),
+                        &data_dir.join(DataDir::FETCH_STOPPED_FILE),
                         format!("{msg}\n").as_bytes(),
                     ) {
                         crate::log_error!("cannot record the stop: {e:#}");
@@ -1389,14 +1378,14 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
     /// Keeps `fetching-stopped-partitions` (one `topic partition reason` line each) equal to
     /// the partitions not followed by `on_topic_recreated = "stop"`, for `status`.
     fn record_stopped(&mut self, stopped: BTreeMap<TopicPartition, String>) {
-        let path = self.logs.data_dir().join(STOPPED_PARTITIONS_FILE);
+        let path = self.logs.data_dir().join(DataDir::STOPPED_PARTITIONS_FILE);
         let reasons = stopped.iter().map(|(tp, why)| (tp, why.as_str()));
         write_partition_list(&path, reasons, &mut self.stopped_written);
     }
 
     /// Keeps `failed-partitions` equal to the failed partitions, for `status`.
     fn record_failed(&mut self) {
-        let path = self.logs.data_dir().join(FAILED_PARTITIONS_FILE);
+        let path = self.logs.data_dir().join(DataDir::FAILED_PARTITIONS_FILE);
         let reasons = self.failed.iter().map(|(tp, f)| (tp, f.reason.as_str()));
         write_partition_list(&path, reasons, &mut self.failed_written);
     }

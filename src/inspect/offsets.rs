@@ -17,6 +17,7 @@
 
 use super::PartitionDir;
 use crate::checkpoint::{self, TopicPartition};
+use crate::log::data_dir::DataDir;
 use crate::log::max_timestamp::MaxTimestamps;
 use crate::log::partition::list_segment_bases;
 pub use crate::log::reader::TimestampAnswer;
@@ -97,7 +98,7 @@ pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> R
     if last_size > 0 {
         entries.push((leo, crate::clock::now_ms()));
     }
-    let hw = checkpointed(data_dir, &at, tp, checkpoint::REPLICATION_OFFSET)
+    let hw = checkpointed(data_dir, &at, tp, DataDir::REPLICATION_OFFSET)
         .unwrap_or(leo)
         .min(leo);
     Ok(offsets_before(&entries, hw, time, max))
@@ -113,7 +114,7 @@ pub fn offset_for_timestamp(
     let at = super::partition_dir(data_dir, tp)?;
     let dir = &at.path;
     let bases = list_segment_bases(dir)?;
-    let log_start = checkpointed(data_dir, &at, tp, checkpoint::LOG_START_OFFSET)
+    let log_start = checkpointed(data_dir, &at, tp, DataDir::LOG_START_OFFSET)
         .or_else(|| bases.first().copied())
         .unwrap_or(0);
     let spans: Vec<(i64, Option<u64>)> = bases.iter().map(|&b| (b, None)).collect();
@@ -344,7 +345,7 @@ mod tests {
         assert_eq!(answer(data, 311).0, TimestampAnswer::None { log_end: 13 });
 
         // The log start hides what is below it.
-        std::fs::write(data.join(checkpoint::LOG_START_OFFSET), "0\n1\nt 0 9\n").unwrap();
+        std::fs::write(data.join(DataDir::LOG_START_OFFSET), "0\n1\nt 0 9\n").unwrap();
         assert_eq!(answer(data, 0).0, found(9, 150));
         assert_eq!(answer(data, 160).0, found(10, 300));
     }

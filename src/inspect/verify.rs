@@ -5,8 +5,8 @@
 //! markers, `partition.metadata`, the `diverged/` copies and the archived histories, and the
 //! checkpoint files against the logs.
 
-use super::partition_dirs;
 use crate::checkpoint::{self, TopicPartition};
+use crate::log::data_dir::DataDir;
 use crate::log::partition::list_segment_bases;
 use crate::log::producer_state::ProducerState;
 use crate::log::read_view::{StoppedCheckpoints, UnflushedTail};
@@ -206,13 +206,13 @@ fn verify_partition(
     if let Err(e) = identity::read_topic_id(&dir) {
         r.problems.push(format!("{e:#}"));
     }
-    if let Err(e) = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM)) {
+    if let Err(e) = checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM)) {
         r.problems.push(format!("{e:#}"));
     }
     for (path, first, last) in diverged::list(&dir)? {
         verify_record_file(&path, first, last, r);
     }
-    match checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH)) {
+    match checkpoint::read_epochs(&dir.join(DataDir::LEADER_EPOCH)) {
         Ok(epochs) => {
             for (e, o) in epochs {
                 if o > end {
@@ -241,7 +241,7 @@ fn verify_log_dir(dir: &Path, limit: Option<Limit>, r: &mut VerifyReport) -> Res
     // holds every transaction's start: no offsets lost upstream (the skip forgets open
     // transactions) and no marker of a transaction begun before the log's first batch.
     let mut replay = ProducerState::default();
-    let mut exact = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM))
+    let mut exact = checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM))
         .map(|l| l.is_empty())
         .unwrap_or(false);
     let mut expected_txn: Vec<(PathBuf, Vec<AbortedTxn>, Vec<AbortedTxn>)> = Vec::new();
@@ -535,7 +535,7 @@ pub fn verify_selected(
         .then(|| StoppedCheckpoints::read(data_dir))
         .filter(|c| !c.clean_shutdown);
     let recovery_points = if live {
-        match checkpoint::read_offsets(&data_dir.join(checkpoint::RECOVERY_POINT)) {
+        match checkpoint::read_offsets(&data_dir.join(DataDir::RECOVERY_POINT)) {
             Ok(m) => m,
             Err(e) => {
                 r.problems.push(format!("{e:#}"));
@@ -545,7 +545,7 @@ pub fn verify_selected(
     } else {
         BTreeMap::new()
     };
-    for tp in partition_dirs(data_dir)?.into_iter().filter(selected) {
+    for tp in DataDir::partitions(data_dir)?.into_iter().filter(selected) {
         // A directory without segments holds no local state (status leaves it out too);
         // running, one archived or removed meanwhile is skipped.
         let bases = match list_segment_bases(&data_dir.join(tp.dir_name())) {
@@ -640,9 +640,9 @@ pub fn verify_selected(
         &[]
     } else {
         &[
-            (checkpoint::REPLICATION_OFFSET, "high watermark"),
-            (checkpoint::RECOVERY_POINT, "recovery point"),
-            (checkpoint::LOG_START_OFFSET, "log start offset"),
+            (DataDir::REPLICATION_OFFSET, "high watermark"),
+            (DataDir::RECOVERY_POINT, "recovery point"),
+            (DataDir::LOG_START_OFFSET, "log start offset"),
         ]
     };
     for &(name, what) in checkpoints {
@@ -659,7 +659,7 @@ pub fn verify_selected(
                                     "{name}: {tp} {what} {off} is past the log end {end}"
                                 ));
                             }
-                            if off < start && name == checkpoint::LOG_START_OFFSET {
+                            if off < start && name == DataDir::LOG_START_OFFSET {
                                 r.problems.push(format!(
                                     "{name}: {tp} {what} {off} is below the first segment {start}"
                                 ));

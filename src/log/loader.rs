@@ -17,6 +17,7 @@
 //!    takes batches below the leader's high watermark, so every local batch was below it);
 //!    recovered segments are fsynced and the recovery point is the log end.
 
+use super::data_dir::DataDir;
 use super::epoch_cache::EpochCache;
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use super::segment::{self, Segment};
@@ -46,7 +47,7 @@ pub struct LoadReport {
 
 fn remove_leftovers(dir: &Path) -> Result<()> {
     // A copy into diverged/ or damaged/ that a crash interrupted is made again from the log.
-    for sub in [super::diverged::DIVERGED_DIR, super::diverged::DAMAGED_DIR] {
+    for sub in [DataDir::DIVERGED_DIR, DataDir::DAMAGED_DIR] {
         let Ok(entries) = fs::read_dir(dir.join(sub)) else {
             continue;
         };
@@ -221,7 +222,7 @@ pub fn load(
             None
         }
     };
-    let lost = match checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM)) {
+    let lost = match checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM)) {
         Ok(l) => l,
         Err(e) => {
             crate::log_warn!("{e:#}; the ranges lost upstream of {tp} are no longer known");
@@ -229,7 +230,7 @@ pub fn load(
         }
     };
 
-    let epoch_path = dir.join(checkpoint::LEADER_EPOCH);
+    let epoch_path = dir.join(DataDir::LEADER_EPOCH);
     let mut epochs = match checkpoint::read_epochs(&epoch_path) {
         Ok(e) => EpochCache::from_entries(e),
         Err(e) => {
@@ -533,7 +534,7 @@ mod tests {
         log.flush().unwrap();
         drop(log);
         std::fs::write(
-            dir.path().join("t-0").join(checkpoint::LEADER_EPOCH),
+            dir.path().join("t-0").join(DataDir::LEADER_EPOCH),
             "0\n5\n1 1\n",
         )
         .unwrap();
@@ -542,7 +543,7 @@ mod tests {
             .unwrap();
         assert_eq!(log.epoch_cache().entries(), &[(2, 0), (5, 8)]);
         let text =
-            std::fs::read_to_string(dir.path().join("t-0").join(checkpoint::LEADER_EPOCH)).unwrap();
+            std::fs::read_to_string(dir.path().join("t-0").join(DataDir::LEADER_EPOCH)).unwrap();
         assert_eq!(text, "0\n2\n2 0\n5 8\n");
     }
 

@@ -13,6 +13,7 @@
 //! last figures and takes them from every log only at the first checkpoint, after the set of
 //! logs changed, and at shutdown.
 
+use super::data_dir::DataDir;
 use super::disk::DiskSpace;
 use super::identity;
 use super::loader::{self, CheckpointHints};
@@ -28,10 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
-
-/// Written at a clean shutdown, removed once the logs are loaded; its absence at start-up
-/// means the logs past the recovery point must be recovered.
-pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 
 pub type SharedLog = Arc<Mutex<PartitionLog>>;
 
@@ -316,11 +313,11 @@ impl LogManager {
     /// the clean-shutdown marker. The caller holds the data-dir lock.
     pub fn open(data_dir: &Path, config: LogConfig) -> Result<Self> {
         create_data_dir(data_dir)?;
-        let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
+        let marker = data_dir.join(DataDir::CLEAN_SHUTDOWN_FILE);
         let clean = marker.exists();
-        let rp = read_hints(&data_dir.join(checkpoint::RECOVERY_POINT));
-        let ls = read_hints(&data_dir.join(checkpoint::LOG_START_OFFSET));
-        let hw = read_hints(&data_dir.join(checkpoint::REPLICATION_OFFSET));
+        let rp = read_hints(&data_dir.join(DataDir::RECOVERY_POINT));
+        let ls = read_hints(&data_dir.join(DataDir::LOG_START_OFFSET));
+        let hw = read_hints(&data_dir.join(DataDir::REPLICATION_OFFSET));
         let mut logs = BTreeMap::new();
         let touched = Arc::new(Touched::new(
             config.retention_bytes >= 0 || config.retention_ms >= 0,
@@ -331,7 +328,7 @@ impl LogManager {
             .filter_map(|e| e.ok())
         {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') && name.ends_with(super::partition::CREATING_SUFFIX) {
+            if name.starts_with('.') && name.ends_with(DataDir::CREATING_SUFFIX) {
                 // A partition directory a crash interrupted before anything was fetched.
                 fs::remove_dir_all(e.path())
                     .with_context(|| format!("failed to remove `{}`", e.path().display()))?;
@@ -884,15 +881,15 @@ impl LogManager {
         if state.changed {
             let files = [
                 (
-                    checkpoint::REPLICATION_OFFSET,
+                    DataDir::REPLICATION_OFFSET,
                     checkpoint::render_offsets(&state.high_watermarks),
                 ),
                 (
-                    checkpoint::RECOVERY_POINT,
+                    DataDir::RECOVERY_POINT,
                     checkpoint::render_offsets(&state.recovery_points),
                 ),
                 (
-                    checkpoint::LOG_START_OFFSET,
+                    DataDir::LOG_START_OFFSET,
                     checkpoint::render_offsets(&state.log_starts),
                 ),
             ];
@@ -1014,7 +1011,7 @@ impl LogManager {
             );
             return Ok(false);
         }
-        let marker = self.data_dir.join(CLEAN_SHUTDOWN_FILE);
+        let marker = self.data_dir.join(DataDir::CLEAN_SHUTDOWN_FILE);
         checkpoint::rewrite_atomic(&marker, b"")?;
         Ok(true)
     }

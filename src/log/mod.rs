@@ -12,6 +12,7 @@
 //! log behind its own mutex and writes the data-dir checkpoint files; [`touched`] tells its
 //! periodic passes which logs changed.
 
+pub mod data_dir;
 pub mod descriptors;
 pub mod disk;
 pub mod diverged;

@@ -11,6 +11,7 @@
 //! (fetcher, checkpoint task, status) goes through it.
 
 use super::AppendError;
+use super::data_dir::DataDir;
 use super::epoch_cache::EpochCache;
 use super::identity;
 use super::producer_state::{self, ProducerState};
@@ -26,10 +27,6 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// The suffix of a partition directory being made (`.<topic>-<partition>.creating`); one
-/// left by a crash holds nothing fetched and is removed at the next start.
-pub const CREATING_SUFFIX: &str = ".creating";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
@@ -190,7 +187,7 @@ impl PartitionLog {
 
     /// Where a new partition directory is made before it is renamed into place.
     pub fn creating_path(data_dir: &Path, tp: &TopicPartition) -> PathBuf {
-        data_dir.join(format!(".{}{CREATING_SUFFIX}", tp.dir_name()))
+        data_dir.join(format!(".{}{}", tp.dir_name(), DataDir::CREATING_SUFFIX))
     }
 
     /// The first step of creating many logs at once (see `LogManager::create_logs`): the
@@ -788,7 +785,7 @@ impl PartitionLog {
         cut?;
         rebuilt?;
         if lost_changed {
-            checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+            checkpoint::write_ranges(&self.dir.join(DataDir::LOST_UPSTREAM), &self.lost)?;
         }
         // The epochs are written now, not at the next checkpoint: after a crash, a stale
         // epoch file would describe offsets this log no longer holds.
@@ -907,7 +904,7 @@ impl PartitionLog {
             );
             if self.lost.last() != Some(&(leo, offset - 1)) {
                 self.lost.push((leo, offset - 1));
-                checkpoint::write_ranges(&self.dir.join(checkpoint::LOST_UPSTREAM), &self.lost)?;
+                checkpoint::write_ranges(&self.dir.join(DataDir::LOST_UPSTREAM), &self.lost)?;
             }
             let open = self.producers.open_transactions().len();
             if open > 0 {
@@ -950,7 +947,7 @@ impl PartitionLog {
     pub fn record_topic_id(&mut self, id: Uuid) -> Result<()> {
         // An unreadable file may hold the id of this history: it is never overwritten (the
         // leader's topic could be a re-created one), and the topic check waits for an operator.
-        let path = self.dir.join(identity::PARTITION_METADATA);
+        let path = self.dir.join(DataDir::PARTITION_METADATA);
         if path.exists() {
             anyhow::bail!(
                 "`{}` is unreadable, so {} cannot be checked against topic id {id}; fix or remove the file (the topic is followed meanwhile)",
@@ -1049,10 +1046,7 @@ impl PartitionLog {
     /// Writes `leader-epoch-checkpoint` if the cache changed. Call after a flush.
     pub fn checkpoint_epochs(&mut self) -> Result<()> {
         if self.epochs.dirty {
-            checkpoint::write_epochs(
-                &self.dir.join(checkpoint::LEADER_EPOCH),
-                self.epochs.entries(),
-            )?;
+            checkpoint::write_epochs(&self.dir.join(DataDir::LEADER_EPOCH), self.epochs.entries())?;
             self.epochs.dirty = false;
         }
         Ok(())

@@ -10,6 +10,7 @@
 //! written. A truncation or retention delete after the snapshot shortens or unlinks a file;
 //! the reader then finds fewer bytes than promised, or none, and must say so, not serve them.
 
+use super::data_dir::DataDir;
 use super::partition::{PartitionLog, list_segment_bases};
 use super::producer_state::{self, ProducerState};
 use super::segment;
@@ -76,10 +77,10 @@ impl StoppedCheckpoints {
     pub fn read(data_dir: &Path) -> StoppedCheckpoints {
         let read = |name: &str| checkpoint::read_offsets(&data_dir.join(name)).unwrap_or_default();
         StoppedCheckpoints {
-            log_start: read(checkpoint::LOG_START_OFFSET),
-            high_watermark: read(checkpoint::REPLICATION_OFFSET),
-            recovery_point: read(checkpoint::RECOVERY_POINT),
-            clean_shutdown: data_dir.join(super::manager::CLEAN_SHUTDOWN_FILE).exists(),
+            log_start: read(DataDir::LOG_START_OFFSET),
+            high_watermark: read(DataDir::REPLICATION_OFFSET),
+            recovery_point: read(DataDir::RECOVERY_POINT),
+            clean_shutdown: data_dir.join(DataDir::CLEAN_SHUTDOWN_FILE).exists(),
         }
     }
 
@@ -229,8 +230,8 @@ impl LogView {
             last_stable_offset,
             log_end_offset: log_end,
             epochs: {
-                let checkpointed = checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH))
-                    .unwrap_or_default();
+                let checkpointed =
+                    checkpoint::read_epochs(&dir.join(DataDir::LEADER_EPOCH)).unwrap_or_default();
                 match unflushed {
                     Some(t) => t.epochs_after(checkpointed, log_start_offset),
                     None => checkpointed,

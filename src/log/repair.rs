@@ -31,6 +31,7 @@
 //! Who may call it: the holder of the data-dir lock, before fetching starts (the daemon's
 //! start-up) or while no daemon runs (`repair`).
 
+use super::data_dir::DataDir;
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use super::producer_state::{self, ProducerState};
 use super::segment::{self, MAX_BATCH_SIZE, SEGMENT_FILES, Segment};
@@ -44,9 +45,6 @@ use anyhow::{Context, Result, bail};
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-/// Where segments are built before they are renamed into the partition directory.
-pub const STAGING_DIR: &str = "repair-staging";
 
 /// Where re-fetched batches come from (the leader, in production).
 pub trait BatchSource {
@@ -225,7 +223,7 @@ impl Staged {
 
 /// A fresh, empty staging folder in `dir` (left-overs of an interrupted repair removed).
 fn fresh_staging(dir: &Path) -> Result<PathBuf> {
-    let staging = dir.join(STAGING_DIR);
+    let staging = dir.join(DataDir::STAGING_DIR);
     remove_staging(dir)?;
     fs::create_dir(&staging)
         .with_context(|| format!("failed to create `{}`", staging.display()))?;
@@ -234,7 +232,7 @@ fn fresh_staging(dir: &Path) -> Result<PathBuf> {
 
 /// Removes the staging folder of `dir`, if there is one.
 pub fn remove_staging(dir: &Path) -> Result<()> {
-    let staging = dir.join(STAGING_DIR);
+    let staging = dir.join(DataDir::STAGING_DIR);
     match fs::remove_dir_all(&staging) {
         Ok(()) => fsync_dir(dir),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -823,7 +821,7 @@ mod tests {
         for (name, (ino, bytes)) in &before {
             assert_eq!(after.get(name), Some(&(*ino, bytes.clone())), "{name}");
         }
-        assert!(!dir.join(STAGING_DIR).exists());
+        assert!(!dir.join(DataDir::STAGING_DIR).exists());
         assert_eq!(reload(data.path()).read_all().unwrap(), all);
     }
 
@@ -880,7 +878,7 @@ mod tests {
             );
         }
         assert_eq!(files(&dir), before, "nothing was written");
-        assert!(!dir.join(STAGING_DIR).exists());
+        assert!(!dir.join(DataDir::STAGING_DIR).exists());
     }
 
     #[test]
@@ -900,7 +898,7 @@ mod tests {
         let e = fill_hole(&dir, gone, &cfg(), &mut source(&straddling)).unwrap_err();
         assert!(format!("{e:#}").contains("starts below offset"), "{e:#}");
         assert_eq!(files(&dir), before, "nothing was written");
-        assert!(!dir.join(STAGING_DIR).exists());
+        assert!(!dir.join(DataDir::STAGING_DIR).exists());
     }
 
     #[test]
@@ -909,7 +907,7 @@ mod tests {
         let gone = bases[1];
         let saved = delete_segment(&dir, gone);
         // A repair that crashed after staging: the staged files are not in the log.
-        let staging = dir.join(STAGING_DIR);
+        let staging = dir.join(DataDir::STAGING_DIR);
         fs::create_dir(&staging).unwrap();
         fs::write(staging.join(segment::file_name(gone, "log")), &saved["log"]).unwrap();
         assert!(!list_segment_bases(&dir).unwrap().contains(&gone));

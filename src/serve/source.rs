@@ -7,6 +7,7 @@
 use super::limits::Descriptors;
 use super::response::FileRange;
 use crate::checkpoint::TopicPartition;
+use crate::log::data_dir::DataDir;
 use crate::log::identity::{self, Archived};
 use crate::log::manager::{AppendSignal, LogManager, lock_log};
 use crate::log::max_timestamp::MaxTimestamps;
@@ -64,7 +65,7 @@ impl ArchivedViews {
             match LogView::open_stopped_dir(&a.path, None, None, None) {
                 Ok(Some(mut view)) => {
                     // Only the first copy of an old id carries it: a topic id names one topic.
-                    if !a.name.ends_with(identity::ARCHIVED_SUFFIX) {
+                    if !a.name.ends_with(DataDir::ARCHIVED_SUFFIX) {
                         view.topic_id = None;
                     }
                     views.insert(tp, (a, view));
@@ -111,7 +112,7 @@ impl Source {
         let mut views = BTreeMap::new();
         let checkpoints = crate::log::read_view::StoppedCheckpoints::read(data_dir);
         let mut unflushed = Vec::new();
-        for tp in crate::inspect::partition_dirs(data_dir)? {
+        for tp in DataDir::partitions(data_dir)? {
             // One unreadable partition is not served; the others still are.
             match LogView::open_stopped_with(data_dir, &tp, &checkpoints) {
                 Ok(Some((v, tail))) => {
