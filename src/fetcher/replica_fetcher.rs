@@ -26,7 +26,7 @@ use super::abstract_fetcher::{Identity, ReplicaOps, ValidatedFetch};
 use crate::checkpoint::TopicPartition;
 use crate::log::AppendError;
 use crate::log::manager::{LogManager, lock_log};
-use crate::log::segment::MAX_BATCH_SIZE;
+use crate::log::segment_reader::MAX_BATCH_SIZE;
 use crate::protocol::fetch::FetchPartitionResponse;
 use crate::record::{BatchHeader, BatchIter, SetEnd, check_follows};
 use anyhow::{Context, Result};

@@ -218,7 +218,7 @@ impl FileCache {
                 .truncate(create)
                 .open(path);
             match opened {
-                Err(e) if super::descriptors::is_exhausted_io(&e) && tries < EMFILE_RETRIES => {
+                Err(e) if is_exhausted_io(&e) && tries < EMFILE_RETRIES => {
                     tries += 1;
                     let taken = self.make_room(&mut self.lock(), 1);
                     if taken.is_empty() {
@@ -442,6 +442,12 @@ impl Drop for SegmentFile {
             self.cache.forget(id);
         }
     }
+}
+
+/// Whether `e` is EMFILE or ENFILE: the descriptor limit ([`super::descriptors`]).
+pub fn is_exhausted_io(e: &std::io::Error) -> bool {
+    e.raw_os_error()
+        .is_some_and(|code| code == 24 || code == 23)
 }
 
 #[cfg(test)]

@@ -34,7 +34,8 @@
 use super::data_dir::DataDir;
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use super::producer_state::{self, ProducerState};
-use super::segment::{self, MAX_BATCH_SIZE, SEGMENT_FILES, Segment};
+use super::segment::{self, SEGMENT_FILES, Segment};
+use super::segment_reader::MAX_BATCH_SIZE;
 use super::segment_reader::SegmentReader;
 use super::txn_index::AbortedTxn;
 use crate::checkpoint::fsync_dir;

@@ -25,9 +25,6 @@ use std::sync::Arc;
 /// most the batch being appended (Kafka's default `max.message.bytes` is 1 MiB).
 pub const TORN_TAIL_MAX: u64 = 1 << 20;
 
-/// Largest batch accepted from disk or network (Kafka's int32 size field).
-pub const MAX_BATCH_SIZE: usize = i32::MAX as usize;
-
 pub fn file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}.{suffix}")
 }
@@ -905,6 +902,7 @@ pub(crate) fn append_raw(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::segment_reader::MAX_BATCH_SIZE;
     use crate::record::BatchIter;
     use crate::record::records::{NewRecord, build_v2_batch};
 
