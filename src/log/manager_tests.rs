@@ -2,7 +2,9 @@
 //! visits no log, a busy one only the logs that changed, and every change to a log reaches
 //! the next checkpoint files. Shutdown still visits every log.
 
+use super::passes::LOG_IO_INLINE_UP_TO;
 use super::*;
+use crate::clock::now_ms;
 use crate::fault::{Step, arm_no_space};
 use crate::log::data_dir::DataDir;
 use crate::log::partition_tests::{batches, cfg};
