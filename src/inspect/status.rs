@@ -4,12 +4,13 @@
 use super::json_string;
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::data_dir::DataDir;
+use crate::log::format::diverged;
+use crate::log::identity;
 use crate::log::partition::list_segment_bases;
 use crate::log::read_view::{
     StoppedCheckpoints, UnflushedTail, last_stable_offset, segment_end_offset,
 };
 use crate::log::segment;
-use crate::log::{diverged, identity};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -297,7 +298,9 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
         let mut aborted = 0;
         for b in &bases {
             aborted += std::fs::metadata(dir.join(segment::file_name(*b, "txnindex")))
-                .map_or(0, |m| m.len() as usize / crate::log::txn_index::ENTRY_SIZE);
+                .map_or(0, |m| {
+                    m.len() as usize / crate::log::format::txn_index::ENTRY_SIZE
+                });
         }
         let diverged = diverged::list(&dir)
             .unwrap_or_default()

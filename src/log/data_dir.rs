@@ -1,6 +1,6 @@
 //! The layout of a data dir: every file and directory name in it, in one place. Formats live
 //! with their readers and writers ([`crate::checkpoint`], [`super::identity`],
-//! [`super::segment`], …); this module says only where each file is.
+//! [`super::format::segment`], …); this module says only where each file is.
 //!
 //! ```text
 //! <data_dir>/
@@ -74,7 +74,7 @@ impl DataDir {
     pub const LOST_UPSTREAM: &str = "lost-upstream-checkpoint";
     pub const DIVERGED_DIR: &str = "diverged";
     /// Where recovery keeps the bytes it cut from a segment at damage (see
-    /// [`super::segment::Segment::recover`]).
+    /// [`super::format::segment::Segment::recover`]).
     pub const DAMAGED_DIR: &str = "damaged";
 
     /// The partitions that have a directory `<topic>-<partition>` in `data_dir`, sorted.

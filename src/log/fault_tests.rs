@@ -149,7 +149,7 @@ fn a_failed_index_write_cuts_the_index_back_and_the_next_flush_writes_every_entr
     let index = d
         .path()
         .join(tp().dir_name())
-        .join(super::segment::file_name(0, "index"));
+        .join(super::format::segment::file_name(0, "index"));
     let entries_before = before[&index].len();
     arm(Step::Index, 1);
     assert!(log.flush().is_err());
@@ -229,10 +229,10 @@ fn a_failed_txnindex_write_takes_the_whole_append_back() {
     let txn = d
         .path()
         .join(tp().dir_name())
-        .join(super::segment::file_name(0, "txnindex"));
+        .join(super::format::segment::file_name(0, "txnindex"));
     assert_eq!(
         std::fs::read(&txn).unwrap().len(),
-        crate::log::txn_index::ENTRY_SIZE,
+        crate::log::format::txn_index::ENTRY_SIZE,
         "one whole entry"
     );
 }
@@ -268,10 +268,10 @@ fn recovery_resumed_past_the_recovery_point_keeps_the_aborted_transactions_below
         .unwrap()
         .unwrap();
     assert_eq!(log.log_end_offset(), 6);
-    let txn = crate::log::txn_index::TxnIndex::new(
+    let txn = crate::log::format::txn_index::TxnIndex::new(
         d.path()
             .join(tp().dir_name())
-            .join(super::segment::file_name(0, "txnindex")),
+            .join(super::format::segment::file_name(0, "txnindex")),
     )
     .read()
     .unwrap();

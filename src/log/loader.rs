@@ -18,9 +18,9 @@
 //!    recovered segments are fsynced and the recovery point is the log end.
 
 use super::data_dir::DataDir;
-use super::epoch_cache::EpochCache;
+use super::format::epoch_cache::EpochCache;
+use super::format::segment::{self, Segment};
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
-use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::clock::now_ms;
 use crate::logging::count;
@@ -301,7 +301,7 @@ pub fn load(
 
 /// `Some(leo)` when a producer snapshot exists exactly at the log end.
 fn producer_snapshot_at(dir: &Path, leo: i64) -> Option<i64> {
-    super::producer_state::list_snapshots(dir)
+    super::format::producer_state::list_snapshots(dir)
         .ok()?
         .contains(&leo)
         .then_some(leo)
@@ -348,7 +348,7 @@ mod tests {
         let active_base = log.segments().last().unwrap().base_offset;
         drop(log);
         let (extra, _) = batches(120, 1, 0);
-        crate::log::segment::append_raw(&active, &extra[..extra.len() - 7]).unwrap();
+        crate::log::format::segment::append_raw(&active, &extra[..extra.len() - 7]).unwrap();
         std::fs::write(active.with_extension("index"), [7u8; 13]).unwrap();
         std::fs::write(
             dir.path()

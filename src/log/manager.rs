@@ -14,10 +14,10 @@
 //! logs changed, and at shutdown.
 
 use super::data_dir::DataDir;
-use super::disk::DiskSpace;
 use super::identity;
 use super::loader::{self, CheckpointHints};
 use super::partition::{LogConfig, LogSummary, PartitionLog};
+use super::resources::disk::DiskSpace;
 use super::touched::{Pass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::protocol::uuid::Uuid;
@@ -410,7 +410,7 @@ impl LogManager {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len();
-        let budget = super::open_files::shared().budget();
+        let budget = super::resources::open_files::shared().budget();
         if partitions > budget && !self.said_on_demand.swap(true, Ordering::SeqCst) {
             crate::log_info!(
                 "{partitions} partitions, {budget} descriptors allowed: segment files are opened on demand (log.max_open_files)"
@@ -465,10 +465,10 @@ impl LogManager {
     /// partition's fault), running out of descriptors is said once a minute and retried (the
     /// process's limit, not the partition's storage), anything else fails the partition.
     pub fn storage_error(&self, tp: &TopicPartition, what: &str, e: &anyhow::Error) {
-        if super::disk::is_no_space(e) {
+        if super::resources::disk::is_no_space(e) {
             self.disk.on_no_space();
-        } else if super::descriptors::is_exhausted(e) {
-            super::descriptors::report(&format!("{tp}: {what}: {e:#}"));
+        } else if super::resources::descriptors::is_exhausted(e) {
+            super::resources::descriptors::report(&format!("{tp}: {what}: {e:#}"));
         } else {
             self.mark_failed(tp, &format!("{what}: {e:#}"));
         }

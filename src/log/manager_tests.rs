@@ -7,8 +7,8 @@ use super::*;
 use crate::clock::now_ms;
 use crate::fault::{Step, arm_no_space};
 use crate::log::data_dir::DataDir;
+use crate::log::format::segment;
 use crate::log::partition_tests::{batches, cfg};
-use crate::log::segment;
 use crate::record::BatchHeader;
 use crate::record::records::{NewRecord, build_v2_batch};
 

@@ -12,10 +12,10 @@
 
 use super::AppendError;
 use super::data_dir::DataDir;
-use super::epoch_cache::EpochCache;
+use super::format::epoch_cache::EpochCache;
+use super::format::producer_state::{self, ProducerState};
+use super::format::segment::{self, Segment};
 use super::identity;
-use super::producer_state::{self, ProducerState};
-use super::segment::{self, Segment};
 use super::touched::{Marks, Pass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::clock::now_ms;
@@ -93,12 +93,12 @@ pub struct PartitionLog {
 /// while the fetcher goes on appending.
 #[derive(Debug)]
 pub struct FlushTicket {
-    files: Vec<super::segment::FileToSync>,
+    files: Vec<super::format::segment::FileToSync>,
     target: i64,
     generation: u64,
     /// The segment flushed and where its fsync began.
     segment: i64,
-    mark: super::open_files::SyncMark,
+    mark: super::resources::open_files::SyncMark,
 }
 
 impl FlushTicket {
@@ -434,11 +434,11 @@ impl PartitionLog {
         old.flush()?;
         old.close_file();
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now)?;
-        super::diverged::test_pause_point("rolling");
+        super::format::diverged::test_pause_point("rolling");
         if let Err(e) = fsync_dir(&self.dir) {
             // Not named by the directory for sure: made again by the next roll.
             drop(seg);
-            if let Err(de) = super::segment::delete_files(&self.dir, base) {
+            if let Err(de) = super::format::segment::delete_files(&self.dir, base) {
                 crate::log_error!("{de:#}");
             }
             return Err(e);

@@ -18,11 +18,11 @@
 //! with a timestamp ≥ T is the answer. Every batch scanned has its CRC checked: an answer
 //! never rests on a damaged batch (that is an error naming the segment and byte).
 
+use super::format::segment;
+use super::format::segment_reader::SegmentReader;
+use super::format::{offset_index, time_index, txn_index};
 use super::max_timestamp::MaxTimestamps;
 use super::read_view::{LogView, SegmentSpan};
-use super::segment;
-use super::segment_reader::SegmentReader;
-use super::{offset_index, time_index, txn_index};
 use crate::protocol::fetch::AbortedTransaction;
 use crate::record::batch::{LOG_OVERHEAD, V2_HEADER_SIZE};
 use crate::record::compression::MAX_DECOMPRESSED;

@@ -32,12 +32,12 @@
 //! start-up) or while no daemon runs (`repair`).
 
 use super::data_dir::DataDir;
+use super::format::producer_state::{self, ProducerState};
+use super::format::segment::{self, SEGMENT_FILES, Segment};
+use super::format::segment_reader::MAX_BATCH_SIZE;
+use super::format::segment_reader::SegmentReader;
+use super::format::txn_index::AbortedTxn;
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
-use super::producer_state::{self, ProducerState};
-use super::segment::{self, SEGMENT_FILES, Segment};
-use super::segment_reader::MAX_BATCH_SIZE;
-use super::segment_reader::SegmentReader;
-use super::txn_index::AbortedTxn;
 use crate::checkpoint::fsync_dir;
 use crate::clock::now_ms;
 use crate::record::records::{ControlType, control_marker};
@@ -581,7 +581,7 @@ pub fn rewrite_segment(
     let old_size = fs::metadata(&log_path)
         .with_context(|| format!("failed to stat `{}`", log_path.display()))?
         .len();
-    let kept = super::diverged::keep_damaged_tail(dir, &log_path, 0, old_size)?;
+    let kept = super::format::diverged::keep_damaged_tail(dir, &log_path, 0, old_size)?;
     publish(&staging, dir, base, true)?;
     remove_staging(dir)?;
     Ok(Written {

@@ -6,7 +6,7 @@ use super::{PartitionLog, note_position_moved};
 use crate::checkpoint::{self, fsync_dir};
 use crate::clock::now_ms;
 use crate::log::data_dir::DataDir;
-use crate::log::segment::Segment;
+use crate::log::format::segment::Segment;
 use crate::log::touched::Pass;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -47,14 +47,14 @@ impl PartitionLog {
         if let Some(r) = &removed {
             let (first, last) = (r.first_offset, r.last_offset);
             if first < self.high_watermark {
-                let kept = crate::log::diverged::keep(&self.dir, &r.runs, first, last)?;
+                let kept = crate::log::format::diverged::keep(&self.dir, &r.runs, first, last)?;
                 crate::log_error!(
                     "{}: truncating offsets {first}..{last}, below the high watermark {} ({reason}); the removed batches are kept in `{}`",
                     self.tp,
                     self.high_watermark,
                     kept.display()
                 );
-                crate::log::diverged::test_pause_point("diverged-copied");
+                crate::log::format::diverged::test_pause_point("diverged-copied");
             } else {
                 crate::log_warn!(
                     "{}: truncating uncommitted offsets {first}..{last} ({reason})",

@@ -7,7 +7,7 @@
 //! `Arc` is the pin: while a caller holds it, no one closes that descriptor. When a file
 //! must be opened and the cache holds its budget, the least recently used files nobody
 //! holds are closed first. Indexes hold no descriptor between calls (see
-//! [`super::index_file`]), so only `.log` files are cached.
+//! [`crate::log::format::index_file`]), so only `.log` files are cached.
 //!
 //! Durability: closing a descriptor never loses a claim. A file written since its last
 //! fsync is fsynced before its descriptor closes (a failed fsync halts, as every failed
@@ -193,7 +193,7 @@ impl FileCache {
     fn close_slot(&self, slot: Slot) {
         if slot.written > slot.synced {
             if let Err(e) = slot.file.sync_data() {
-                super::halt_on_fsync_error(&slot.path, &e);
+                crate::log::halt_on_fsync_error(&slot.path, &e);
             }
             self.lock().synced_on_close += 1;
         }

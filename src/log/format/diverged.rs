@@ -17,8 +17,8 @@
 //! (a bad CRC or header, offsets out of order) — intact batches may lie behind the damage, so
 //! they are kept, not dropped. A torn tail (the one batch a crash interrupted) is only cut.
 
-use super::data_dir::DataDir;
 use crate::checkpoint::fsync_dir;
+use crate::log::data_dir::DataDir;
 use anyhow::{Context, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

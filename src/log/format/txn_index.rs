@@ -122,7 +122,7 @@ impl TxnIndex {
         if let Some(f) = self.take_dirty()?
             && let Err(e) = f.sync_data()
         {
-            super::halt_on_fsync_error(&self.path, &e);
+            crate::log::halt_on_fsync_error(&self.path, &e);
         }
         Ok(())
     }

@@ -6,15 +6,15 @@
 //!
 //! Crash policy: bytes past the last fsync may be lost or torn. [`Segment::recover`] walks the
 //! log, verifies every batch's length and CRC, truncates at the first bad or partial batch and
-//! rebuilds both indexes. Who touches it: only its [`super::partition::PartitionLog`], under the
+//! rebuilds both indexes. Who touches it: only its [`crate::log::partition::PartitionLog`], under the
 //! partition's lock.
 
 use super::offset_index::OffsetIndex;
-use super::open_files::{self, SegmentFile, SyncMark};
 use super::segment_reader::SegmentReader;
 use super::time_index::TimeIndex;
 use super::txn_index::TxnIndex;
 use crate::fault::{self, Step};
+use crate::log::resources::open_files::{self, SegmentFile, SyncMark};
 use crate::record::{BatchHeader, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
@@ -617,7 +617,7 @@ impl Segment {
         let f = self.file()?;
         let mark = self.log.begin_sync();
         if let Err(e) = f.sync_data() {
-            super::halt_on_fsync_error(&self.log_path, &e);
+            crate::log::halt_on_fsync_error(&self.log_path, &e);
         }
         self.log.synced(mark);
         self.txn_index.flush()?;

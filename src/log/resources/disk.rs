@@ -6,7 +6,7 @@
 //! repeats every few seconds until space returns, which is logged once too. The figure is
 //! cached: one `statvfs` a second at most while appending.
 
-use super::data_dir::DataDir;
+use crate::log::data_dir::DataDir;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -175,7 +175,7 @@ impl IndexFile {
         }
         if sync {
             if let Err(e) = f.sync_data() {
-                super::halt_on_fsync_error(&self.path, &e);
+                crate::log::halt_on_fsync_error(&self.path, &e);
             }
             self.unsynced = false;
         }
