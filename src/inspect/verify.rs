@@ -13,6 +13,7 @@ use crate::log::format::{diverged, offset_index, time_index, txn_index};
 use crate::log::identity;
 use crate::log::partition::list_segment_bases;
 use crate::log::read_view::{StoppedCheckpoints, UnflushedTail};
+use crate::log::reader::{self, IndexFile};
 use crate::log::segment;
 use crate::log::segment_reader::SegmentReader;
 use crate::record::records::{ControlType, control_marker};
@@ -69,21 +70,14 @@ struct IndexToCheck<E> {
 }
 
 impl<E> IndexToCheck<E> {
-    /// Reads the `.<suffix>` file of the segment at `base` in `dir`.
-    fn read(
-        dir: &Path,
-        base: i64,
-        suffix: &str,
-        entry_size: usize,
-        decode: impl FnOnce(&[u8]) -> Vec<E>,
-    ) -> Self {
-        let path = dir.join(segment::file_name(base, suffix));
-        let (len, entries) = match std::fs::read(&path) {
-            Ok(b) => (Ok(b.len()), decode(&b)),
+    /// The index `file` as the log's reader read it; its entries are `entry_size` bytes.
+    fn new(file: IndexFile<E>, entry_size: usize) -> Self {
+        let (len, entries) = match file.read {
+            Ok((len, entries)) => (Ok(len), entries),
             Err(e) => (Err(e), Vec::new()),
         };
         IndexToCheck {
-            path,
+            path: file.path,
             entry_size,
             len,
             entries,
@@ -266,19 +260,17 @@ fn verify_log_dir(dir: &Path, limit: Option<Limit>, r: &mut VerifyReport) -> Res
         };
         // The index entries are read first, so that the walk records only what they ask
         // about: memory grows with the indexes, not with the batches of the segment.
-        let idx = IndexToCheck::read(dir, base, "index", offset_index::ENTRY_SIZE, |b| {
-            offset_index::decode_entries(b, base)
-                .filter(|&(o, _)| below(o))
-                .collect()
-        });
+        let idx = IndexToCheck::new(
+            reader::read_offset_index(dir, base, |&(o, _)| below(o)),
+            offset_index::ENTRY_SIZE,
+        );
         // batch start position an entry names → the last offset of the batch there
         let mut starts: HashMap<u32, Option<i64>> =
             idx.entries.iter().map(|&(_, p)| (p, None)).collect();
-        let tix = IndexToCheck::read(dir, base, "timeindex", time_index::ENTRY_SIZE, |b| {
-            time_index::decode_entries(b, base)
-                .filter(|&(_, o)| below(o))
-                .collect()
-        });
+        let tix = IndexToCheck::new(
+            reader::read_time_index(dir, base, |&(_, o)| below(o)),
+            time_index::ENTRY_SIZE,
+        );
         // last offset an entry names → the largest timestamp up to the batch ending there
         let mut by_last: HashMap<i64, Option<i64>> =
             tix.entries.iter().map(|&(_, o)| (o, None)).collect();

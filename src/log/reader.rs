@@ -1,8 +1,9 @@
 //! The one read path of a partition directory: a reader that holds a [`LogView`] starts at an
 //! offset ([`read_batches`], the byte ranges of whole batches) or a record timestamp
 //! ([`find_by_timestamp`], [`find_max_timestamp`]), and gets the aborted transactions of a
-//! range ([`aborted_transactions`]). Serving, `offsets` and `dump` read through here; none of
-//! them opens an index file itself.
+//! range ([`aborted_transactions`]); `verify` reads a segment's indexes whole to check them
+//! ([`read_offset_index`], [`read_time_index`]). Serving, `offsets` and `verify` read through
+//! here; none of them opens an index file itself.
 //!
 //! Indexes carry no checksum, so they are checked as they are used: an index position that
 //! is not the start of the batch it names is ignored and the segment read from its start.
@@ -516,4 +517,49 @@ fn scan_segment(
         ),
         _ => Ok(SegmentScan::NotHere),
     }
+}
+
+/// An offset or time index read whole, to be checked against its segment (its size is
+/// bounded by the segment's index cadence, not by its bytes): the file's length and the
+/// entries kept, or why it could not be read.
+#[derive(Debug)]
+pub struct IndexFile<E> {
+    pub path: PathBuf,
+    pub read: std::io::Result<(usize, Vec<E>)>,
+}
+
+/// The `.index` of the segment at `base` in `dir`: (offset, position) entries that `keep`.
+pub fn read_offset_index(
+    dir: &Path,
+    base: i64,
+    keep: impl Fn(&(i64, u32)) -> bool,
+) -> IndexFile<(i64, u32)> {
+    read_index(dir, base, "index", |b| {
+        offset_index::decode_entries(b, base)
+            .filter(&keep)
+            .collect()
+    })
+}
+
+/// The `.timeindex` of the segment at `base` in `dir`: (timestamp, offset) entries that
+/// `keep`.
+pub fn read_time_index(
+    dir: &Path,
+    base: i64,
+    keep: impl Fn(&(i64, i64)) -> bool,
+) -> IndexFile<(i64, i64)> {
+    read_index(dir, base, "timeindex", |b| {
+        time_index::decode_entries(b, base).filter(&keep).collect()
+    })
+}
+
+fn read_index<E>(
+    dir: &Path,
+    base: i64,
+    suffix: &str,
+    decode: impl FnOnce(&[u8]) -> Vec<E>,
+) -> IndexFile<E> {
+    let path = dir.join(segment::file_name(base, suffix));
+    let read = std::fs::read(&path).map(|b| (b.len(), decode(&b)));
+    IndexFile { path, read }
 }
