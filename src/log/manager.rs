@@ -345,14 +345,7 @@ impl LogManager {
                 first.display()
             ),
         }
-        let mut entries: Vec<_> = fs::read_dir(data_dir)
-            .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().is_dir())
-            .filter_map(|e| TopicPartition::parse_dir_name(&e.file_name().to_string_lossy()))
-            .collect();
-        entries.sort();
-        for tp in entries {
+        for tp in DataDir::partitions(data_dir)? {
             let hints = CheckpointHints {
                 recovery_point: rp.get(&tp).copied(),
                 log_start_offset: ls.get(&tp).copied(),
