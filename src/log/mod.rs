@@ -10,8 +10,9 @@
 //! Three layers, each using only those below it:
 //! - [`resources`]: what the process has to spend: file descriptors, the cache of open
 //!   segment files, free disk space.
-//! - [`format`]: the files of one partition in Kafka's byte formats (segments, their indexes,
-//!   the transaction index, producer snapshots, the leader-epoch file, kept-aside copies).
+//! - [`format`](mod@format): the files of one partition in Kafka's byte formats (segments,
+//!   their indexes, the transaction index, producer snapshots, the leader-epoch file,
+//!   kept-aside copies).
 //! - the partition engine: [`partition::PartitionLog`] ties the segments of one partition
 //!   together; [`loader`] opens it at start-up and recovers it after a crash;
 //!   [`manager::LogManager`] holds every partition's log behind its own mutex and writes the

@@ -23,8 +23,8 @@ impl PartitionLog {
     /// Removes every offset ≥ `offset` (no-op when the log ends at or below it). When the
     /// removed batches begin below the high watermark — committed data, perhaps the last copy
     /// after an unclean election — their bytes are first copied into `diverged/` and fsynced
-    /// ([`super::diverged`]): every byte from the cut to the end of each file, whether it
-    /// parses or not. Only then is the log cut. A cut below the first segment leaves an empty
+    /// ([`crate::log::format::diverged`]): every byte from the cut to the end of each file,
+    /// whether it parses or not. Only then is the log cut. A cut below the first segment leaves an empty
     /// log starting at `offset` (Kafka's `truncateFullyAndStartAt`). `reason` goes into the
     /// record of it. A negative offset is refused.
     pub fn truncate_to(&mut self, offset: i64, reason: &str) -> Result<()> {
