@@ -33,6 +33,7 @@ use common::{
     clk_tck, local_log_end, log_bytes_on_disk, log_problems, open_fds, opt, proc_figures,
     produce_spread, spawn_limited, terminate, write_follower_config,
 };
+use replica_follower::log::data_dir::DataDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -126,7 +127,7 @@ fn follow(
     // Caught up means durable too: the idle window opens once the checkpoint pass after
     // catch-up has finished (its recovery points name every partition's end), which on a
     // disk fsyncs each partition's files and writes its epoch and producer-state files.
-    let rp_path = data.join(replica_follower::checkpoint::RECOVERY_POINT);
+    let rp_path = data.join(DataDir::RECOVERY_POINT);
     let durable_at = loop {
         std::thread::sleep(Duration::from_millis(200));
         sample(child, &log, &mut peak_fds);

@@ -14,7 +14,7 @@
 //! Readers reject anything malformed with an error naming the file and line; callers then fall
 //! back to what the log itself proves (see `checkpoint-format.md`).
 
-use crate::log::fault::{self, Step};
+use crate::fault::{self, Step};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -22,12 +22,6 @@ use std::path::Path;
 
 pub use crate::protocol::TopicPartition;
 
-pub const REPLICATION_OFFSET: &str = "replication-offset-checkpoint";
-pub const RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
-pub const LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
-pub const LEADER_EPOCH: &str = "leader-epoch-checkpoint";
-/// Per partition: offset ranges the leader had deleted before this replica could fetch them.
-pub const LOST_UPSTREAM: &str = "lost-upstream-checkpoint";
 const VERSION: u32 = 0;
 
 thread_local! {
@@ -318,11 +312,12 @@ fn read_text(path: &Path) -> Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::data_dir::DataDir;
 
     #[test]
     fn offsets_roundtrip_in_kafka_text_format() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join(RECOVERY_POINT);
+        let p = dir.path().join(DataDir::RECOVERY_POINT);
         let mut m = BTreeMap::new();
         m.insert(TopicPartition::new("orders", 1), 977);
         m.insert(TopicPartition::new("my-topic", 0), 1200);
@@ -332,18 +327,22 @@ mod tests {
             "0\n2\nmy-topic 0 1200\norders 1 977\n"
         );
         assert_eq!(read_offsets(&p).unwrap(), m);
-        assert!(!dir.path().join(format!("{RECOVERY_POINT}.tmp")).exists());
+        assert!(
+            !dir.path()
+                .join(format!("{}.tmp", DataDir::RECOVERY_POINT))
+                .exists()
+        );
     }
 
     #[test]
     fn an_oversized_checkpoint_is_malformed_not_read_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join(RECOVERY_POINT);
+        let p = dir.path().join(DataDir::RECOVERY_POINT);
         let f = File::create(&p).unwrap();
         f.set_len(MAX_CHECKPOINT_BYTES + 10).unwrap(); // sparse: no disk, no RAM
         let e = read_offsets(&p).unwrap_err().to_string();
         assert!(
-            e.contains("larger than") && e.contains(RECOVERY_POINT),
+            e.contains("larger than") && e.contains(DataDir::RECOVERY_POINT),
             "{e}"
         );
     }
@@ -358,7 +357,7 @@ mod tests {
     #[test]
     fn malformed_files_are_rejected_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join(REPLICATION_OFFSET);
+        let p = dir.path().join(DataDir::REPLICATION_OFFSET);
         for bad in [
             "",
             "1\n0\n",
@@ -372,7 +371,7 @@ mod tests {
         ] {
             fs::write(&p, bad).unwrap();
             let e = read_offsets(&p).unwrap_err().to_string();
-            assert!(e.contains(REPLICATION_OFFSET), "{bad:?}: {e}");
+            assert!(e.contains(DataDir::REPLICATION_OFFSET), "{bad:?}: {e}");
         }
         fs::write(&p, [0xff, 0xfe]).unwrap();
         assert!(read_offsets(&p).is_err());
@@ -381,7 +380,7 @@ mod tests {
     #[test]
     fn epochs_roundtrip_and_must_increase() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join(LEADER_EPOCH);
+        let p = dir.path().join(DataDir::LEADER_EPOCH);
         write_epochs(&p, &[(0, 0), (3, 120)]).unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "0\n2\n0 0\n3 120\n");
         assert_eq!(read_epochs(&p).unwrap(), vec![(0, 0), (3, 120)]);
@@ -392,7 +391,7 @@ mod tests {
     #[test]
     fn ranges_roundtrip_and_reject_reversed_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join(LOST_UPSTREAM);
+        let p = dir.path().join(DataDir::LOST_UPSTREAM);
         assert!(read_ranges(&p).unwrap().is_empty());
         write_ranges(&p, &[(10, 19), (40, 40)]).unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "0\n2\n10 19\n40 40\n");
@@ -402,7 +401,7 @@ mod tests {
             read_ranges(&p)
                 .unwrap_err()
                 .to_string()
-                .contains(LOST_UPSTREAM)
+                .contains(DataDir::LOST_UPSTREAM)
         );
     }
 

@@ -10,8 +10,9 @@
 
 use crate::client::cluster;
 use crate::config::Config;
-use crate::fetcher::manager::{FETCH_STOPPED_FILE, FetcherManager, ManagerEvent};
+use crate::fetcher::manager::{FetcherManager, ManagerEvent};
 use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
+use crate::log::data_dir::DataDir;
 use crate::log::identity;
 use crate::log::manager::LogManager;
 use crate::resolve::Resolved;
@@ -25,8 +26,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub const LOCK_FILE: &str = ".lock";
-
 /// Takes the data-dir lock; held until the returned file is dropped (process exit included).
 ///
 /// The lock is an `flock` on `<data_dir>/.lock`; its holder writes its pid into it (decimal,
@@ -34,7 +33,7 @@ pub const LOCK_FILE: &str = ".lock";
 /// so that a refused process names the holder.
 pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
     crate::log::manager::create_data_dir(data_dir)?;
-    let path = data_dir.join(LOCK_FILE);
+    let path = data_dir.join(DataDir::LOCK_FILE);
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -380,7 +379,7 @@ fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
         lock: Mutex::new(()),
         cond: Condvar::new(),
     });
-    let live_path = logs.data_dir().join(crate::live::LIVE_STATUS_FILE);
+    let live_path = logs.data_dir().join(DataDir::LIVE_STATUS_FILE);
     let watchdog = watchdog_interval();
     if let Some(w) = watchdog {
         crate::log_info!(
@@ -544,7 +543,7 @@ fn check_brokers_at_start(cfg: &Config, security: &ClientSecurity) -> Result<()>
             cfg.bootstrap_servers.join(",")
         ),
         _ => {
-            let stopped = cfg.data_dir.join(FETCH_STOPPED_FILE);
+            let stopped = cfg.data_dir.join(DataDir::FETCH_STOPPED_FILE);
             if stopped.exists() {
                 std::fs::remove_file(&stopped)
                     .with_context(|| format!("failed to remove `{}`", stopped.display()))?;
@@ -650,7 +649,7 @@ fn reload(
 /// `config_path` (when given).
 pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result<()> {
     let cfg = Arc::new(cfg);
-    crate::log::fault::init();
+    crate::fault::init();
     crate::live::set_read_committed(cfg.fetch.isolation.level() == 1);
     let _lock = lock_data_dir(&cfg.data_dir)?;
     // Register before anything starts, so an early SIGTERM is not lost.
@@ -673,7 +672,9 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     // Before any log is loaded: loading opens every active segment.
     crate::log::open_files::shared().set_budget(parts.max_open_files);
     let logs = Arc::new(
-        LogManager::open(&cfg.data_dir, parts.log)?.with_min_free_bytes(cfg.log.min_free_bytes),
+        LogManager::open(&cfg.data_dir, parts.log)?
+            .with_min_free_bytes(cfg.log.min_free_bytes)
+            .with_heartbeat(|| crate::live::live().beat_current()),
     );
     // A segment lost from the middle looks like a gap: the leader says whether it is a hole,
     // and fills it, before anything is fetched (every request within the request timeout).
@@ -737,7 +738,7 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
         running.store(false, Ordering::SeqCst);
         crate::serve::wake_accept(addr);
     }
-    let _ = std::fs::remove_file(cfg.data_dir.join(crate::live::LIVE_STATUS_FILE));
+    let _ = std::fs::remove_file(cfg.data_dir.join(DataDir::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;
     for (tp, s, failed) in logs.summaries() {
         match failed {
@@ -835,7 +836,7 @@ mod tests {
     #[test]
     fn a_quiet_round_keeps_the_live_status_and_only_refreshes_its_mtime() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(crate::live::LIVE_STATUS_FILE);
+        let path = dir.path().join(DataDir::LIVE_STATUS_FILE);
         let live = crate::live::Live::default();
         let tp = crate::checkpoint::TopicPartition::new("m", 0);
         live.fetched(&tp, 10, 10, 10, 10, None);

@@ -6,7 +6,8 @@
 //! 2. [`record`] — record batches: headers, CRC-32C / CRC-32 checks, walking a record set.
 //! 3. [`client`] — blocking broker connections, version negotiation, cluster metadata.
 //! 4. [`log`] and [`checkpoint`] — segments and indexes in Kafka's on-disk format, recovery,
-//!    retention; atomic checkpoint files.
+//!    retention; atomic checkpoint files. Below both, [`fault`] is the seam through which
+//!    tests fail each of their write steps.
 //! 5. [`fetcher`] — the shutdownable thread, the abstract fetch loop, the replica fetcher
 //!    plugged into it, and the manager that assigns partitions to fetcher threads.
 //! 6. [`repair`] — holes and damaged segments found against the leader and re-fetched into
@@ -35,6 +36,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod fault;
 pub mod fetcher;
 pub mod inspect;
 pub mod log;

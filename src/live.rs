@@ -9,13 +9,11 @@
 //! `status` reads while the daemon runs; and it sums the state up in systemd's STATUS= line.
 
 use crate::checkpoint::TopicPartition;
+use crate::log::data_dir::DataDir;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-
-/// The file `status` reads while the daemon runs.
-pub const LIVE_STATUS_FILE: &str = ".live-status";
 
 /// How a partition's fetching stands (written as `as_str` says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -710,7 +708,7 @@ const FRESH: Duration = Duration::from_secs(10);
 /// when the mtime cannot be read) and its process is alive.
 pub fn read_running(data_dir: &std::path::Path) -> Option<LiveFile> {
     use std::io::Read;
-    let f = std::fs::File::open(data_dir.join(LIVE_STATUS_FILE)).ok()?;
+    let f = std::fs::File::open(data_dir.join(DataDir::LIVE_STATUS_FILE)).ok()?;
     // The mtime of the file read, not of one renamed over it meanwhile.
     let modified = f.metadata().and_then(|m| m.modified()).ok();
     let mut text = String::new();
@@ -950,7 +948,7 @@ mod tests {
     #[test]
     fn a_quiet_publish_refreshes_the_mtime_and_keeps_the_content() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(LIVE_STATUS_FILE);
+        let path = dir.path().join(DataDir::LIVE_STATUS_FILE);
         let l = Live::default();
         let tp = TopicPartition::new("q", 0);
         l.fetched(&tp, 10, 10, 10, 10, None);
@@ -986,7 +984,7 @@ mod tests {
     #[test]
     fn a_running_daemon_is_one_whose_file_has_a_fresh_mtime_and_a_live_pid() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(LIVE_STATUS_FILE);
+        let path = dir.path().join(DataDir::LIVE_STATUS_FILE);
         let file = |pid: u32, written_ms: i64| {
             let f = LiveFile {
                 pid,

@@ -38,18 +38,6 @@ use failed::{FailedPartition, FailureHistory};
 pub use seams::{BrokerEndpoints, BrokerMetadata, EndpointFactory, MetadataSource, OffsetAnswers};
 pub use stop::StopHandle;
 
-/// Written into the data dir while fetching is stopped for the whole data dir (the leader
-/// reports another cluster); `status` shows it.
-pub const FETCH_STOPPED_FILE: &str = "fetching-stopped";
-
-/// Written into the data dir while partitions are not followed because their topic was
-/// re-created and `on_topic_recreated = "stop"`: one `topic partition reason` line each.
-pub const STOPPED_PARTITIONS_FILE: &str = "fetching-stopped-partitions";
-
-/// Written into the data dir while partitions are failed by a local storage error: one
-/// `topic partition reason` line each; `status` shows them.
-pub const FAILED_PARTITIONS_FILE: &str = "failed-partitions";
-
 /// The longest a partition handed back again and again waits before it is reassigned to
 /// the same leader.
 const HAND_BACK_MAX: Duration = Duration::from_secs(30);

@@ -28,7 +28,7 @@ use crate::checkpoint::TopicPartition;
 use crate::live::Live;
 use crate::log::AppendError;
 use crate::log::manager::{LogManager, lock_log};
-use crate::log::segment::MAX_BATCH_SIZE;
+use crate::log::segment_reader::MAX_BATCH_SIZE;
 use crate::protocol::fetch::FetchPartitionResponse;
 use crate::record::{BatchHeader, BatchIter, SetEnd, check_follows};
 use anyhow::{Context, Result};
@@ -514,14 +514,13 @@ mod tests {
     /// What the checkpoint files of `data` claim for [`tp`]: (high watermark, recovery point,
     /// log start).
     fn claimed(data: &std::path::Path) -> (i64, i64, i64) {
-        use crate::checkpoint::{
-            LOG_START_OFFSET, RECOVERY_POINT, REPLICATION_OFFSET, read_offsets,
-        };
+        use crate::checkpoint::read_offsets;
+        use crate::log::data_dir::DataDir;
         let read = |name: &str| read_offsets(&data.join(name)).unwrap()[&tp()];
         (
-            read(REPLICATION_OFFSET),
-            read(RECOVERY_POINT),
-            read(LOG_START_OFFSET),
+            read(DataDir::REPLICATION_OFFSET),
+            read(DataDir::RECOVERY_POINT),
+            read(DataDir::LOG_START_OFFSET),
         )
     }
 

@@ -10,21 +10,10 @@ pub mod status;
 pub mod verify;
 
 use crate::checkpoint::TopicPartition;
+use crate::log::data_dir::DataDir;
 use crate::log::identity::{self, Archived};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::{Path, PathBuf};
-
-/// Partition directories under `data_dir`, sorted.
-pub fn partition_dirs(data_dir: &Path) -> Result<Vec<TopicPartition>> {
-    let mut out: Vec<TopicPartition> = std::fs::read_dir(data_dir)
-        .with_context(|| format!("failed to list data dir `{}`", data_dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| TopicPartition::parse_dir_name(&e.file_name().to_string_lossy()))
-        .collect();
-    out.sort();
-    Ok(out)
-}
 
 /// The directory `dump`, `offsets` and `verify --topic` read for `tp`: the partition
 /// directory `<topic>-<partition>`, or else the archived history whose read name
@@ -77,9 +66,9 @@ pub struct PartitionDir {
 /// checkpoint file, so it is most likely a mistyped path rather than a data dir.
 pub fn not_a_data_dir(data_dir: &Path, partitions: usize) -> Option<String> {
     let has_checkpoints = [
-        crate::checkpoint::REPLICATION_OFFSET,
-        crate::checkpoint::RECOVERY_POINT,
-        crate::checkpoint::LOG_START_OFFSET,
+        DataDir::REPLICATION_OFFSET,
+        DataDir::RECOVERY_POINT,
+        DataDir::LOG_START_OFFSET,
     ]
     .iter()
     .any(|n| data_dir.join(n).exists());

@@ -12,29 +12,18 @@
 
 //!
 //! ## `--timestamp`
-//! As Kafka's `UnifiedLog.fetchOffsetByTimestamp` and `LogSegment.findOffsetByTimestamp`:
-//! the first offset at or after the log start whose record timestamp is ≥ T. Segments whose
-//! largest timestamp in range is below T are passed over on their summary
-//! ([`crate::log::max_timestamp`]); in the first that reaches T, the time index gives the
-//! last entry with a timestamp ≤ T, the offset index the
-//! position of a batch at or before that entry's offset; batches are scanned from there, and
-//! in the first batch whose max timestamp is ≥ T (decompressed if need be) the first record
-//! with a timestamp ≥ T is the answer. Indexes carry no checksum, so they are checked as
-//! they are used: an index position that is not the start of the batch it names is ignored
-//! and the segment scanned from its start. Every batch scanned has its CRC checked: an answer
-//! never rests on a damaged batch (that is an error naming the segment and byte).
+//! The log's search by timestamp, [`crate::log::reader::find_by_timestamp`], over every
+//! segment of the partition directory.
 
 use super::PartitionDir;
 use crate::checkpoint::{self, TopicPartition};
+use crate::log::data_dir::DataDir;
 use crate::log::max_timestamp::MaxTimestamps;
 use crate::log::partition::list_segment_bases;
+pub use crate::log::reader::TimestampAnswer;
+use crate::log::reader::find_by_timestamp;
 use crate::log::segment;
-use crate::log::segment_reader::SegmentReader;
-use crate::log::{offset_index, time_index};
-use crate::record::SetEnd;
-use crate::record::compression::MAX_DECOMPRESSED;
-use crate::record::records::{RecordIter, base_timestamp, records_block};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use std::path::Path;
 
 /// The pure rule. `entries` are (offset, time) in offset order.
@@ -109,32 +98,10 @@ pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> R
     if last_size > 0 {
         entries.push((leo, crate::clock::now_ms()));
     }
-    let hw = checkpointed(data_dir, &at, tp, checkpoint::REPLICATION_OFFSET)
+    let hw = checkpointed(data_dir, &at, tp, DataDir::REPLICATION_OFFSET)
         .unwrap_or(leo)
         .min(leo);
     Ok(offsets_before(&entries, hw, time, max))
-}
-
-/// The answer of `offsets --timestamp`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TimestampAnswer {
-    /// The first record at or after the log start with a timestamp ≥ T.
-    Found { offset: i64, timestamp: i64 },
-    /// No record qualifies (Kafka answers offset -1); the log end offset, for the message.
-    None { log_end: i64 },
-}
-
-/// What a scan of one segment found.
-enum SegmentScan {
-    Found {
-        offset: i64,
-        timestamp: i64,
-    },
-    NotHere,
-    /// A batch at or past the upper bound was reached: no later segment can answer.
-    Beyond,
-    /// The index pointed at something other than the start of the batch it names.
-    BadStart,
 }
 
 /// `offsets --timestamp T`; `notes` gets a line per index that was not trusted.
@@ -147,7 +114,7 @@ pub fn offset_for_timestamp(
     let at = super::partition_dir(data_dir, tp)?;
     let dir = &at.path;
     let bases = list_segment_bases(dir)?;
-    let log_start = checkpointed(data_dir, &at, tp, checkpoint::LOG_START_OFFSET)
+    let log_start = checkpointed(data_dir, &at, tp, DataDir::LOG_START_OFFSET)
         .or_else(|| bases.first().copied())
         .unwrap_or(0);
     let spans: Vec<(i64, Option<u64>)> = bases.iter().map(|&b| (b, None)).collect();
@@ -164,290 +131,10 @@ pub fn offset_for_timestamp(
     Ok(TimestampAnswer::None { log_end })
 }
 
-/// The search behind [`offset_for_timestamp`], for any reader of a partition directory:
-/// `segments` are (base offset, bytes of whole batches to read, `None`: the whole file);
-/// only offsets in `[log_start, below)` are answers. `None` when no record qualifies.
-/// A segment whose largest timestamp in range is below `target` is passed over on its
-/// summary (`maxima`), as Kafka's `fetchOffsetByTimestamp` passes over segments by their
-/// largest timestamp; only the segment that answers is scanned.
-pub fn find_by_timestamp(
-    dir: &Path,
-    segments: &[(i64, Option<u64>)],
-    log_start: i64,
-    below: i64,
-    target: i64,
-    maxima: &MaxTimestamps,
-    notes: &mut Vec<String>,
-) -> Result<Option<TimestampAnswer>> {
-    for (base, size) in in_range(dir, segments, log_start, below, maxima) {
-        let max = maxima.segment_max(dir, base, size, log_start, below)?;
-        // A segment whose batches end early is scanned, to say where.
-        if max.complete && max.best.is_none_or(|(t, _)| t < target) {
-            continue;
-        }
-        let log = dir.join(segment::file_name(base, "log"));
-        let (expect, pos) = start_in_segment(dir, base, target, notes);
-        let range = (log_start, below);
-        let mut scan = scan_segment(&log, size, pos, expect, target, range)?;
-        if matches!(scan, SegmentScan::BadStart) {
-            notes.push(format!(
-                "the indexes of `{}` do not point at a batch start for timestamp {target}; scanned the segment from its start (run `verify`)",
-                log.display()
-            ));
-            scan = scan_segment(&log, size, 0, None, target, range)?;
-        }
-        match scan {
-            SegmentScan::Found { offset, timestamp } => {
-                return Ok(Some(TimestampAnswer::Found { offset, timestamp }));
-            }
-            SegmentScan::Beyond => break,
-            _ => {}
-        }
-    }
-    Ok(None)
-}
-
-/// The segments of `segments` that may hold offsets in `[log_start, below)`, in order;
-/// `maxima` forgets the segments of `dir` that are gone.
-fn in_range(
-    dir: &Path,
-    segments: &[(i64, Option<u64>)],
-    log_start: i64,
-    below: i64,
-    maxima: &MaxTimestamps,
-) -> Vec<(i64, Option<u64>)> {
-    let bases: Vec<i64> = segments.iter().map(|s| s.0).collect();
-    maxima.retain(dir, &bases);
-    segments
-        .iter()
-        .enumerate()
-        // A segment that ends below the log start holds nothing to answer with.
-        .filter(|(i, _)| segments.get(i + 1).is_none_or(|next| next.0 > log_start))
-        .map(|(_, s)| *s)
-        .take_while(|&(base, _)| base < below)
-        .collect()
-}
-
-/// ListOffsets' MAX_TIMESTAMP (KIP-734): the first record in `[log_start, below)` with the
-/// largest timestamp, as (offset, timestamp); `None` for an empty range. `segments` as for
-/// [`find_by_timestamp`]. The segments are compared by their largest timestamp in range
-/// ([`MaxTimestamps`], Kafka's `maxTimestampSoFar`); then only the winning batch's records
-/// are read.
-pub fn find_max_timestamp(
-    dir: &Path,
-    segments: &[(i64, Option<u64>)],
-    log_start: i64,
-    below: i64,
-    maxima: &MaxTimestamps,
-) -> Result<Option<(i64, i64)>> {
-    // The first batch with the largest max timestamp, and where it is.
-    let mut best: Option<(i64, std::path::PathBuf, Option<u64>, u64)> = None;
-    for (base, size) in in_range(dir, segments, log_start, below, maxima) {
-        let found = maxima.segment_max(dir, base, size, log_start, below)?.best;
-        if let Some((t, at)) = found
-            && best.as_ref().is_none_or(|(ts, ..)| t > *ts)
-        {
-            best = Some((t, dir.join(segment::file_name(base, "log")), size, at));
-        }
-    }
-    let Some((max, log, size, at)) = best else {
-        return Ok(None);
-    };
-    let mut reader = open_reader(&log, size)?.starting_at(at);
-    let Some((h, _)) = reader.next_batch()? else {
-        bail!(
-            "`{}` byte {at}: the batch read before is gone",
-            log.display()
-        );
-    };
-    let (crc, b) = reader.checked_batch(h.magic == 2)?;
-    if let Err(e) = crc {
-        bail!(
-            "`{}` byte {at}: batch {}..{} fails its checksum ({e}) (run `verify`)",
-            log.display(),
-            h.base_offset,
-            h.last_offset
-        );
-    }
-    if h.magic < 2 {
-        return Ok(Some((h.base_offset.max(log_start), max)));
-    }
-    let block = decompressed(&log, at, &h, b)?;
-    let mut visible_last = None;
-    for r in RecordIter::new(&h, base_timestamp(b), &block) {
-        let r = r.with_context(|| {
-            format!(
-                "cannot decode the records of batch {}..{} at byte {at} of `{}`",
-                h.base_offset,
-                h.last_offset,
-                log.display()
-            )
-        })?;
-        if r.offset < log_start || r.offset >= below {
-            continue;
-        }
-        if r.timestamp == max {
-            return Ok(Some((r.offset, max)));
-        }
-        visible_last = Some(r.offset);
-    }
-    // A batch whose header claims a timestamp none of its records has: its last record, as
-    // Kafka answered before it looked inside batches.
-    Ok(visible_last.map(|o| (o, max)))
-}
-
-/// The records block of batch `h` (its bytes `b`, at byte `at` of `log`), decompressed;
-/// the error names the batch and where it is.
-fn decompressed<'a>(
-    log: &Path,
-    at: u64,
-    h: &crate::record::BatchHeader,
-    b: &'a [u8],
-) -> Result<std::borrow::Cow<'a, [u8]>> {
-    records_block(h, b, MAX_DECOMPRESSED).map_err(|e| {
-        anyhow!(
-            "cannot decompress the records of batch {}..{} at byte {at} of `{}`: {e}",
-            h.base_offset,
-            h.last_offset,
-            log.display()
-        )
-    })
-}
-
-fn open_reader(log: &Path, size: Option<u64>) -> Result<SegmentReader> {
-    Ok(match size {
-        None => SegmentReader::open(log)?,
-        Some(size) => {
-            let file = std::fs::File::open(log)
-                .with_context(|| format!("failed to open `{}`", log.display()))?;
-            SegmentReader::new(file, log, 0, size)
-        }
-    })
-}
-
-/// Where to start scanning segment `base` for `target`: the last offset of the batch expected
-/// there (when an index entry was used) and its byte position.
-fn start_in_segment(
-    dir: &Path,
-    base: i64,
-    target: i64,
-    notes: &mut Vec<String>,
-) -> (Option<i64>, u64) {
-    let time_path = dir.join(segment::file_name(base, "timeindex"));
-    let index_path = dir.join(segment::file_name(base, "index"));
-    if !time_path.exists() || !index_path.exists() {
-        return (None, 0);
-    }
-    let looked_up = time_index::lookup_file(&time_path, base, target).and_then(|entry| {
-        entry
-            .map(|(_, offset)| offset_index::lookup_file(&index_path, base, offset))
-            .transpose()
-    });
-    match looked_up {
-        Ok(Some((offset, pos))) if pos > 0 => (Some(offset), u64::from(pos)),
-        Ok(_) => (None, 0),
-        Err(e) => {
-            notes.push(format!("{e:#}; scanned the segment from its start"));
-            (None, 0)
-        }
-    }
-}
-
-/// Scans the segment `log` (its first `size` bytes when given) from byte `pos` (where the
-/// batch ending at `expect` starts, when given) for the first record in `[log_start, below)`
-/// with a timestamp ≥ `target`.
-fn scan_segment(
-    log: &Path,
-    size: Option<u64>,
-    pos: u64,
-    expect: Option<i64>,
-    target: i64,
-    (log_start, below): (i64, i64),
-) -> Result<SegmentScan> {
-    let mut reader = open_reader(log, size)?.starting_at(pos);
-    let mut first = true;
-    while let Some((h, at)) = reader.next_batch()? {
-        if first && expect.is_some_and(|last| h.last_offset != last) {
-            return Ok(SegmentScan::BadStart);
-        }
-        first = false;
-        if h.base_offset >= below {
-            return Ok(SegmentScan::Beyond);
-        }
-        if h.last_offset < log_start {
-            continue;
-        }
-        let wanted = h.max_timestamp >= target;
-        let (crc, b) = reader.checked_batch(wanted && h.magic == 2)?;
-        if let Err(e) = crc {
-            bail!(
-                "`{}` byte {at}: batch {}..{} fails its checksum ({e}); no answer past it (run `verify`)",
-                log.display(),
-                h.base_offset,
-                h.last_offset
-            );
-        }
-        if !wanted {
-            continue;
-        }
-        if h.magic < 2 {
-            if h.is_legacy_wrapper() {
-                bail!(
-                    "`{}` byte {at}: the compressed magic {} message set at offset {} is not read here; no answer past it",
-                    log.display(),
-                    h.magic,
-                    h.last_offset
-                );
-            }
-            if h.base_offset >= log_start && h.base_offset < below {
-                return Ok(SegmentScan::Found {
-                    offset: h.base_offset,
-                    timestamp: h.max_timestamp,
-                });
-            }
-            continue;
-        }
-        let block = decompressed(log, at, &h, b)?;
-        for r in RecordIter::new(&h, base_timestamp(b), &block) {
-            let r = r.with_context(|| {
-                format!(
-                    "cannot decode the records of batch {}..{} at byte {at} of `{}`",
-                    h.base_offset,
-                    h.last_offset,
-                    log.display()
-                )
-            })?;
-            if r.offset >= below {
-                return Ok(SegmentScan::Beyond);
-            }
-            if r.timestamp >= target && r.offset >= log_start {
-                return Ok(SegmentScan::Found {
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                });
-            }
-        }
-    }
-    if first && expect.is_some() {
-        return Ok(SegmentScan::BadStart);
-    }
-    match reader.end() {
-        Some(SetEnd::Partial { bytes }) => bail!(
-            "`{}`: a partial batch of {bytes} bytes at byte {}; no answer past it (run `verify`)",
-            log.display(),
-            reader.position()
-        ),
-        Some(SetEnd::Corrupt { position, reason }) => bail!(
-            "`{}` byte {position}: {reason}; no answer past it (run `verify`)",
-            log.display()
-        ),
-        _ => Ok(SegmentScan::NotHere),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::reader::find_max_timestamp;
     use crate::log::segment::Segment;
     use crate::record::BatchHeader;
     use crate::record::records::tests::recompressed;
@@ -658,7 +345,7 @@ mod tests {
         assert_eq!(answer(data, 311).0, TimestampAnswer::None { log_end: 13 });
 
         // The log start hides what is below it.
-        std::fs::write(data.join(checkpoint::LOG_START_OFFSET), "0\n1\nt 0 9\n").unwrap();
+        std::fs::write(data.join(DataDir::LOG_START_OFFSET), "0\n1\nt 0 9\n").unwrap();
         assert_eq!(answer(data, 0).0, found(9, 150));
         assert_eq!(answer(data, 160).0, found(10, 300));
     }

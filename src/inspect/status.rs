@@ -1,18 +1,16 @@
 //! `replica-follower status`: one line (or JSON object) per partition, from the checkpoint
 //! files and the segment files, without locking or writing anything.
 
-use super::{json_string, partition_dirs};
+use super::json_string;
 use crate::checkpoint::{self, TopicPartition};
-use crate::fetcher::manager::{
-    FAILED_PARTITIONS_FILE, FETCH_STOPPED_FILE, STOPPED_PARTITIONS_FILE,
-};
-use crate::log::disk::DISK_FULL_FILE;
+use crate::log::data_dir::DataDir;
+use crate::log::format::diverged;
+use crate::log::identity;
 use crate::log::partition::list_segment_bases;
 use crate::log::read_view::{
     StoppedCheckpoints, UnflushedTail, last_stable_offset, segment_end_offset,
 };
 use crate::log::segment;
-use crate::log::{diverged, identity};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -106,7 +104,7 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         None
     });
     let archived = identity::list_archived(data_dir).unwrap_or_default();
-    let fetching_stopped = std::fs::read_to_string(data_dir.join(FETCH_STOPPED_FILE))
+    let fetching_stopped = std::fs::read_to_string(data_dir.join(DataDir::FETCH_STOPPED_FILE))
         .ok()
         .map(|s| s.trim().to_string());
     DataDirStatus {
@@ -114,10 +112,10 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         archived,
         fetching_stopped,
         free_bytes: fs2::available_space(data_dir).ok(),
-        failed: read_partition_list(&data_dir.join(FAILED_PARTITIONS_FILE))
+        failed: read_partition_list(&data_dir.join(DataDir::FAILED_PARTITIONS_FILE))
             .into_iter()
             .collect(),
-        disk_full: std::fs::read_to_string(data_dir.join(DISK_FULL_FILE))
+        disk_full: std::fs::read_to_string(data_dir.join(DataDir::DISK_FULL_FILE))
             .ok()
             .map(|s| s.trim().to_string()),
         live: crate::live::read_running(data_dir),
@@ -266,17 +264,17 @@ fn read_checkpoint(path: &Path, notes: &mut Vec<String>) -> BTreeMap<TopicPartit
 pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
     crate::log::manager::existing_data_dir(data_dir)?;
     let mut notes = Vec::new();
-    let hw = read_checkpoint(&data_dir.join(checkpoint::REPLICATION_OFFSET), &mut notes);
-    let rp = read_checkpoint(&data_dir.join(checkpoint::RECOVERY_POINT), &mut notes);
-    let ls = read_checkpoint(&data_dir.join(checkpoint::LOG_START_OFFSET), &mut notes);
-    let stopped = read_partition_list(&data_dir.join(STOPPED_PARTITIONS_FILE));
+    let hw = read_checkpoint(&data_dir.join(DataDir::REPLICATION_OFFSET), &mut notes);
+    let rp = read_checkpoint(&data_dir.join(DataDir::RECOVERY_POINT), &mut notes);
+    let ls = read_checkpoint(&data_dir.join(DataDir::LOG_START_OFFSET), &mut notes);
+    let stopped = read_partition_list(&data_dir.join(DataDir::STOPPED_PARTITIONS_FILE));
     // Stopped uncleanly, the checkpoints lag the logs: the whole, CRC-valid batches past the
     // recovery points are what `serve` serves and the next start keeps, so the high
     // watermark shown is their end, as it will be.
     let checkpoints = StoppedCheckpoints::read(data_dir);
     let running = crate::live::read_running(data_dir).is_some();
     let mut out = Vec::new();
-    let dirs = partition_dirs(data_dir)?;
+    let dirs = DataDir::partitions(data_dir)?;
     notes.extend(super::not_a_data_dir(data_dir, dirs.len()));
     for tp in dirs {
         let dir = data_dir.join(tp.dir_name());
@@ -300,7 +298,9 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
         let mut aborted = 0;
         for b in &bases {
             aborted += std::fs::metadata(dir.join(segment::file_name(*b, "txnindex")))
-                .map_or(0, |m| m.len() as usize / crate::log::txn_index::ENTRY_SIZE);
+                .map_or(0, |m| {
+                    m.len() as usize / crate::log::format::txn_index::ENTRY_SIZE
+                });
         }
         let diverged = diverged::list(&dir)
             .unwrap_or_default()
@@ -310,12 +310,12 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
                 (a, b, p.display().to_string(), size)
             })
             .collect();
-        let lost_upstream = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM))
+        let lost_upstream = checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM))
             .unwrap_or_else(|e| {
                 notes.push(format!("{e:#}"));
                 Vec::new()
             });
-        let damaged = list_files(&dir.join(diverged::DAMAGED_DIR));
+        let damaged = list_files(&dir.join(DataDir::DAMAGED_DIR));
         let fetching_stopped = stopped.get(&tp).cloned();
         let topic_id = identity::read_topic_id(&dir)
             .unwrap_or_else(|e| {
@@ -324,7 +324,7 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
             })
             .map(|u| u.to_string());
         let epochs =
-            checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH)).unwrap_or_else(|e| {
+            checkpoint::read_epochs(&dir.join(DataDir::LEADER_EPOCH)).unwrap_or_else(|e| {
                 notes.push(format!("{e:#}"));
                 Vec::new()
             });

@@ -5,15 +5,17 @@
 //! markers, `partition.metadata`, the `diverged/` copies and the archived histories, and the
 //! checkpoint files against the logs.
 
-use super::partition_dirs;
 use crate::checkpoint::{self, TopicPartition};
+use crate::log::data_dir::DataDir;
+use crate::log::format::producer_state::ProducerState;
+use crate::log::format::txn_index::AbortedTxn;
+use crate::log::format::{diverged, offset_index, time_index, txn_index};
+use crate::log::identity;
 use crate::log::partition::list_segment_bases;
-use crate::log::producer_state::ProducerState;
 use crate::log::read_view::{StoppedCheckpoints, UnflushedTail};
+use crate::log::reader::{self, IndexFile};
 use crate::log::segment;
 use crate::log::segment_reader::SegmentReader;
-use crate::log::txn_index::AbortedTxn;
-use crate::log::{diverged, identity, offset_index, time_index, txn_index};
 use crate::record::records::{ControlType, control_marker};
 use crate::record::{SetEnd, check_follows};
 use anyhow::Result;
@@ -68,21 +70,14 @@ struct IndexToCheck<E> {
 }
 
 impl<E> IndexToCheck<E> {
-    /// Reads the `.<suffix>` file of the segment at `base` in `dir`.
-    fn read(
-        dir: &Path,
-        base: i64,
-        suffix: &str,
-        entry_size: usize,
-        decode: impl FnOnce(&[u8]) -> Vec<E>,
-    ) -> Self {
-        let path = dir.join(segment::file_name(base, suffix));
-        let (len, entries) = match std::fs::read(&path) {
-            Ok(b) => (Ok(b.len()), decode(&b)),
+    /// The index `file` as the log's reader read it; its entries are `entry_size` bytes.
+    fn new(file: IndexFile<E>, entry_size: usize) -> Self {
+        let (len, entries) = match file.read {
+            Ok((len, entries)) => (Ok(len), entries),
             Err(e) => (Err(e), Vec::new()),
         };
         IndexToCheck {
-            path,
+            path: file.path,
             entry_size,
             len,
             entries,
@@ -206,13 +201,13 @@ fn verify_partition(
     if let Err(e) = identity::read_topic_id(&dir) {
         r.problems.push(format!("{e:#}"));
     }
-    if let Err(e) = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM)) {
+    if let Err(e) = checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM)) {
         r.problems.push(format!("{e:#}"));
     }
     for (path, first, last) in diverged::list(&dir)? {
         verify_record_file(&path, first, last, r);
     }
-    match checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH)) {
+    match checkpoint::read_epochs(&dir.join(DataDir::LEADER_EPOCH)) {
         Ok(epochs) => {
             for (e, o) in epochs {
                 if o > end {
@@ -241,7 +236,7 @@ fn verify_log_dir(dir: &Path, limit: Option<Limit>, r: &mut VerifyReport) -> Res
     // holds every transaction's start: no offsets lost upstream (the skip forgets open
     // transactions) and no marker of a transaction begun before the log's first batch.
     let mut replay = ProducerState::default();
-    let mut exact = checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM))
+    let mut exact = checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM))
         .map(|l| l.is_empty())
         .unwrap_or(false);
     let mut expected_txn: Vec<(PathBuf, Vec<AbortedTxn>, Vec<AbortedTxn>)> = Vec::new();
@@ -265,19 +260,17 @@ fn verify_log_dir(dir: &Path, limit: Option<Limit>, r: &mut VerifyReport) -> Res
         };
         // The index entries are read first, so that the walk records only what they ask
         // about: memory grows with the indexes, not with the batches of the segment.
-        let idx = IndexToCheck::read(dir, base, "index", offset_index::ENTRY_SIZE, |b| {
-            offset_index::decode_entries(b, base)
-                .filter(|&(o, _)| below(o))
-                .collect()
-        });
+        let idx = IndexToCheck::new(
+            reader::read_offset_index(dir, base, |&(o, _)| below(o)),
+            offset_index::ENTRY_SIZE,
+        );
         // batch start position an entry names → the last offset of the batch there
         let mut starts: HashMap<u32, Option<i64>> =
             idx.entries.iter().map(|&(_, p)| (p, None)).collect();
-        let tix = IndexToCheck::read(dir, base, "timeindex", time_index::ENTRY_SIZE, |b| {
-            time_index::decode_entries(b, base)
-                .filter(|&(_, o)| below(o))
-                .collect()
-        });
+        let tix = IndexToCheck::new(
+            reader::read_time_index(dir, base, |&(_, o)| below(o)),
+            time_index::ENTRY_SIZE,
+        );
         // last offset an entry names → the largest timestamp up to the batch ending there
         let mut by_last: HashMap<i64, Option<i64>> =
             tix.entries.iter().map(|&(_, o)| (o, None)).collect();
@@ -535,7 +528,7 @@ pub fn verify_selected(
         .then(|| StoppedCheckpoints::read(data_dir))
         .filter(|c| !c.clean_shutdown);
     let recovery_points = if live {
-        match checkpoint::read_offsets(&data_dir.join(checkpoint::RECOVERY_POINT)) {
+        match checkpoint::read_offsets(&data_dir.join(DataDir::RECOVERY_POINT)) {
             Ok(m) => m,
             Err(e) => {
                 r.problems.push(format!("{e:#}"));
@@ -545,7 +538,7 @@ pub fn verify_selected(
     } else {
         BTreeMap::new()
     };
-    for tp in partition_dirs(data_dir)?.into_iter().filter(selected) {
+    for tp in DataDir::partitions(data_dir)?.into_iter().filter(selected) {
         // A directory without segments holds no local state (status leaves it out too);
         // running, one archived or removed meanwhile is skipped.
         let bases = match list_segment_bases(&data_dir.join(tp.dir_name())) {
@@ -640,9 +633,9 @@ pub fn verify_selected(
         &[]
     } else {
         &[
-            (checkpoint::REPLICATION_OFFSET, "high watermark"),
-            (checkpoint::RECOVERY_POINT, "recovery point"),
-            (checkpoint::LOG_START_OFFSET, "log start offset"),
+            (DataDir::REPLICATION_OFFSET, "high watermark"),
+            (DataDir::RECOVERY_POINT, "recovery point"),
+            (DataDir::LOG_START_OFFSET, "log start offset"),
         ]
     };
     for &(name, what) in checkpoints {
@@ -659,7 +652,7 @@ pub fn verify_selected(
                                     "{name}: {tp} {what} {off} is past the log end {end}"
                                 ));
                             }
-                            if off < start && name == checkpoint::LOG_START_OFFSET {
+                            if off < start && name == DataDir::LOG_START_OFFSET {
                                 r.problems.push(format!(
                                     "{name}: {tp} {what} {off} is below the first segment {start}"
                                 ));

@@ -10,14 +10,11 @@
 //! fetched into this data dir, and a topic whose id changed (deleted and re-created under the
 //! same name) has its old history moved aside to `<topic>-<partition>.<old id>.archived/`.
 
+use super::data_dir::DataDir;
 use crate::checkpoint::rewrite_atomic;
 use crate::protocol::uuid::Uuid;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
-
-pub const META_PROPERTIES: &str = "meta.properties";
-pub const PARTITION_METADATA: &str = "partition.metadata";
-pub const ARCHIVED_SUFFIX: &str = ".archived";
 
 /// Reads at most this much of either file: anything longer is not one of them.
 const MAX_LEN: u64 = 64 << 10;
@@ -41,7 +38,7 @@ fn read_small(path: &Path) -> Result<Option<String>> {
 
 /// The cluster id recorded for the data dir, if any.
 pub fn read_cluster_id(data_dir: &Path) -> Result<Option<String>> {
-    let path = data_dir.join(META_PROPERTIES);
+    let path = data_dir.join(DataDir::META_PROPERTIES);
     let Some(text) = read_small(&path)? else {
         return Ok(None);
     };
@@ -68,12 +65,12 @@ pub fn write_cluster_id(data_dir: &Path, cluster_id: &str) -> Result<()> {
     let text = format!(
         "#the Kafka cluster this data dir replicates; another cluster is refused\nversion=0\ncluster.id={cluster_id}\n"
     );
-    rewrite_atomic(&data_dir.join(META_PROPERTIES), text.as_bytes())
+    rewrite_atomic(&data_dir.join(DataDir::META_PROPERTIES), text.as_bytes())
 }
 
 /// The topic id recorded in a partition directory, if any.
 pub fn read_topic_id(dir: &Path) -> Result<Option<Uuid>> {
-    let path = dir.join(PARTITION_METADATA);
+    let path = dir.join(DataDir::PARTITION_METADATA);
     let Some(text) = read_small(&path)? else {
         return Ok(None);
     };
@@ -120,12 +117,12 @@ pub fn read_topic_id(dir: &Path) -> Result<Option<Uuid>> {
 /// `partition.metadata` written in place and not fsynced: for a directory made under a
 /// private name and made durable as a whole before it is renamed into place.
 pub fn write_topic_id_unsynced(dir: &Path, id: Uuid) -> Result<()> {
-    let path = dir.join(PARTITION_METADATA);
+    let path = dir.join(DataDir::PARTITION_METADATA);
     std::fs::File::create_new(&path)
         .map_err(anyhow::Error::from)
         .and_then(|f| {
-            super::fault::write_all_at(
-                super::fault::Step::Checkpoint,
+            crate::fault::write_all_at(
+                crate::fault::Step::Checkpoint,
                 &f,
                 format!("version: 0\ntopic_id: {id}\n").as_bytes(),
                 0,
@@ -137,7 +134,7 @@ pub fn write_topic_id_unsynced(dir: &Path, id: Uuid) -> Result<()> {
 
 pub fn write_topic_id(dir: &Path, id: Uuid) -> Result<()> {
     rewrite_atomic(
-        &dir.join(PARTITION_METADATA),
+        &dir.join(DataDir::PARTITION_METADATA),
         format!("version: 0\ntopic_id: {id}\n").as_bytes(),
     )
 }
@@ -146,7 +143,7 @@ pub fn write_topic_id(dir: &Path, id: Uuid) -> Result<()> {
 /// `<dir name>.<old id>.archived`, then `….archived.2`, ….
 pub fn archive_path(data_dir: &Path, dir_name: &str, old_id: Option<Uuid>) -> PathBuf {
     let id = old_id.map_or_else(|| "unknown-id".to_string(), |u| u.to_string());
-    let base = format!("{dir_name}.{id}{ARCHIVED_SUFFIX}");
+    let base = format!("{dir_name}.{id}{}", DataDir::ARCHIVED_SUFFIX);
     let mut p = data_dir.join(&base);
     let mut n = 2;
     while p.exists() {
@@ -186,9 +183,11 @@ impl Archived {
     /// Parses `<topic>-<partition>.<id>.archived[.N]`; `None` for any other name.
     pub fn parse(data_dir: &Path, dir_name: &str) -> Option<Archived> {
         // The last `.archived`: a topic may hold the word too.
-        let at = dir_name.rfind(ARCHIVED_SUFFIX)?;
+        let at = dir_name.rfind(DataDir::ARCHIVED_SUFFIX)?;
         let (stem, suffix) = dir_name.split_at(at);
-        let copy = suffix.get(ARCHIVED_SUFFIX.len()..).unwrap_or_default();
+        let copy = suffix
+            .get(DataDir::ARCHIVED_SUFFIX.len()..)
+            .unwrap_or_default();
         if !(copy.is_empty()
             || copy
                 .strip_prefix('.')
@@ -242,12 +241,12 @@ mod tests {
             read_cluster_id(d.path()).unwrap().as_deref(),
             Some("abc-123")
         );
-        std::fs::write(d.path().join(META_PROPERTIES), "garbage\n").unwrap();
+        std::fs::write(d.path().join(DataDir::META_PROPERTIES), "garbage\n").unwrap();
         assert!(
             read_cluster_id(d.path())
                 .unwrap_err()
                 .to_string()
-                .contains(META_PROPERTIES)
+                .contains(DataDir::META_PROPERTIES)
         );
     }
 
@@ -257,12 +256,12 @@ mod tests {
         let id = Uuid([9; 16]);
         write_topic_id(d.path(), id).unwrap();
         assert_eq!(
-            std::fs::read_to_string(d.path().join(PARTITION_METADATA)).unwrap(),
+            std::fs::read_to_string(d.path().join(DataDir::PARTITION_METADATA)).unwrap(),
             format!("version: 0\ntopic_id: {id}\n")
         );
         assert_eq!(read_topic_id(d.path()).unwrap(), Some(id));
         std::fs::write(
-            d.path().join(PARTITION_METADATA),
+            d.path().join(DataDir::PARTITION_METADATA),
             "version: 1\ntopic_id: x\n",
         )
         .unwrap();

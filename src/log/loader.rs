@@ -17,9 +17,10 @@
 //!    takes batches below the leader's high watermark, so every local batch was below it);
 //!    recovered segments are fsynced and the recovery point is the log end.
 
-use super::epoch_cache::EpochCache;
+use super::data_dir::DataDir;
+use super::format::epoch_cache::EpochCache;
+use super::format::segment::{self, Segment};
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
-use super::segment::{self, Segment};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::clock::now_ms;
 use crate::logging::count;
@@ -46,7 +47,7 @@ pub struct LoadReport {
 
 fn remove_leftovers(dir: &Path) -> Result<()> {
     // A copy into diverged/ or damaged/ that a crash interrupted is made again from the log.
-    for sub in [super::diverged::DIVERGED_DIR, super::diverged::DAMAGED_DIR] {
+    for sub in [DataDir::DIVERGED_DIR, DataDir::DAMAGED_DIR] {
         let Ok(entries) = fs::read_dir(dir.join(sub)) else {
             continue;
         };
@@ -221,7 +222,7 @@ pub fn load(
             None
         }
     };
-    let lost = match checkpoint::read_ranges(&dir.join(checkpoint::LOST_UPSTREAM)) {
+    let lost = match checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM)) {
         Ok(l) => l,
         Err(e) => {
             crate::log_warn!("{e:#}; the ranges lost upstream of {tp} are no longer known");
@@ -229,7 +230,7 @@ pub fn load(
         }
     };
 
-    let epoch_path = dir.join(checkpoint::LEADER_EPOCH);
+    let epoch_path = dir.join(DataDir::LEADER_EPOCH);
     let mut epochs = match checkpoint::read_epochs(&epoch_path) {
         Ok(e) => EpochCache::from_entries(e),
         Err(e) => {
@@ -300,7 +301,7 @@ pub fn load(
 
 /// `Some(leo)` when a producer snapshot exists exactly at the log end.
 fn producer_snapshot_at(dir: &Path, leo: i64) -> Option<i64> {
-    super::producer_state::list_snapshots(dir)
+    super::format::producer_state::list_snapshots(dir)
         .ok()?
         .contains(&leo)
         .then_some(leo)
@@ -347,7 +348,7 @@ mod tests {
         let active_base = log.segments().last().unwrap().base_offset;
         drop(log);
         let (extra, _) = batches(120, 1, 0);
-        crate::log::segment::append_raw(&active, &extra[..extra.len() - 7]).unwrap();
+        crate::log::format::segment::append_raw(&active, &extra[..extra.len() - 7]).unwrap();
         std::fs::write(active.with_extension("index"), [7u8; 13]).unwrap();
         std::fs::write(
             dir.path()
@@ -533,7 +534,7 @@ mod tests {
         log.flush().unwrap();
         drop(log);
         std::fs::write(
-            dir.path().join("t-0").join(checkpoint::LEADER_EPOCH),
+            dir.path().join("t-0").join(DataDir::LEADER_EPOCH),
             "0\n5\n1 1\n",
         )
         .unwrap();
@@ -542,7 +543,7 @@ mod tests {
             .unwrap();
         assert_eq!(log.epoch_cache().entries(), &[(2, 0), (5, 8)]);
         let text =
-            std::fs::read_to_string(dir.path().join("t-0").join(checkpoint::LEADER_EPOCH)).unwrap();
+            std::fs::read_to_string(dir.path().join("t-0").join(DataDir::LEADER_EPOCH)).unwrap();
         assert_eq!(text, "0\n2\n2 0\n5 8\n");
     }
 

@@ -2,10 +2,13 @@
 //! visits no log, a busy one only the logs that changed, and every change to a log reaches
 //! the next checkpoint files. Shutdown still visits every log.
 
+use super::passes::LOG_IO_INLINE_UP_TO;
 use super::*;
-use crate::log::fault::{Step, arm_no_space};
+use crate::clock::now_ms;
+use crate::fault::{Step, arm_no_space};
+use crate::log::data_dir::DataDir;
+use crate::log::format::segment;
 use crate::log::partition_tests::{batches, cfg};
-use crate::log::segment;
 use crate::record::BatchHeader;
 use crate::record::records::{NewRecord, build_v2_batch};
 
@@ -69,9 +72,9 @@ fn update_hw(logs: &LogManager, p: i32, hw: i64) {
 fn files(dir: &Path) -> BTreeMap<TopicPartition, (i64, i64, i64)> {
     let read = |name: &str| checkpoint::read_offsets(&dir.join(name)).unwrap();
     let (hw, rp, ls) = (
-        read(checkpoint::REPLICATION_OFFSET),
-        read(checkpoint::RECOVERY_POINT),
-        read(checkpoint::LOG_START_OFFSET),
+        read(DataDir::REPLICATION_OFFSET),
+        read(DataDir::RECOVERY_POINT),
+        read(DataDir::LOG_START_OFFSET),
     );
     assert!(hw.keys().eq(rp.keys()) && ls.keys().eq(rp.keys()));
     rp.iter()
@@ -175,7 +178,7 @@ fn every_change_to_a_log_reaches_the_next_checkpoint() {
     assert_eq!(append(&logs, 3, 4, 2), 16);
     update_hw(&logs, 3, 16);
     assert_eq!(checkpoint(&logs), 1);
-    let epochs = dir.join(tp(3).dir_name()).join(checkpoint::LEADER_EPOCH);
+    let epochs = dir.join(tp(3).dir_name()).join(DataDir::LEADER_EPOCH);
     assert_eq!(checkpoint::read_epochs(&epochs).unwrap(), [(2, 0)]);
     lock_log(&log(&logs, 3))
         .maybe_increment_log_start_offset(6)
@@ -244,10 +247,7 @@ fn a_log_a_full_disk_kept_from_its_flush_or_checkpoint_is_visited_again() {
     arm_no_space(Step::Checkpoint, 1);
     assert_eq!(checkpoint(&logs), 1);
     assert!(lock_log(&log(&logs, 2)).failed().is_none());
-    let epochs = d
-        .path()
-        .join(tp(2).dir_name())
-        .join(checkpoint::LEADER_EPOCH);
+    let epochs = d.path().join(tp(2).dir_name()).join(DataDir::LEADER_EPOCH);
     assert!(checkpoint::read_epochs(&epochs).unwrap().is_empty());
     assert_eq!(checkpoint(&logs), 1);
     assert_eq!(checkpoint::read_epochs(&epochs).unwrap(), [(7, 0)]);
@@ -383,7 +383,7 @@ fn passes_over_many_logs_cover_each_once_on_several_threads() {
         }
         assert_eq!(written[&tp(p)], (end, end, 0), "{}", tp(p));
         assert!(dir.join(segment::file_name(end, "snapshot")).exists());
-        let epochs = std::fs::read_to_string(dir.join(checkpoint::LEADER_EPOCH)).unwrap();
+        let epochs = std::fs::read_to_string(dir.join(DataDir::LEADER_EPOCH)).unwrap();
         let last = format!("2 {}", epoch_starts[p as usize]);
         assert!(epochs.trim_end().ends_with(&last), "{epochs}");
     }

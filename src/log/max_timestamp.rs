@@ -11,7 +11,7 @@
 //! stable offset) moves up; only the bytes past the summary are read.
 //!
 //! A segment not summarized yet starts from its indexes, as Kafka's segment does when it
-//! opens (and as [`super::segment::Segment`] rebuilds its own maximum): every time-index
+//! opens (and as [`super::format::segment::Segment`] rebuilds its own maximum): every time-index
 //! entry but a segment's final one was written with an offset-index entry and holds the
 //! largest timestamp of the batches up to that entry's batch and the last offset of the
 //! first batch that reached it. So the summary up to the last offset-index entry is the
@@ -27,8 +27,8 @@
 //! partition are dropped when the partition is next looked at. Memory: a few words per
 //! segment.
 
-use super::segment_reader::SegmentReader;
-use super::{offset_index, segment, time_index};
+use super::format::segment_reader::SegmentReader;
+use super::format::{offset_index, segment, time_index};
 use crate::record::BatchHeader;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
@@ -344,8 +344,8 @@ fn find_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::segment::Segment;
-    use crate::log::segment_reader::HEADERS_READ;
+    use crate::log::format::segment::Segment;
+    use crate::log::format::segment_reader::HEADERS_READ;
     use crate::record::records::{NewRecord, build_v2_batch};
 
     /// A segment at `base` in `dir` of `batches` batches of 1 to 3 records with timestamps

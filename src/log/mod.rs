@@ -7,36 +7,40 @@
 //!     00000000000000000000.timeindex   timestamp → offset, 12-byte entries       (time_index)
 //!     leader-epoch-checkpoint          epoch → start offset                       (epoch_cache)
 //! ```
-//! [`partition::PartitionLog`] ties the segments of one partition together; [`loader`] opens
-//! it at start-up and recovers it after a crash; [`manager::LogManager`] holds every partition's
-//! log behind its own mutex and writes the data-dir checkpoint files; [`touched`] tells its
-//! periodic passes which logs changed.
+//! Three layers, each using only those below it:
+//! - [`resources`]: what the process has to spend: file descriptors, the cache of open
+//!   segment files, free disk space.
+//! - [`format`](mod@format): the files of one partition in Kafka's byte formats (segments,
+//!   their indexes, the transaction index, producer snapshots, the leader-epoch file,
+//!   kept-aside copies).
+//! - the partition engine: [`partition::PartitionLog`] ties the segments of one partition
+//!   together; [`loader`] opens it at start-up and recovers it after a crash;
+//!   [`manager::LogManager`] holds every partition's log behind its own mutex and writes the
+//!   data-dir checkpoint files; [`touched`] tells its periodic passes which logs changed;
+//!   [`repair`] rebuilds segments in place. Readers outside the lock go through [`read_view`]
+//!   and [`reader`]; every file name is in [`data_dir`].
 
-pub mod descriptors;
-pub mod disk;
-pub mod diverged;
-pub mod epoch_cache;
-pub mod fault;
+pub mod data_dir;
+#[cfg(test)]
+mod fault_tests;
+pub mod format;
 pub mod identity;
-pub mod index_file;
 pub mod loader;
 pub mod manager;
 pub mod max_timestamp;
-pub mod offset_index;
-pub mod open_files;
 pub mod partition;
 #[cfg(test)]
 mod partition_tests;
-pub mod producer_state;
 pub mod read_view;
+pub mod reader;
 pub mod repair;
-pub mod segment;
-pub mod segment_reader;
-pub mod time_index;
+pub mod resources;
 pub mod touched;
-pub mod txn_index;
 
+// The paths the daemon, the fetcher, config, client and serve name these by.
+pub use format::{segment, segment_reader};
 pub use partition::{LogConfig, PartitionLog};
+pub use resources::{descriptors, disk, open_files};
 
 /// Why an append was refused. Callers branch on the kind: data from the leader that cannot
 /// be appended is fetched again after a backoff; a local storage failure is the disk's fault,

@@ -172,7 +172,7 @@ fn truncation_below_the_high_watermark_keeps_the_removed_batches() {
     // Truncating again the same range with other bytes keeps both copies.
     log.update_high_watermark(60);
     log.truncate_to(48, "test").unwrap();
-    let files = crate::log::diverged::list(&dir.path().join("t-0")).unwrap();
+    let files = crate::log::format::diverged::list(&dir.path().join("t-0")).unwrap();
     assert_eq!(files.len(), 2, "{files:?}");
     assert_eq!(std::fs::read(&files[1].0).unwrap(), more);
     assert_eq!((files[1].1, files[1].2), (48, 59));

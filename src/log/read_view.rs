@@ -10,11 +10,13 @@
 //! written. A truncation or retention delete after the snapshot shortens or unlinks a file;
 //! the reader then finds fewer bytes than promised, or none, and must say so, not serve them.
 
+use super::data_dir::DataDir;
+use super::format::offset_index::OffsetIndex;
+use super::format::producer_state::{self, ProducerState};
+use super::format::segment;
+use super::format::segment_reader::SegmentReader;
+use super::identity;
 use super::partition::{PartitionLog, list_segment_bases};
-use super::producer_state::{self, ProducerState};
-use super::segment;
-use super::segment_reader::SegmentReader;
-use super::{identity, offset_index::OffsetIndex};
 use crate::checkpoint::{self, TopicPartition};
 use crate::protocol::uuid::Uuid;
 use anyhow::{Context, Result};
@@ -76,10 +78,10 @@ impl StoppedCheckpoints {
     pub fn read(data_dir: &Path) -> StoppedCheckpoints {
         let read = |name: &str| checkpoint::read_offsets(&data_dir.join(name)).unwrap_or_default();
         StoppedCheckpoints {
-            log_start: read(checkpoint::LOG_START_OFFSET),
-            high_watermark: read(checkpoint::REPLICATION_OFFSET),
-            recovery_point: read(checkpoint::RECOVERY_POINT),
-            clean_shutdown: data_dir.join(super::manager::CLEAN_SHUTDOWN_FILE).exists(),
+            log_start: read(DataDir::LOG_START_OFFSET),
+            high_watermark: read(DataDir::REPLICATION_OFFSET),
+            recovery_point: read(DataDir::RECOVERY_POINT),
+            clean_shutdown: data_dir.join(DataDir::CLEAN_SHUTDOWN_FILE).exists(),
         }
     }
 
@@ -114,9 +116,9 @@ impl LogView {
     }
 
     /// The largest epoch ≤ `epoch` and where it ends (Kafka's `LeaderEpochFileCache.endOffsetFor`;
-    /// see [`super::epoch_cache::EpochCache::end_offset_for`]).
+    /// see [`super::format::epoch_cache::EpochCache::end_offset_for`]).
     pub fn end_offset_for(&self, epoch: i32) -> Option<(i32, i64)> {
-        super::epoch_cache::EpochCache::from_entries(self.epochs.clone())
+        super::format::epoch_cache::EpochCache::from_entries(self.epochs.clone())
             .end_offset_for(epoch, self.log_end_offset)
     }
 
@@ -229,8 +231,8 @@ impl LogView {
             last_stable_offset,
             log_end_offset: log_end,
             epochs: {
-                let checkpointed = checkpoint::read_epochs(&dir.join(checkpoint::LEADER_EPOCH))
-                    .unwrap_or_default();
+                let checkpointed =
+                    checkpoint::read_epochs(&dir.join(DataDir::LEADER_EPOCH)).unwrap_or_default();
                 match unflushed {
                     Some(t) => t.epochs_after(checkpointed, log_start_offset),
                     None => checkpointed,
@@ -333,7 +335,7 @@ fn end_offset(mut reader: SegmentReader) -> Result<Option<i64>> {
 
 /// What a stopped log holds past its recovery point, found without changing anything: the
 /// bytes an unclean stop (kill -9, power loss) left unfsynced. The loader recovers the same
-/// bytes at the next start (see [`super::loader`] and [`super::segment::Segment::recover`]),
+/// bytes at the next start (see [`super::loader`] and [`super::format::segment::Segment::recover`]),
 /// and this scan judges them as it does: the same segments, from the same batch, with the
 /// same checks. So what `serve`, `status` and `verify` show of a stopped data dir is what the
 /// next start keeps.
@@ -375,7 +377,7 @@ impl UnflushedTail {
     /// The leader-epoch history once recovered: the checkpointed entries with the epochs of
     /// the scanned batches assigned, cut at the log end and the log start (as the loader).
     pub fn epochs_after(&self, checkpointed: Vec<(i32, i64)>, log_start: i64) -> Vec<(i32, i64)> {
-        let mut cache = super::epoch_cache::EpochCache::from_entries(checkpointed);
+        let mut cache = super::format::epoch_cache::EpochCache::from_entries(checkpointed);
         for &(e, o) in &self.epochs {
             cache.assign(e, o);
         }
@@ -417,8 +419,8 @@ impl UnflushedTail {
     }
 }
 
-/// The largest tail recovery cuts as a torn write (see [`super::segment`]).
-pub use super::segment::TORN_TAIL_MAX;
+/// The largest tail recovery cuts as a torn write (see [`super::format::segment`]).
+pub use super::format::segment::TORN_TAIL_MAX;
 
 /// Scans the segments of the stopped log in `dir` (`bases` in order) past `recovery_point`
 /// as recovery does after an unclean stop: segments wholly below it were fsynced and are
@@ -524,14 +526,14 @@ fn scan_from_point(dir: &Path, bases: &[i64], recovery_point: i64) -> Result<Unf
 
 /// Where the scan of the segment at `base` begins: at the batch its last offset-index entry
 /// below `recovery_point` names, when that batch is there and ends at the entry's offset
-/// (as [`super::segment::Segment::open_recovering_from`] resumes); else at its start.
+/// (as [`super::format::segment::Segment::open_recovering_from`] resumes); else at its start.
 fn durable_start(dir: &Path, base: i64, recovery_point: i64, log_path: &Path, size: u64) -> u64 {
     if base >= recovery_point {
         return 0;
     }
     let index = dir.join(segment::file_name(base, "index"));
     let Ok((entry, pos)) =
-        super::offset_index::lookup_file(&index, base, recovery_point.saturating_sub(1))
+        super::format::offset_index::lookup_file(&index, base, recovery_point.saturating_sub(1))
     else {
         return 0;
     };
@@ -645,7 +647,7 @@ mod tests {
         let part = dir.path().join(tp().dir_name());
         let last = segment_paths(&part).pop().unwrap();
         let (extra, _) = batches(200, 1, 5);
-        crate::log::segment::append_raw(&last, &extra[..extra.len() - 9]).unwrap();
+        crate::log::format::segment::append_raw(&last, &extra[..extra.len() - 9]).unwrap();
         let tail = assert_scan_matches_recovery(dir.path(), rp);
         assert_eq!(tail.valid_end, 200);
         let [d] = &tail.damage[..] else {

@@ -31,11 +31,13 @@
 //! Who may call it: the holder of the data-dir lock, before fetching starts (the daemon's
 //! start-up) or while no daemon runs (`repair`).
 
+use super::data_dir::DataDir;
+use super::format::producer_state::{self, ProducerState};
+use super::format::segment::{self, SEGMENT_FILES, Segment};
+use super::format::segment_reader::MAX_BATCH_SIZE;
+use super::format::segment_reader::SegmentReader;
+use super::format::txn_index::AbortedTxn;
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
-use super::producer_state::{self, ProducerState};
-use super::segment::{self, MAX_BATCH_SIZE, SEGMENT_FILES, Segment};
-use super::segment_reader::SegmentReader;
-use super::txn_index::AbortedTxn;
 use crate::checkpoint::fsync_dir;
 use crate::clock::now_ms;
 use crate::record::records::{ControlType, control_marker};
@@ -44,9 +46,6 @@ use anyhow::{Context, Result, bail};
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-/// Where segments are built before they are renamed into the partition directory.
-pub const STAGING_DIR: &str = "repair-staging";
 
 /// Where re-fetched batches come from (the leader, in production).
 pub trait BatchSource {
@@ -225,7 +224,7 @@ impl Staged {
 
 /// A fresh, empty staging folder in `dir` (left-overs of an interrupted repair removed).
 fn fresh_staging(dir: &Path) -> Result<PathBuf> {
-    let staging = dir.join(STAGING_DIR);
+    let staging = dir.join(DataDir::STAGING_DIR);
     remove_staging(dir)?;
     fs::create_dir(&staging)
         .with_context(|| format!("failed to create `{}`", staging.display()))?;
@@ -234,7 +233,7 @@ fn fresh_staging(dir: &Path) -> Result<PathBuf> {
 
 /// Removes the staging folder of `dir`, if there is one.
 pub fn remove_staging(dir: &Path) -> Result<()> {
-    let staging = dir.join(STAGING_DIR);
+    let staging = dir.join(DataDir::STAGING_DIR);
     match fs::remove_dir_all(&staging) {
         Ok(()) => fsync_dir(dir),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -582,7 +581,7 @@ pub fn rewrite_segment(
     let old_size = fs::metadata(&log_path)
         .with_context(|| format!("failed to stat `{}`", log_path.display()))?
         .len();
-    let kept = super::diverged::keep_damaged_tail(dir, &log_path, 0, old_size)?;
+    let kept = super::format::diverged::keep_damaged_tail(dir, &log_path, 0, old_size)?;
     publish(&staging, dir, base, true)?;
     remove_staging(dir)?;
     Ok(Written {
@@ -823,7 +822,7 @@ mod tests {
         for (name, (ino, bytes)) in &before {
             assert_eq!(after.get(name), Some(&(*ino, bytes.clone())), "{name}");
         }
-        assert!(!dir.join(STAGING_DIR).exists());
+        assert!(!dir.join(DataDir::STAGING_DIR).exists());
         assert_eq!(reload(data.path()).read_all().unwrap(), all);
     }
 
@@ -880,7 +879,7 @@ mod tests {
             );
         }
         assert_eq!(files(&dir), before, "nothing was written");
-        assert!(!dir.join(STAGING_DIR).exists());
+        assert!(!dir.join(DataDir::STAGING_DIR).exists());
     }
 
     #[test]
@@ -900,7 +899,7 @@ mod tests {
         let e = fill_hole(&dir, gone, &cfg(), &mut source(&straddling)).unwrap_err();
         assert!(format!("{e:#}").contains("starts below offset"), "{e:#}");
         assert_eq!(files(&dir), before, "nothing was written");
-        assert!(!dir.join(STAGING_DIR).exists());
+        assert!(!dir.join(DataDir::STAGING_DIR).exists());
     }
 
     #[test]
@@ -909,7 +908,7 @@ mod tests {
         let gone = bases[1];
         let saved = delete_segment(&dir, gone);
         // A repair that crashed after staging: the staged files are not in the log.
-        let staging = dir.join(STAGING_DIR);
+        let staging = dir.join(DataDir::STAGING_DIR);
         fs::create_dir(&staging).unwrap();
         fs::write(staging.join(segment::file_name(gone, "log")), &saved["log"]).unwrap();
         assert!(!list_segment_bases(&dir).unwrap().contains(&gone));

@@ -26,11 +26,13 @@ pub mod leader;
 
 use crate::checkpoint::TopicPartition;
 use crate::config::Config;
+use crate::log::data_dir::DataDir;
 use crate::log::identity;
 use crate::log::manager::{LogManager, lock_log};
 use crate::log::partition::{LogConfig, list_segment_bases};
 use crate::log::repair::{self as writer, BatchSource, Written};
-use crate::log::segment::{self, MAX_BATCH_SIZE};
+use crate::log::segment;
+use crate::log::segment_reader::MAX_BATCH_SIZE;
 use crate::record::{BatchHeader, BatchIter, SetEnd};
 use crate::security::ClientSecurity;
 use anyhow::{Context, Result, bail};
@@ -241,7 +243,7 @@ fn topic_mismatch(dir: &Path, tp: &TopicPartition, leaders: &Leaders) -> Result<
     Ok(match (local, leaders.topic_id(&tp.topic)) {
         (Some(ours), Some(theirs)) if ours != theirs => Some(format!(
             "the leader's topic id {theirs} is not the {ours} of `{}` (the topic was re-created): its data is not this history's",
-            dir.join(identity::PARTITION_METADATA).display()
+            dir.join(DataDir::PARTITION_METADATA).display()
         )),
         _ => None,
     })

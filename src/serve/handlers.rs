@@ -387,7 +387,7 @@ fn by_timestamp(ctx: &Context, view: &LogView, below: i64, target: i64) -> Optio
         .map(|s| (s.base_offset, Some(s.size)))
         .collect();
     let mut notes = Vec::new();
-    let found = crate::inspect::offsets::find_by_timestamp(
+    let found = crate::log::reader::find_by_timestamp(
         dir,
         &spans,
         view.log_start_offset,
@@ -400,7 +400,7 @@ fn by_timestamp(ctx: &Context, view: &LogView, below: i64, target: i64) -> Optio
         crate::log_debug!("ListOffsets: {n}");
     }
     match found {
-        Ok(Some(crate::inspect::offsets::TimestampAnswer::Found { offset, timestamp })) => {
+        Ok(Some(crate::log::reader::TimestampAnswer::Found { offset, timestamp })) => {
             Some((offset, timestamp))
         }
         Ok(_) => None,
@@ -420,7 +420,7 @@ fn max_timestamp(ctx: &Context, view: &LogView, below: i64) -> Option<(i64, i64)
         .map(|s| (s.base_offset, Some(s.size)))
         .collect();
     let maxima = ctx.source.max_timestamps();
-    crate::inspect::offsets::find_max_timestamp(dir, &spans, view.log_start_offset, below, maxima)
+    crate::log::reader::find_max_timestamp(dir, &spans, view.log_start_offset, below, maxima)
         .unwrap_or_else(|e| {
             crate::log_warn!("ListOffsets MAX_TIMESTAMP: {e:#}");
             None

@@ -7,19 +7,16 @@
 use super::limits::Descriptors;
 use super::response::FileRange;
 use crate::checkpoint::TopicPartition;
+use crate::log::data_dir::DataDir;
 use crate::log::identity::{self, Archived};
 use crate::log::manager::{AppendSignal, LogManager, lock_log};
 use crate::log::max_timestamp::MaxTimestamps;
-use crate::log::read_view::{LogView, SegmentSpan, UnflushedTail};
-use crate::log::{offset_index, txn_index};
-use crate::protocol::fetch::AbortedTransaction;
+use crate::log::read_view::{LogView, UnflushedTail};
+use crate::log::reader;
+pub use crate::log::reader::aborted_transactions;
 use crate::protocol::uuid::Uuid;
-use crate::record::BatchHeader;
-use crate::record::batch::{LOG_OVERHEAD, V2_HEADER_SIZE};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -68,7 +65,7 @@ impl ArchivedViews {
             match LogView::open_stopped_dir(&a.path, None, None, None) {
                 Ok(Some(mut view)) => {
                     // Only the first copy of an old id carries it: a topic id names one topic.
-                    if !a.name.ends_with(identity::ARCHIVED_SUFFIX) {
+                    if !a.name.ends_with(DataDir::ARCHIVED_SUFFIX) {
                         view.topic_id = None;
                     }
                     views.insert(tp, (a, view));
@@ -115,7 +112,7 @@ impl Source {
         let mut views = BTreeMap::new();
         let checkpoints = crate::log::read_view::StoppedCheckpoints::read(data_dir);
         let mut unflushed = Vec::new();
-        for tp in crate::inspect::partition_dirs(data_dir)? {
+        for tp in DataDir::partitions(data_dir)? {
             // One unreadable partition is not served; the others still are.
             match LogView::open_stopped_with(data_dir, &tp, &checkpoints) {
                 Ok(Some((v, tail))) => {
@@ -285,10 +282,8 @@ pub struct Read {
     pub end_offset: Option<i64>,
 }
 
-/// The byte ranges of the whole batches from the one holding `from`, each ending below
-/// `below` (the high watermark, or the last stable offset), within `max_bytes` — except that
-/// with `min_one` the first batch is taken whatever its size (KIP-74). Only headers are read
-/// (one positioned read a batch); a header that does not parse ends the read there.
+/// [`reader::read_batches`], each file sent from holding one of the listener's descriptors
+/// (`fds`) until it is sent.
 pub fn read_batches(
     view: &LogView,
     from: i64,
@@ -297,150 +292,25 @@ pub fn read_batches(
     min_one: bool,
     fds: Option<&Arc<Descriptors>>,
 ) -> Result<Read> {
-    let mut out = Read::default();
-    for seg in view.segments_from(from) {
-        if seg.base_offset >= below {
-            break;
-        }
-        if seg.next_offset <= from || seg.size == 0 {
-            continue;
-        }
-        // Each file sent from holds a descriptor of the listener's until it is sent: none
-        // free, and what was read so far is served.
-        let permit = match fds.map(|f| f.take(1)) {
-            Some(None) => break,
-            Some(Some(p)) => Some(p),
-            None => None,
-        };
-        let file = match File::open(&seg.log_path) {
-            Ok(f) => f,
-            // Deleted by retention or truncation since the snapshot: what is left is served.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("failed to open `{}`", seg.log_path.display()));
-            }
-        };
-        let mut pos = start_position(seg, &file, from);
-        let mut range: Option<(u64, u64)> = None;
-        let mut full = false;
-        while pos + LOG_OVERHEAD as u64 <= seg.size {
-            let mut prefix = [0u8; V2_HEADER_SIZE];
-            let want = (seg.size - pos).min(V2_HEADER_SIZE as u64) as usize;
-            let got = read_fully_at(&file, prefix.get_mut(..want).unwrap_or_default(), pos)?;
-            let Ok(h) = BatchHeader::parse_header_of(
-                prefix.get(..got).unwrap_or_default(),
-                seg.size - pos,
-                usize::MAX,
-            ) else {
-                // A damaged header ends the read here: going on in the next segment would
-                // hand the reader a gap it cannot see. (`verify` names the damage.)
-                crate::log_debug!(
-                    "`{}`: no batch header at byte {pos}; serving what comes before it",
-                    seg.log_path.display()
-                );
-                full = true;
-                break;
-            };
-            let size = h.size_in_bytes as u64;
-            if h.last_offset < from {
-                pos += size;
-                continue;
-            }
-            if h.last_offset >= below {
-                full = true;
-                break;
-            }
-            let first = out.bytes == 0;
-            if out.bytes + size > max_bytes && !(first && min_one) {
-                full = true;
-                break;
-            }
-            out.bytes += size;
-            out.end_offset = Some(h.last_offset + 1);
-            range = Some(range.map_or((pos, size), |(p, l)| (p, l + size)));
-            pos += size;
-        }
-        if let Some((pos, len)) = range {
-            out.ranges.push(FileRange {
-                file,
-                path: seg.log_path.clone(),
-                pos,
-                len,
-                _permit: permit,
-            });
-        }
-        if full {
-            break;
-        }
-    }
-    Ok(out)
-}
-
-/// A positioned read that fills `buf` unless the file ends first; the bytes read.
-fn read_fully_at(file: &File, buf: &mut [u8], pos: u64) -> Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(buf.get_mut(n..).unwrap_or_default(), pos + n as u64) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).context("failed to read a batch header"),
-        }
-    }
-    Ok(n)
-}
-
-/// Where to start walking `seg` for `from`: the in-memory index entry taken with the
-/// snapshot, else the index file's entry when the batch header there agrees with it (index
-/// files carry no checksum), else the segment's start.
-fn start_position(seg: &SegmentSpan, file: &File, from: i64) -> u64 {
-    if let Some((_, pos)) = seg.index_hint {
-        return u64::from(pos).min(seg.size);
-    }
-    let Ok((entry, pos)) =
-        offset_index::lookup_file(&seg.offset_index_path(), seg.base_offset, from)
-    else {
-        return 0;
-    };
-    let pos = u64::from(pos);
-    if pos == 0 || pos >= seg.size {
-        return 0;
-    }
-    let mut prefix = [0u8; V2_HEADER_SIZE];
-    let Ok(got) = read_fully_at(file, &mut prefix, pos) else {
-        return 0;
-    };
-    match BatchHeader::parse_header_of(
-        prefix.get(..got).unwrap_or_default(),
-        seg.size - pos,
-        usize::MAX,
-    ) {
-        Ok(h) if h.base_offset >= seg.base_offset && h.last_offset <= entry => pos,
-        _ => 0,
-    }
-}
-
-/// The aborted transactions a read_committed reader of `[from, upper)` needs: those in the
-/// `.txnindex` of the segments from the one holding `from` whose data overlaps the range
-/// (Kafka's `collectAbortedTransactions`).
-pub fn aborted_transactions(view: &LogView, from: i64, upper: i64) -> Vec<AbortedTransaction> {
-    let mut out = Vec::new();
-    for seg in view.segments_from(from) {
-        let Ok(entries) = txn_index::read(&seg.txn_index_path()) else {
-            continue;
-        };
-        out.extend(
-            entries
-                .into_iter()
-                .filter(|t| t.last_offset >= from && t.first_offset < upper)
-                .map(|t| AbortedTransaction {
-                    producer_id: t.producer_id,
-                    first_offset: t.first_offset,
-                }),
-        );
-    }
-    out
+    let read = reader::read_batches(view, from, below, max_bytes, min_one, || match fds {
+        Some(f) => f.take(1).map(Some),
+        None => Some(None),
+    })?;
+    Ok(Read {
+        ranges: read
+            .ranges
+            .into_iter()
+            .map(|r| FileRange {
+                file: r.file,
+                path: r.path,
+                pos: r.pos,
+                len: r.len,
+                _permit: r.permit,
+            })
+            .collect(),
+        bytes: read.bytes,
+        end_offset: read.end_offset,
+    })
 }
 
 #[cfg(test)]

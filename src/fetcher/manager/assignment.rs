@@ -3,8 +3,8 @@
 
 use super::seams::{EndpointFactory, MetadataSource};
 use super::{
-    Assignment, FETCH_STOPPED_FILE, FetcherManager, FetcherThread, NOT_FOLLOWED, NewPartitions,
-    STOPPED_PARTITIONS_FILE, Said, fetcher_id, fetcher_name, log_figures, write_partition_list,
+    Assignment, FetcherManager, FetcherThread, NOT_FOLLOWED, NewPartitions, Said, fetcher_id,
+    fetcher_name, log_figures, write_partition_list,
 };
 use crate::checkpoint::TopicPartition;
 use crate::config::{OnTopicRecreated, StartPosition};
@@ -13,6 +13,7 @@ use crate::fetcher::partition_map::{FetchStatus, PartitionFetchState};
 use crate::fetcher::replica_fetcher::ReplicaLogOps;
 use crate::fetcher::shared::FetcherShared;
 use crate::fetcher::shutdownable::ShutdownableThread;
+use crate::log::data_dir::DataDir;
 use crate::log::manager::lock_log;
 use crate::log::{descriptors, identity};
 use crate::protocol::error::ErrorCode;
@@ -332,7 +333,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             Some(expected) if expected == seen => {
                 if self.wrong_cluster.take().is_some() {
                     crate::log_info!("the leader reports cluster {seen} again; fetching resumes");
-                    let _ = std::fs::remove_file(data_dir.join(FETCH_STOPPED_FILE));
+                    let _ = std::fs::remove_file(data_dir.join(DataDir::FETCH_STOPPED_FILE));
                 }
                 true
             }
@@ -344,7 +345,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 if self.wrong_cluster.as_deref() != Some(msg.as_str()) {
                     crate::log_error!("{msg}");
                     if let Err(e) = crate::checkpoint::rewrite_atomic(
-                        &data_dir.join(FETCH_STOPPED_FILE),
+                        &data_dir.join(DataDir::FETCH_STOPPED_FILE),
                         format!("{msg}\n").as_bytes(),
                     ) {
                         crate::log_error!("cannot record the stop: {e:#}");
@@ -499,7 +500,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
     /// Keeps `fetching-stopped-partitions` (one `topic partition reason` line each) equal to
     /// the partitions not followed by `on_topic_recreated = "stop"`, for `status`.
     pub(super) fn record_stopped(&mut self, stopped: BTreeMap<TopicPartition, String>) {
-        let path = self.logs.data_dir().join(STOPPED_PARTITIONS_FILE);
+        let path = self.logs.data_dir().join(DataDir::STOPPED_PARTITIONS_FILE);
         let reasons = stopped.iter().map(|(tp, why)| (tp, why.as_str()));
         write_partition_list(&path, reasons, &mut self.stopped_written);
     }

@@ -2,8 +2,9 @@
 //! later with a growing wait, and resumed once their storage is sound.
 
 use super::seams::{EndpointFactory, MetadataSource};
-use super::{FAILED_PARTITIONS_FILE, FetcherManager, write_partition_list};
+use super::{FetcherManager, write_partition_list};
 use crate::checkpoint::TopicPartition;
+use crate::log::data_dir::DataDir;
 use crate::logging::Human;
 use std::time::{Duration, Instant};
 
@@ -47,7 +48,7 @@ pub(super) fn failed_retry_delay(backoff_ms: i64, attempts: u32) -> Duration {
 impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
     /// Keeps `failed-partitions` equal to the failed partitions, for `status`.
     pub(super) fn record_failed(&mut self) {
-        let path = self.logs.data_dir().join(FAILED_PARTITIONS_FILE);
+        let path = self.logs.data_dir().join(DataDir::FAILED_PARTITIONS_FILE);
         let reasons = self.failed.iter().map(|(tp, f)| (tp, f.reason.as_str()));
         write_partition_list(&path, reasons, &mut self.failed_written);
     }

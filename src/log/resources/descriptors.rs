@@ -6,6 +6,8 @@
 //! daemon can create is bounded by the limit: new logs are created only while [`RESERVE`]
 //! descriptors stay free for checkpoints, flushes and connections.
 
+pub use super::open_files::is_exhausted_io;
+
 /// Descriptors kept free for checkpoint files, index flushes and broker connections.
 pub const RESERVE: u64 = 64;
 
@@ -58,12 +60,6 @@ pub fn is_exhausted(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(is_exhausted_io)
     })
-}
-
-/// Whether `e` is EMFILE or ENFILE.
-pub fn is_exhausted_io(e: &std::io::Error) -> bool {
-    e.raw_os_error()
-        .is_some_and(|code| code == 24 || code == 23)
 }
 
 /// Says that the limit was reached: with `what` met it and how to raise it at most once a

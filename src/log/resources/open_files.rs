@@ -7,7 +7,7 @@
 //! `Arc` is the pin: while a caller holds it, no one closes that descriptor. When a file
 //! must be opened and the cache holds its budget, the least recently used files nobody
 //! holds are closed first. Indexes hold no descriptor between calls (see
-//! [`super::index_file`]), so only `.log` files are cached.
+//! [`crate::log::format::index_file`]), so only `.log` files are cached.
 //!
 //! Durability: closing a descriptor never loses a claim. A file written since its last
 //! fsync is fsynced before its descriptor closes (a failed fsync halts, as every failed
@@ -193,7 +193,7 @@ impl FileCache {
     fn close_slot(&self, slot: Slot) {
         if slot.written > slot.synced {
             if let Err(e) = slot.file.sync_data() {
-                super::halt_on_fsync_error(&slot.path, &e);
+                crate::log::halt_on_fsync_error(&slot.path, &e);
             }
             self.lock().synced_on_close += 1;
         }
@@ -218,7 +218,7 @@ impl FileCache {
                 .truncate(create)
                 .open(path);
             match opened {
-                Err(e) if super::descriptors::is_exhausted_io(&e) && tries < EMFILE_RETRIES => {
+                Err(e) if is_exhausted_io(&e) && tries < EMFILE_RETRIES => {
                     tries += 1;
                     let taken = self.make_room(&mut self.lock(), 1);
                     if taken.is_empty() {
@@ -442,6 +442,12 @@ impl Drop for SegmentFile {
             self.cache.forget(id);
         }
     }
+}
+
+/// Whether `e` is EMFILE or ENFILE: the descriptor limit ([`super::descriptors`]).
+pub fn is_exhausted_io(e: &std::io::Error) -> bool {
+    e.raw_os_error()
+        .is_some_and(|code| code == 24 || code == 23)
 }
 
 #[cfg(test)]

@@ -18,18 +18,17 @@
 //! they are kept, not dropped. A torn tail (the one batch a crash interrupted) is only cut.
 
 use crate::checkpoint::fsync_dir;
+use crate::log::data_dir::DataDir;
 use anyhow::{Context, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-pub const DIVERGED_DIR: &str = "diverged";
-
 /// Copies the `runs` (segment file, byte position, length; oldest first) into
 /// `dir/diverged/<first>-<last>.log` durably and returns its path. A file of that name with
 /// the same bytes (a crash came between an earlier copy and its cut) is reused.
 pub fn keep(dir: &Path, runs: &[(PathBuf, u64, u64)], first: i64, last: i64) -> Result<PathBuf> {
-    let ddir = subdir(dir, DIVERGED_DIR)?;
+    let ddir = subdir(dir, DataDir::DIVERGED_DIR)?;
     let tmp = ddir.join(format!("{first}-{last}.log.tmp"));
     write_runs(&tmp, runs)?;
     let mut target = ddir.join(format!("{first}-{last}.log"));
@@ -47,14 +46,10 @@ pub fn keep(dir: &Path, runs: &[(PathBuf, u64, u64)], first: i64, last: i64) -> 
     Ok(target)
 }
 
-/// Where recovery keeps the bytes it cut from a segment at damage (see
-/// [`super::segment::Segment::recover`]).
-pub const DAMAGED_DIR: &str = "damaged";
-
 /// Copies `len` bytes at `start` of the segment file `log` durably to
 /// `dir/damaged/<segment file name>.<start>` and returns that path.
 pub fn keep_damaged_tail(dir: &Path, log: &Path, start: u64, len: u64) -> Result<PathBuf> {
-    let ddir = subdir(dir, DAMAGED_DIR)?;
+    let ddir = subdir(dir, DataDir::DAMAGED_DIR)?;
     let name = log
         .file_name()
         .map_or_else(|| "segment".into(), |n| n.to_string_lossy().into_owned());
@@ -167,7 +162,7 @@ fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
 /// The files of a partition's `diverged/` folder: (path, first offset, last offset), by
 /// first offset.
 pub fn list(dir: &Path) -> Result<Vec<(PathBuf, i64, i64)>> {
-    let ddir = dir.join(DIVERGED_DIR);
+    let ddir = dir.join(DataDir::DIVERGED_DIR);
     let mut out = Vec::new();
     let entries = match fs::read_dir(&ddir) {
         Ok(e) => e,

@@ -75,7 +75,7 @@ impl TxnIndex {
             .open(&self.path)
             .with_context(|| format!("failed to open `{}`", self.path.display()))?;
         let bytes = e.encode();
-        let written = match super::fault::hit(super::fault::Step::TxnIndex) {
+        let written = match crate::fault::hit(crate::fault::Step::TxnIndex) {
             None => f.write_all(&bytes),
             Some(injected) => f.write_all(&bytes[..bytes.len() / 2]).and(Err(injected)),
         };
@@ -122,7 +122,7 @@ impl TxnIndex {
         if let Some(f) = self.take_dirty()?
             && let Err(e) = f.sync_data()
         {
-            super::halt_on_fsync_error(&self.path, &e);
+            crate::log::halt_on_fsync_error(&self.path, &e);
         }
         Ok(())
     }

@@ -66,7 +66,7 @@ pub fn lookup_file(path: &Path, base_offset: i64, target: i64) -> Result<Option<
 /// The last (at most) two entries of the time index file at `path`, absolute, oldest first:
 /// what a reader needs to know a segment's largest timestamp without reading the index
 /// (every entry but a segment's final one marks an offset-index entry; see
-/// [`super::max_timestamp`]). Bytes after the last whole entry are left out.
+/// [`crate::log::max_timestamp`]). Bytes after the last whole entry are left out.
 pub fn last_two_file(path: &Path, base_offset: i64) -> Result<Vec<(i64, i64)>> {
     use anyhow::Context;
     use std::os::unix::fs::FileExt;

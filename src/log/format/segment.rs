@@ -6,15 +6,15 @@
 //!
 //! Crash policy: bytes past the last fsync may be lost or torn. [`Segment::recover`] walks the
 //! log, verifies every batch's length and CRC, truncates at the first bad or partial batch and
-//! rebuilds both indexes. Who touches it: only its [`super::partition::PartitionLog`], under the
+//! rebuilds both indexes. Who touches it: only its [`crate::log::partition::PartitionLog`], under the
 //! partition's lock.
 
-use super::fault::{self, Step};
 use super::offset_index::OffsetIndex;
-use super::open_files::{self, SegmentFile, SyncMark};
 use super::segment_reader::SegmentReader;
 use super::time_index::TimeIndex;
 use super::txn_index::TxnIndex;
+use crate::fault::{self, Step};
+use crate::log::resources::open_files::{self, SegmentFile, SyncMark};
 use crate::record::{BatchHeader, SetEnd};
 use anyhow::{Context, Result, bail};
 use std::fs::{self, File, OpenOptions};
@@ -24,9 +24,6 @@ use std::sync::Arc;
 /// The largest tail recovery cuts as a torn write without keeping it aside: a crash tears at
 /// most the batch being appended (Kafka's default `max.message.bytes` is 1 MiB).
 pub const TORN_TAIL_MAX: u64 = 1 << 20;
-
-/// Largest batch accepted from disk or network (Kafka's int32 size field).
-pub const MAX_BATCH_SIZE: usize = i32::MAX as usize;
 
 pub fn file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}.{suffix}")
@@ -620,7 +617,7 @@ impl Segment {
         let f = self.file()?;
         let mark = self.log.begin_sync();
         if let Err(e) = f.sync_data() {
-            super::halt_on_fsync_error(&self.log_path, &e);
+            crate::log::halt_on_fsync_error(&self.log_path, &e);
         }
         self.log.synced(mark);
         self.txn_index.flush()?;
@@ -905,6 +902,7 @@ pub(crate) fn append_raw(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::segment_reader::MAX_BATCH_SIZE;
     use crate::record::BatchIter;
     use crate::record::records::{NewRecord, build_v2_batch};
 

@@ -6,13 +6,10 @@
 //! repeats every few seconds until space returns, which is logged once too. The figure is
 //! cached: one `statvfs` a second at most while appending.
 
+use crate::log::data_dir::DataDir;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Written into the data dir while appends are paused for lack of space (the reason);
-/// `status` shows it.
-pub const DISK_FULL_FILE: &str = "disk-full";
 
 /// How often free space is looked up while appending, and while the disk is full.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -40,7 +37,7 @@ struct State {
 impl DiskSpace {
     pub fn new(dir: &Path, min_free: u64) -> Self {
         // Left by a daemon that stopped while the disk was full: the state is found anew.
-        let _ = std::fs::remove_file(dir.join(DISK_FULL_FILE));
+        let _ = std::fs::remove_file(dir.join(DataDir::DISK_FULL_FILE));
         DiskSpace {
             dir: dir.to_path_buf(),
             min_free,
@@ -128,7 +125,7 @@ impl DiskSpace {
     /// with no byte left may refuse even that) that the data dir is full, or no longer.
     fn published(&self, full: Option<&str>) {
         crate::notify::disk_status(full);
-        let path = self.dir.join(DISK_FULL_FILE);
+        let path = self.dir.join(DataDir::DISK_FULL_FILE);
         let written = match full {
             Some(why) => crate::checkpoint::rewrite_atomic(&path, why.as_bytes()),
             None => match std::fs::remove_file(&path) {
@@ -171,10 +168,10 @@ mod tests {
     #[test]
     fn below_the_threshold_appends_are_refused_and_the_data_dir_says_why() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join(DISK_FULL_FILE), "stale").unwrap();
+        std::fs::write(d.path().join(DataDir::DISK_FULL_FILE), "stale").unwrap();
         let space = DiskSpace::new(d.path(), u64::MAX / 2);
         assert!(
-            !d.path().join(DISK_FULL_FILE).exists(),
+            !d.path().join(DataDir::DISK_FULL_FILE).exists(),
             "a stale mark from an earlier run goes"
         );
         let why = space.admit(100).unwrap_err();
@@ -183,7 +180,7 @@ mod tests {
             "{why}"
         );
         assert_eq!(space.full().as_deref(), Some(why.as_str()));
-        let recorded = std::fs::read_to_string(d.path().join(DISK_FULL_FILE)).unwrap();
+        let recorded = std::fs::read_to_string(d.path().join(DataDir::DISK_FULL_FILE)).unwrap();
         assert_eq!(recorded, why, "what `status` shows");
         let mut notes = Vec::new();
         let st = crate::inspect::status::collect_data_dir(d.path(), &mut notes);
@@ -199,6 +196,6 @@ mod tests {
         let space = DiskSpace::new(d.path(), 1);
         assert!(space.admit(100).is_ok());
         assert!(space.full().is_none());
-        assert!(!d.path().join(DISK_FULL_FILE).exists());
+        assert!(!d.path().join(DataDir::DISK_FULL_FILE).exists());
     }
 }

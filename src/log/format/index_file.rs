@@ -6,7 +6,7 @@
 //! thousands of partitions stays far below the usual descriptor limits.
 //! Invariant: the file holds exactly `written` whole entries.
 
-use super::fault::{self, Step};
+use crate::fault::{self, Step};
 use anyhow::{Context, Result, bail};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -175,7 +175,7 @@ impl IndexFile {
         }
         if sync {
             if let Err(e) = f.sync_data() {
-                super::halt_on_fsync_error(&self.path, &e);
+                crate::log::halt_on_fsync_error(&self.path, &e);
             }
             self.unsynced = false;
         }
