@@ -1,26 +1,39 @@
 //! replica-follower: keeps an exact, crash-safe local replica of Kafka topic-partitions.
 //!
 //! # Layout
-//! Each layer calls only the ones above it in this list:
+//! Each module uses only the ones listed before it (`tests/layers.rs` checks this list
+//! against the `crate::` paths of the production code, and that no module's files depend on
+//! each other in a cycle):
 //! 1. [`protocol`] — the Kafka wire codec: primitives, headers, one module per API.
 //! 2. [`record`] — record batches: headers, CRC-32C / CRC-32 checks, walking a record set.
-//! 3. [`client`] — blocking broker connections, version negotiation, cluster metadata.
-//! 4. [`log`] and [`checkpoint`] — segments and indexes in Kafka's on-disk format, recovery,
-//!    retention; atomic checkpoint files. Below both, [`fault`] is the seam through which
-//!    tests fail each of their write steps.
-//! 5. [`fetcher`] — the shutdownable thread, the abstract fetch loop, the replica fetcher
-//!    plugged into it, and the manager that assigns partitions to fetcher threads.
-//! 6. [`repair`] — holes and damaged segments found against the leader and re-fetched into
-//!    place (`repair`, `verify --against-leader`, the daemon's start-up hole check).
-//! 7. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
-//! 8. [`serve`] — the replica as a read-only Kafka broker: snapshots of the logs streamed to
-//!    clients from the segment files.
-//! 9. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
-//!    wires the others together.
+//! 3. [`clock`] — wall-clock milliseconds.
+//! 4. [`logging`] — the daemon's log lines on stderr or the journal.
+//! 5. [`notify`] — systemd's notify protocol (READY=1, STOPPING=1, STATUS=).
+//! 6. [`fault`] — the seam through which tests fail each write step of the storage.
+//! 7. [`checkpoint`] — Kafka's checkpoint file formats, written atomically.
+//! 8. [`log`] — the storage engine: on-disk formats (`log::format`), process resources
+//!    (`log::resources`: descriptors, open files, disk space), the data-dir layout
+//!    (`log::data_dir`), each partition's log, recovery, retention, and one read path
+//!    (`log::reader`) for everything that reads the replica.
+//! 9. [`live`] — what the running daemon knows beyond its checkpoints, and the watchdog's beats.
+//! 10. [`security`] — TLS, SASL/SCRAM and the security settings types.
+//! 11. [`client`] — blocking broker connections, version negotiation, cluster metadata.
+//! 12. [`config`] — the TOML file parsed and validated into a [`config::Config`]; it reads no
+//!     other file.
+//! 13. [`fetcher`] — the shutdownable thread, the abstract fetch loop and its stages, the
+//!     replica side plugged into it, and the manager that assigns partitions to fetchers.
+//! 14. [`repair`] — holes and damaged segments found against the leader and re-fetched into
+//!     place (`repair`, `verify --against-leader`, the daemon's start-up hole check).
+//! 15. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
+//! 16. [`serve`] — the replica as a read-only Kafka broker: snapshots of the logs streamed to
+//!     clients from the segment files.
+//! 17. [`resolve`] — a [`config::Config`] turned into the runtime parts it names (TLS, SASL
+//!     users, log settings, descriptor budget, listen addresses), reading the files.
+//! 18. [`metrics`] — the Prometheus endpoint.
+//! 19. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
+//!     wires the others together.
 //!
-//! [`config`] turns the TOML file into a validated [`config::Config`], and [`resolve`] turns
-//! that into the runtime parts it names (TLS, SASL users, log settings, descriptor budget),
-//! reading the files; `main.rs` only parses the command line and dispatches.
+//! `main.rs` only parses the command line and dispatches.
 
 #![forbid(unsafe_code)]
 // Bytes from brokers and disks never panic the daemon: no unwrap, expect or panic outside tests.
