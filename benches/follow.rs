@@ -23,6 +23,12 @@
 //! `target/release/replica-follower`) in the same run: in part 1 it follows in every
 //! repetition right before or after this build (the order alternates), and part 2 runs for
 //! both; the tables gain a `baseline` row and the ratio follower/baseline.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails by panicking"
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -23,6 +23,12 @@
 //! partition the larger the response, so at the 50 MiB default A catches up in about twice the
 //! time (measured 23–24 s against 11–12 s). `--max-bytes 52428800` measures the default;
 //! `--fetchers N` sets `fetch.fetchers_per_broker` (default 1, Kafka's).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails by panicking"
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -20,6 +20,12 @@
 //!    their recoveries.
 //!
 //! Everything lives in `target/bench/restart`, one log at a time, removed at the end.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails by panicking"
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

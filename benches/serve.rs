@@ -24,6 +24,12 @@
 //! chained follower's time ≤ 1.1 × the raw loop's against our listener, ≤ 0.5 × kcat's, and
 //! its CPU ≤ 0.25 × kcat's. Last, one more raw loop against our listener under `strace -f` of
 //! the listener: sendfile calls and bytes against the writes and reads around them.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails by panicking"
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -35,12 +35,10 @@
 //!
 //! `main.rs` only parses the command line and dispatches.
 
+// The lints are Cargo.toml's `[lints]`; the library forbids unsafe code outright, and its
+// unit tests fail by panicking.
 #![forbid(unsafe_code)]
-// Bytes from brokers and disks never panic the daemon: no unwrap, expect or panic outside tests.
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 #[macro_use]
 pub mod live;

@@ -6,6 +6,12 @@
 //! missing on the leader, a daemon stopped, no target at all — and every metric the rules and
 //! the dashboard name is one a daemon exports. promtool is Debian's `prometheus` package
 //! (tests/setup-env.sh installs it as root); without it this fails saying so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

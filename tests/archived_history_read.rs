@@ -3,6 +3,12 @@
 //! the topic name `<topic>.<old id>.archived` — the name `status` prints — by `dump`,
 //! `offsets`, `verify --topic` and a stopped `serve`, which gives it to a real Kafka client
 //! byte for byte, beside the live topic.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

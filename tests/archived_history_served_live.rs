@@ -2,6 +2,12 @@
 //! followed topic re-created on its leader is archived to `<topic>-<p>.<old id>.archived/`,
 //! and from then on a real Kafka client reads it, byte for byte, as topic
 //! `<topic>.<old id>.archived`, beside the re-created topic the daemon goes on following.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

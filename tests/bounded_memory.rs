@@ -5,6 +5,12 @@
 //! that they stream. `status` and `offsets` run again without the offset index, which makes
 //! them walk the segment from its start. The bound is checked first: under it, `dd` cannot
 //! get a 600 MiB buffer (were the limit not enforced, the test would prove nothing).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -4,6 +4,12 @@
 //!
 //! The read-only file system is a tmpfs mounted read-only in a private mount namespace
 //! (`unshare -m`), which needs root, as CI has.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -1,6 +1,12 @@
 //! The command-line contract: `--help` on every subcommand, the data-dir lock against a real
 //! second daemon, and `status --json`'s shape. Each bad input's exit code and message, as the
 //! README lists them, are in `bad_input.rs`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -3,6 +3,12 @@
 //! `check-config`; and each key it leaves commented out is one the configuration accepts
 //! there (uncommented, it is never refused as unknown). The README's quick-start
 //! configuration passes `check-config` as written.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

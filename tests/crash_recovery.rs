@@ -2,7 +2,12 @@
 //! tail, its last segment is torn mid-batch, its index and a checkpoint are damaged; the next
 //! start recovers (cuts at the first partial batch, rebuilds indexes), refetches, and ends
 //! byte-identical to the leader with no gap and no duplicate.
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 // Partitions are numbers on the leader and in the replica alike: index by them.
 #![allow(clippy::needless_range_loop)]
 

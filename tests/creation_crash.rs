@@ -3,6 +3,12 @@
 //! dir holds only whole partition directories or `.creating` leftovers, and no checkpoint
 //! file names a partition whose directory is not there whole. The next start removes the
 //! leftovers, and in the end every partition follows to the leader's end byte for byte.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -4,6 +4,12 @@
 //! creates only the logs the limit allows, leaves no
 //! half-made partition directory, says so once with the limit and how to raise it, and once
 //! the limit is raised (`prlimit --pid`) creates and follows every partition by itself.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

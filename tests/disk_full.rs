@@ -2,6 +2,12 @@
 //! The daemon stays up, says "disk full" once, never leaves a torn batch in a segment (every
 //! file read while it is stuck is whole batches), and resumes by itself once the tmpfs is
 //! grown, ending byte-identical. Needs root for the mount; says so and skips otherwise.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

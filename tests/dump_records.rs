@@ -5,6 +5,12 @@
 //! show exactly what a confluent-kafka consumer reads from the leader for the same offsets,
 //! the COMMIT marker included as such. `offsets --timestamp` must agree with the record
 //! timestamps. ABORT markers come from the in-process test leader (Tansu stores none).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -4,6 +4,12 @@
 //! forgotten session and a rejected epoch each recover with a full fetch; a reconnect starts a
 //! new session; the replica stays byte-identical throughout. With sessions off (the default,
 //! as Tansu and the mock cluster) the daemon fetches sessionless, as before.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

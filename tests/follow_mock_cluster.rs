@@ -1,5 +1,11 @@
 //! Acceptance against librdkafka's mock cluster: 3 brokers, partitions led by different
 //! brokers, every codec; the same byte-for-byte and restart checks as for Tansu.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -1,5 +1,11 @@
 //! Acceptance against Tansu: every codec, byte-identical segments, indexes at batch starts,
 //! checkpoints within the logs, several segments; SIGTERM, produce more, restart, continue.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -9,6 +9,12 @@
 //! they were appended, so after each case the leader drops them again with
 //! `truncate_and_bump_epoch` at its own log end (which removes nothing else), and partition 0
 //! must then follow normally before the next case.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -26,6 +26,12 @@
 //! so that a build from before them can be measured with the same attacks; with
 //! `HOSTILE_CLIENTS_NO_AS_LIMIT=1` the address space is not limited, to measure how far
 //! memory goes (the limit is what the acceptance asks for).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

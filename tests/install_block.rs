@@ -25,6 +25,12 @@
 //!
 //! Runs as root (the block is root's: `install -o root`), as CI does. Needs Debian's
 //! `systemd`, `util-linux` (setpriv) and `man-db`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

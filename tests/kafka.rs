@@ -2,6 +2,12 @@
 //! from Maven Central, shared by every scenario of this binary (here, and in `kafka/archive.rs`
 //! and `kafka/protocol.rs`). Each scenario compares the replica with Kafka's own partition
 //! directories, batch by batch, byte for byte.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -1,5 +1,11 @@
 //! Compatibility with the last Apache Kafka 3.x line (3.9): following, a leader killed with
 //! SIGKILL under load, and transactions, each byte-identical to Kafka's own directories.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

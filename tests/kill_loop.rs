@@ -18,6 +18,12 @@
 //!
 //! The seed is printed; `KILL_LOOP_SEED=<seed>` repeats a run's choices (delays, damage,
 //! configurations), though not the daemon's own timing.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -3,6 +3,12 @@
 //! gives `lag: null` with `last_known_lag` and `lag_stale: true`, and `/metrics` leaves the
 //! partition's `replica_follower_lag_records` sample out. After a restart with the leader
 //! still gone, no lag is known: `?`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -2,6 +2,12 @@
 //! `crate::` and `super::` paths, test code left out) only the modules listed before it in
 //! lib.rs's layout doc, that list names every module, no files of one module depend on each
 //! other in a cycle, and no production file is over 1,000 lines.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,7 +21,11 @@ fn sources(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         if path.is_dir() {
             sources(root, &path, out);
         } else if path.extension().is_some_and(|x| x == "rs") {
-            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             out.insert(rel, std::fs::read_to_string(&path).unwrap());
         }
     }
@@ -28,7 +38,10 @@ fn module_of(file: &str) -> Vec<String> {
         .split('/')
         .map(String::from)
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -296,7 +309,11 @@ fn every_module_uses_only_those_the_layout_doc_lists_before_it() {
     let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
     let order = listed_order(&lib);
     let listed: BTreeSet<String> = order.iter().cloned().collect();
-    assert_eq!(order.len(), listed.len(), "a module listed twice: {order:?}");
+    assert_eq!(
+        order.len(),
+        listed.len(),
+        "a module listed twice: {order:?}"
+    );
     assert_eq!(
         listed,
         declared(&lib),
@@ -357,8 +374,15 @@ fn the_checks_see_a_layering_error_a_file_cycle_and_skip_test_code() {
     std::fs::write(s.join("b/y_tests.rs"), "use crate::a::Z;\n").unwrap();
     let l = layers(s);
     assert_eq!(l.modules["a"], BTreeSet::from(["b".to_string()]));
-    assert!(!l.modules.contains_key("b"), "test code counted: {:?}", l.modules);
-    assert_eq!(cycles(&l.files), vec![vec!["b/x".to_string(), "b/y".to_string()]]);
+    assert!(
+        !l.modules.contains_key("b"),
+        "test code counted: {:?}",
+        l.modules
+    );
+    assert_eq!(
+        cycles(&l.files),
+        vec![vec!["b/x".to_string(), "b/y".to_string()]]
+    );
     assert_eq!(
         listed_order("//! 1. [`b`] — x\n//! 2. [`a`] — y\n//!    3. not one\n"),
         vec!["b", "a"]

@@ -1,7 +1,12 @@
 //! Leadership and connection faults on librdkafka's mock cluster: the leader of a partition
 //! moves to another broker mid-stream; fetches meet injected NOT_LEADER, timeouts and dropped
 //! connections. The follower keeps going and stays byte-identical to the leader.
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 // Partitions are numbers on the leader and in the replica alike: index by them.
 #![allow(clippy::needless_range_loop)]
 

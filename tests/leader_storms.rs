@@ -3,6 +3,12 @@
 //! and reassignments back off exponentially, and are said in one line a round), and a leader
 //! whose fetches fail (warned when it starts, retried less and less often). Both end
 //! byte-identical once the leader answers again.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

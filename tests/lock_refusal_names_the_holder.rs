@@ -1,6 +1,12 @@
 //! A second process on a data dir a daemon holds is refused naming the holder's pid: `run`,
 //! `repair` and `serve` each exit 1 with `locked by another replica-follower (pid N, …)`,
 //! N being the running daemon's, and the daemon goes on.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

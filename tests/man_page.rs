@@ -4,6 +4,12 @@
 //!
 //! Needs `help2man` and `man` (Debian's `help2man` and `man-db`, which tests/setup-env.sh
 //! installs when missing); without them these tests fail, saying so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

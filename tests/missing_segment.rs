@@ -5,6 +5,12 @@
 //! inode), deletes nothing, and follows on after the last one: byte-identical to the leader.
 //! A leader that does not answer makes the check say so once and be skipped within the
 //! request timeout; the daemon starts fetching all the same.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

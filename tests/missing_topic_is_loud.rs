@@ -3,6 +3,12 @@
 //! and a partition without a log, the leader reachable with its last success; `status
 //! --data-dir` (the daemon's `.live-status`) has the leader line and JSON object, the
 //! missing topic and what has no log.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

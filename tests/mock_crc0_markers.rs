@@ -2,6 +2,12 @@
 //! replica never appends such a batch: the partition stops right before the first marker
 //! (warning about the CRC at that offset, backing off and retrying), while the other
 //! partitions of the same fetcher go on byte for byte and the daemon stays up.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

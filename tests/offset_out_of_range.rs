@@ -3,6 +3,12 @@
 //! the fetch at the old end is out of range, and the follower keeps every batch it held,
 //! records the offsets it never got as lost upstream, and continues at the leader's new log
 //! start, byte-identical from there. (Kafka's follower would delete its log here.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

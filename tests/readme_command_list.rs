@@ -1,6 +1,12 @@
 //! The README's command list (section "Command line") names exactly the command forms the
 //! binary's help gives: every form of every subcommand's own `--help`, with the same options,
 //! and no other; and the top-level `--help` (the man page's synopsis) gives the same forms.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -1,5 +1,11 @@
 //! Self-tests of the real-leader operations in `tests/support` (cluster ids, topic ids,
 //! topic deletion, transactions, delete_records) and of the data-dir snapshot helpers.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

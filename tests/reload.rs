@@ -2,6 +2,12 @@
 //! `follow` replicates, a removed one stops (its data stays), a config that no longer parses
 //! is refused naming the key and line while the running set goes on, and systemd hears
 //! RELOADING=1 then READY=1.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -6,6 +6,12 @@
 //! A damaged segment the leader no longer holds (its log start moved past it) cannot be
 //! repaired: `repair` says so, leaves it as it is, repairs what it can, and exits 1
 //! (the in-process leader, whose log start a test can move).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -5,6 +5,12 @@
 //! written — touches no other file (same inodes, same bytes), and the replica ends
 //! byte-identical to the leader; the daemon then follows on. `repair` beside a running daemon
 //! is refused by the data-dir lock.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

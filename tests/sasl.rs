@@ -10,6 +10,12 @@
 //! running is refused once per backoff, never in a loop, and the daemon catches up once
 //! the password file is right again; a password file readable by others is a bad
 //! configuration (exit 2). No password is in any log line, `check-config` or `status`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -4,6 +4,12 @@
 //! SCRAM-SHA-256 and SCRAM-SHA-512 exchange (SaslAuthenticate v0–v2) ends with a verified
 //! server signature and the configured session lifetime, PLAIN too, a request after it is
 //! answered by Tansu, and a wrong password is refused and counted, its password in no log line.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -4,6 +4,12 @@
 //! ListOffsets, Metadata and OffsetForLeaderEpoch answer from the local log; bad clients are
 //! refused without effect on others or on following; `serve --data-dir` serves the stopped
 //! replica the same bytes, and is refused while the daemon holds the lock.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

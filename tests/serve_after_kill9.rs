@@ -9,6 +9,12 @@
 //! - `serve --data-dir` serves every whole batch, byte for byte what the leader served, says
 //!   once what it found past the recovery points, and never serves the torn tail;
 //! - the daemon restarted with its leader unreachable serves the same from its own listener.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -3,6 +3,12 @@
 //! as more is produced, follows through a leader move upstream (librdkafka's mock cluster,
 //! `set_leader`), and truncates through the served OffsetForLeaderEpoch / diverging epoch
 //! when the leader upstream truncates and bumps its epoch (the in-process test leader).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -4,6 +4,12 @@
 //! from a full cache (`max_fetch_sessions = 1`); the chained follower gets
 //! FETCH_SESSION_ID_NOT_FOUND, says so once at INFO, opens a new session with a full fetch
 //! and keeps up — byte-identical, with no WARN or ERROR on either daemon.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

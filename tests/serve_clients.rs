@@ -3,6 +3,12 @@
 //! (assign(), no group, no commit) gets from the replica exactly the (offset, key, value,
 //! headers) of every record it gets from Tansu; AdminClient metadata lists the topic and its
 //! partitions; Debian's kcat lists it and reads every record.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

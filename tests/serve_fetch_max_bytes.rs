@@ -1,6 +1,12 @@
 //! `serve.fetch_max_bytes` caps a Fetch response as Kafka's broker-side `fetch.max.bytes`
 //! does: a client asking for 2^31-1 bytes of a partition holding more than the ceiling gets
 //! the whole batches that fit in it, at every version, and reads on from there.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

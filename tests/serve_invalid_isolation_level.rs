@@ -6,6 +6,12 @@
 //! - ListOffsets (v2+, where the field is): in every partition as named, offset -1.
 //!
 //! And valid levels are still served on the same connection.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -2,6 +2,12 @@
 //! it holds, first from the running daemon (which keeps retrying the leader), then, with
 //! the daemon stopped too, from `replica-follower serve --data-dir`. A confluent-kafka
 //! consumer reads from each exactly what it read from the leader.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -3,6 +3,12 @@
 //! record. The transactional log comes from the in-process test leader (committed and
 //! aborted transactions, two interleaved, one still open at the end), since Tansu stores no
 //! aborted batches.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

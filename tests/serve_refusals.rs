@@ -4,6 +4,12 @@
 //! their error codes and leave the connection open (a Metadata request after each is
 //! answered), acks=0 produce gets no answer at all; librdkafka (confluent-kafka in the test
 //! venv) reports the refusal to a Producer and to a group Consumer within seconds.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -6,6 +6,12 @@
 //!   60,000 MAX_TIMESTAMP copies included; the other partitions are answered;
 //! - Metadata: each topic once, however it is named (by name, by id, twice);
 //! - OffsetForLeaderEpoch: every copy, as Kafka answers them.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

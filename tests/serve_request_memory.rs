@@ -9,6 +9,13 @@
 //! the frame itself, the decoded request, the work, the response. The shapes are the worst
 //! a client can send per byte: the most items of the fewest bytes each, distinct (repeats are
 //! answered once), for every API the listener decodes item by item.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
+#![allow(unsafe_code, reason = "the counting allocator implements GlobalAlloc")]
 
 use replica_follower::protocol::codec::Writer;
 use replica_follower::protocol::{ApiKey, RefusedApi};

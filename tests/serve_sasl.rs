@@ -8,6 +8,12 @@
 //! answered and anything else before authentication close the connection, a wrong PLAIN
 //! password refused with SASL_AUTHENTICATION_FAILED and the connection closed, the right
 //! one admitted. No password is in any log line.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

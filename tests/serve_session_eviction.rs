@@ -6,6 +6,12 @@
 //! confluent-kafka consumers (librdkafka never opens sessions: it fetches sessionless)
 //! read the listener meanwhile and get every record without an error. Everything served is
 //! the segments' bytes; the daemon logs no WARN or ERROR.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -7,6 +7,12 @@
 //! unknown id FETCH_SESSION_ID_NOT_FOUND, epoch -1 closes the session with a sessionless full
 //! answer, and a v13 session fetched at v12 is FETCH_SESSION_TOPIC_ID_ERROR. Every record
 //! the responses carry, put end to end, is the local segment bytes.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

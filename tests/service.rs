@@ -2,6 +2,12 @@
 //! STATUS=, WATCHDOG=1 while every thread makes progress, STOPPING=1, in that order; a
 //! stalled fetcher stops the pings), and `status` showing the running daemon's live figures
 //! (lag, state, the leader's high watermark), or saying it is not running.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -3,6 +3,12 @@
 //! it, logged with the broker and the API; the receive buffer grows only with the bytes that
 //! arrive, so the daemon's memory stays small; the partition backs off while the other
 //! fetcher's partition goes on; once the broker behaves, the replica ends byte-identical.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

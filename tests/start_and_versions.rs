@@ -2,6 +2,12 @@
 //! leader that speaks only older versions: ApiVersions ≤ v2 (UNSUPPORTED_VERSION to v3) and
 //! Fetch ≤ v11 (no diverging epochs), so a restart after the leader's log diverged goes
 //! through OffsetForLeaderEpoch.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -3,6 +3,12 @@
 //! partition directory removed under the running daemon. A storage error fails only its
 //! partition (said once, shown by `status`), the others go on, and a partition whose files
 //! are sound again resumes by itself; the replica ends byte-identical.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

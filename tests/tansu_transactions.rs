@@ -2,6 +2,12 @@
 //! produces, while the daemon follows. The replica ends byte-identical to the leader, its
 //! commit and abort markers (control batches with valid CRCs) included, in order; with every
 //! transaction ended, the last stable offset is the log end.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -1,6 +1,12 @@
 //! Checks the in-process test leader (`tests/support/test_leader.rs`) with the crate's own
 //! client: negotiation, metadata, list offsets, epochs, fetches at every version, and every
 //! injected fault; and the batch builders of `tests/support/batches.rs`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 #[path = "support/batches.rs"]
 mod batches;

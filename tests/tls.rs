@@ -6,6 +6,12 @@
 //! (record ranges larger than its 256 KiB read chunk included),
 //! closes a plaintext client, and with `ssl_client_ca_file` refuses a client without a
 //! certificate.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

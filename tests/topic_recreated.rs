@@ -3,6 +3,12 @@
 //! `<topic>-<partition>.<old topic id>.archived/` and the new topic is followed from its
 //! start; with `on_topic_recreated = "stop"` the old data stays in place and the topic is not
 //! followed.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -4,6 +4,12 @@
 //! `.txnindex` files hold exactly the aborted transactions (Kafka's 34-byte entries, each in
 //! the segment holding its ABORT marker), and `status` reports the last stable offset; all of
 //! it stays right across kill -9 restarts and when the open transaction completes.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

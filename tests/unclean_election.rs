@@ -4,6 +4,12 @@
 //! in `diverged/<first>-<last>.log`, reports them in `status`, and logs an ERROR naming the
 //! range. A crash right after the copy (before the cut) ends in the same state, with the copy
 //! made once.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

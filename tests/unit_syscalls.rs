@@ -8,6 +8,12 @@
 //! allow, as `systemd-analyze syscall-filter` expands it.
 //!
 //! Needs `strace` and `systemd-analyze` (tests/setup-env.sh installs both when missing).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

@@ -7,6 +7,12 @@
 //!
 //! Needs `systemd-analyze` and `systemd-sysusers` (Debian's `systemd`, which tests/setup-env.sh
 //! installs when missing); without them these tests fail, saying so.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,6 +2,12 @@
 //! takes writes and the daemon follows them (segments rolling, retention deleting old ones,
 //! indexes and checkpoints being written), every run exits 0, checking up to the recovery points and reporting the rest as
 //! in flight; once stopped, the whole replica verifies.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 

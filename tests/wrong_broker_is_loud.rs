@@ -3,6 +3,12 @@
 //! start and the configured partitions without a log, from the first scrape; `status
 //! --data-dir` (the daemon's `.live-status`) has the leader line and JSON object and lists
 //! the partitions without a log.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fails by panicking"
+)]
 
 mod support;
 
