@@ -2,8 +2,8 @@
 //! checkpoint write) asks here whether it is to fail, so tests can fail each one once and
 //! check that the files are left as they were before that write.
 //!
-//! Production never arms it. Tests arm it in-process ([`arm`], per thread) or for a daemon
-//! with `RF_TEST_FAIL_WRITE=<step>:<n>[,<step>:<n>…]` (steps `append`, `roll`, `index`,
+//! Production never arms it. Tests arm it in-process ([`arm`], per thread) or, in a daemon
+//! built with the `test-hooks` feature (as tests/run.sh builds it), with `RF_TEST_FAIL_WRITE=<step>:<n>[,<step>:<n>…]` (steps `append`, `roll`, `index`,
 //! `checkpoint`, `txnindex`): the n-th write of that step in the process fails once, part-way
 //! where the step writes bytes, as a full or failing disk would make it. With
 //! `RF_TEST_FAIL_AFTER_MS=<ms>` only writes from that long after start-up count (so the
@@ -46,23 +46,47 @@ type Armed = Vec<(Step, u32, bool)>;
 
 static ANY_ARMED: AtomicBool = AtomicBool::new(false);
 
+/// The environment that arms process-wide faults, read only by builds with the `test-hooks`
+/// feature (tests/run.sh's): a release build has no way to arm them.
+#[cfg(feature = "test-hooks")]
+mod environment {
+    /// `RF_TEST_FAIL_WRITE`, or empty.
+    pub fn fail_write() -> String {
+        std::env::var("RF_TEST_FAIL_WRITE").unwrap_or_default()
+    }
+
+    /// `RF_TEST_FAIL_AFTER_MS`, or 0.
+    pub fn fail_after_ms() -> u64 {
+        std::env::var("RF_TEST_FAIL_AFTER_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+mod environment {
+    pub fn fail_write() -> String {
+        String::new()
+    }
+
+    pub fn fail_after_ms() -> u64 {
+        0
+    }
+}
+
 /// Writes before this instant do not count for the process-wide faults.
 fn counting_from() -> std::time::Instant {
     static FROM: OnceLock<std::time::Instant> = OnceLock::new();
     *FROM.get_or_init(|| {
-        let ms = std::env::var("RF_TEST_FAIL_AFTER_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        std::time::Instant::now() + std::time::Duration::from_millis(ms)
+        std::time::Instant::now() + std::time::Duration::from_millis(environment::fail_after_ms())
     })
 }
 
 fn process_armed() -> &'static Mutex<Armed> {
     static ARMED: OnceLock<Mutex<Armed>> = OnceLock::new();
     ARMED.get_or_init(|| {
-        let armed: Armed = std::env::var("RF_TEST_FAIL_WRITE")
-            .unwrap_or_default()
+        let armed: Armed = environment::fail_write()
             .split(',')
             .filter_map(|item| {
                 let (step, n) = item.split_once(':').unwrap_or((item, "1"));
@@ -139,7 +163,7 @@ pub fn hit(step: Step) -> Option<std::io::Error> {
                 .flatten()
         });
     fail.map(|no_space| {
-        let what = format!("injected {step:?} failure (RF_TEST_FAIL_WRITE)");
+        let what = format!("injected {step:?} failure (a test hook)");
         if no_space {
             std::io::Error::new(std::io::ErrorKind::StorageFull, what)
         } else {

@@ -285,17 +285,28 @@ fn leader_killed_under_acks_all_load_then_moved_by_reassignment_and_preferred_el
         epochs.len() >= 4,
         "batches from at least four epochs (kill, reassignment, election): {epochs:?}"
     );
-    let checkpoint =
-        std::fs::read_to_string(data.join(tp.dir_name()).join("leader-epoch-checkpoint")).unwrap();
-    let entries: Vec<(i32, i64)> = checkpoint
-        .lines()
-        .skip(2)
-        .map(|l| {
-            let mut f = l.split_whitespace().map(|x| x.parse::<i64>().unwrap());
-            (f.next().unwrap() as i32, f.next().unwrap())
-        })
-        .collect();
-    assert_eq!(entries, epochs, "the replica's leader-epoch-checkpoint");
+    // The file is rewritten by the periodic checkpoint pass (every 200 ms here), which may
+    // not have run since the last batch arrived.
+    let read_checkpoint = || -> Vec<(i32, i64)> {
+        std::fs::read_to_string(data.join(tp.dir_name()).join("leader-epoch-checkpoint"))
+            .unwrap()
+            .lines()
+            .skip(2)
+            .map(|l| {
+                let mut f = l.split_whitespace().map(|x| x.parse::<i64>().unwrap());
+                (f.next().unwrap() as i32, f.next().unwrap())
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while read_checkpoint() != epochs && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        read_checkpoint(),
+        epochs,
+        "the replica's leader-epoch-checkpoint"
+    );
     eprintln!(
         "leader moves: leaders 1 -> {after_kill} (kill -9) -> {after_reassign} (reassignment) \
          -> 1 (preferred election); {hw} records, {batches} batches byte-identical, epochs \

@@ -82,7 +82,9 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
 
 /// A test hook for the watchdog: with `RF_TEST_STALL_FETCHER_AFTER_MS=<ms>`, every fetcher
 /// stops making progress that long after its first round (it waits, ending only at
-/// shutdown), as a wedged fetcher would. Unset, it costs one comparison.
+/// shutdown), as a wedged fetcher would. Unset, it costs one comparison. Only builds with the
+/// `test-hooks` feature (tests/run.sh's) have it; in others it does nothing.
+#[cfg(feature = "test-hooks")]
 fn test_stall(shared: &FetcherShared) {
     static AT: std::sync::OnceLock<Option<Instant>> = std::sync::OnceLock::new();
     let at = AT.get_or_init(|| {
@@ -99,6 +101,9 @@ fn test_stall(shared: &FetcherShared) {
         }
     }
 }
+
+#[cfg(not(feature = "test-hooks"))]
+fn test_stall(_shared: &FetcherShared) {}
 
 /// The longest a fetcher waits for a partition to become ready before its round ends.
 const IDLE_WAIT: Duration = Duration::from_secs(1);

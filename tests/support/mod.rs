@@ -283,6 +283,16 @@ pub fn topic_config(
     )
 }
 
+/// Fails a test that drives the daemon through its `RF_TEST_*` hooks when the daemon was
+/// built without them (the tests and the binary are built with the same features).
+pub fn require_test_hooks() {
+    #[cfg(not(feature = "test-hooks"))]
+    panic!(
+        "this test drives the daemon through its RF_TEST_* hooks: build with \
+         `--features test-hooks` (tests/run.sh does)"
+    );
+}
+
 /// The daemon as a child process; its stderr goes to a file in the test dir.
 pub struct Daemon {
     child: Option<Child>,
@@ -294,8 +304,6 @@ impl Daemon {
         Daemon::start_with_env(config, &[])
     }
 
-    /// Starts the daemon with extra environment variables (test hooks such as
-    /// `RF_TEST_PAUSE_AT`).
     /// Where the daemons run with `config` by this test process log (they append): the
     /// path [`Daemon::start_with_env`] opens.
     pub fn log_path_for(config: &Path) -> PathBuf {
@@ -308,6 +316,8 @@ impl Daemon {
         std::fs::metadata(Daemon::log_path_for(config)).map_or(0, |m| m.len() as usize)
     }
 
+    /// Starts the daemon with extra environment variables (test hooks such as
+    /// `RF_TEST_PAUSE_AT`, which only a build with the `test-hooks` feature reads).
     pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Daemon {
         Daemon::start_wrapped(config, env, &[])
     }
@@ -315,6 +325,9 @@ impl Daemon {
     /// Starts the daemon under a wrapper command (`prlimit --nofile=…`, …): `wrapper[0]`
     /// runs with the rest of `wrapper`, then the daemon's own command line.
     pub fn start_wrapped(config: &Path, env: &[(&str, &str)], wrapper: &[&str]) -> Daemon {
+        if env.iter().any(|(k, _)| k.starts_with("RF_TEST_")) {
+            require_test_hooks();
+        }
         let log_path = config.with_extension(format!("log.{}", std::process::id()));
         let log = std::fs::OpenOptions::new()
             .create(true)

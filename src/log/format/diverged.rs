@@ -190,7 +190,9 @@ pub fn list(dir: &Path) -> Result<Vec<(PathBuf, i64, i64)>> {
 /// process logs that it reached `point` and sleeps there for `RF_TEST_PAUSE_MS` (default
 /// 30000) ms, so that a test can kill it -9 at exactly that moment. The points are a
 /// truncation that removes committed data (`diverged-copied`) and a segment roll
-/// (`rolling`). The environment is read once; unset, a call costs one comparison.
+/// (`rolling`). The environment is read once; unset, a call costs one comparison. Only
+/// builds with the `test-hooks` feature (tests/run.sh's) have it; in others it does nothing.
+#[cfg(feature = "test-hooks")]
 pub fn test_pause_point(point: &str) {
     static PAUSE: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
     let pause = PAUSE.get_or_init(|| {
@@ -209,3 +211,6 @@ pub fn test_pause_point(point: &str) {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
+
+#[cfg(not(feature = "test-hooks"))]
+pub fn test_pause_point(_point: &str) {}
