@@ -667,6 +667,7 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     // Built once: every connection to the cluster shares it. A change on SIGHUP is said to
     // need a restart.
     let security = parts.client;
+    security.warn_if_names_unchecked();
     // Before anything in the data dir is touched (recovery, markers, checkpoints).
     check_brokers_at_start(&cfg, &security)?;
     // Before any log is loaded: loading opens every active segment.

@@ -258,7 +258,9 @@ pub fn check_all(
 ) -> Result<()> {
     let data_dir = &cfg.data_dir;
     crate::log::manager::existing_data_dir(data_dir)?;
-    let mut leaders = Leaders::connect(cfg, ClientSecurity::from_section(&cfg.security)?)?;
+    let security = ClientSecurity::from_section(&cfg.security)?;
+    security.warn_if_names_unchecked();
+    let mut leaders = Leaders::connect(cfg, security)?;
     if let (Some(expected), Some(seen)) =
         (identity::read_cluster_id(data_dir)?, leaders.cluster_id())
         && expected != seen

@@ -67,6 +67,13 @@ impl ClientSecurity {
         self.protocol
     }
 
+    /// See [`tls::ClientTls::warn_if_names_unchecked`].
+    pub fn warn_if_names_unchecked(&self) {
+        if let Some(tls) = &self.tls {
+            tls.warn_if_names_unchecked();
+        }
+    }
+
     pub fn tls(&self) -> Option<&tls::ClientTls> {
         self.tls.as_ref()
     }

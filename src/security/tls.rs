@@ -158,9 +158,9 @@ pub struct ClientTls {
     config: Arc<ClientConfig>,
     /// The client certificate offered (mutual TLS), to name it when the broker refuses it.
     client_cert: Option<PathBuf>,
-    /// With `ssl_verify_hostname = false`: warned of once, at the first connection made with
-    /// this configuration (a configuration only checked, never used, says nothing).
-    unverified_names: Option<std::sync::Once>,
+    /// `ssl_verify_hostname`: false skips the name check (see
+    /// [`ClientTls::warn_if_names_unchecked`]).
+    verify_hostname: bool,
 }
 
 impl ClientTls {
@@ -205,20 +205,24 @@ impl ClientTls {
         Ok(ClientTls {
             config: Arc::new(config),
             client_cert: sec.ssl_cert_file.clone(),
-            unverified_names: (!sec.ssl_verify_hostname).then(std::sync::Once::new),
+            verify_hostname: sec.ssl_verify_hostname,
         })
+    }
+
+    /// With `ssl_verify_hostname = false`, says so: the commands that connect to the cluster
+    /// (`run`, `repair`, `verify --against-leader`) call it once at their start; a
+    /// configuration only checked says nothing.
+    pub fn warn_if_names_unchecked(&self) {
+        if !self.verify_hostname {
+            crate::log_warn!(
+                "security.ssl_verify_hostname = false: brokers' certificates are checked against the CAs but not against the host connected to; any certificate those CAs signed is accepted for every broker"
+            );
+        }
     }
 
     /// A client connection to `host` (the broker's host as the address names it: SNI and
     /// the name its certificate must carry; an IP literal is checked as an IP address).
     pub fn connection(&self, host: &str) -> io::Result<rustls::ClientConnection> {
-        if let Some(once) = &self.unverified_names {
-            once.call_once(|| {
-                crate::log_warn!(
-                    "security.ssl_verify_hostname = false: brokers' certificates are checked against the CAs but not against the host connected to; any certificate those CAs signed is accepted for every broker"
-                )
-            });
-        }
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string()).map_err(|_| {
             io::Error::new(
