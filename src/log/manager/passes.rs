@@ -295,27 +295,90 @@ fn for_each_log_io<T: Send, R: Send>(
     }
     let threads = LOG_IO_THREADS.min(items.len());
     let queue = Mutex::new(items.into_iter());
+    let next = || {
+        queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .next()
+    };
+    // The workers log under the caller's name (`checkpoint-task-io`), so a storage error
+    // they report says which pass met it.
+    let name = format!("{}-io", std::thread::current().name().unwrap_or("log"));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
+        let mut spawned = 0;
         for _ in 0..threads {
             let tx = tx.clone();
-            let (queue, work) = (&queue, &work);
-            scope.spawn(move || {
-                loop {
-                    let next = queue
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .next();
-                    let Some(item) = next else { break };
-                    if tx.send(work(item)).is_err() {
-                        break;
-                    }
-                }
-            });
+            let (next, work) = (&next, &work);
+            let worker =
+                std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn_scoped(scope, move || {
+                        while let Some(item) = next() {
+                            if tx.send(work(item)).is_err() {
+                                break;
+                            }
+                        }
+                    });
+            // A thread the system refuses (a task limit) leaves its share to the others.
+            spawned += usize::from(worker.is_ok());
         }
         drop(tx);
+        if spawned == 0 {
+            while let Some(item) = next() {
+                done(work(item));
+            }
+            return;
+        }
         for r in rx {
             done(r);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many items: each is worked once, on named workers other than the caller, and every
+    /// result comes back to the caller; few: all on the caller.
+    #[test]
+    fn many_items_go_to_named_workers_and_few_stay_on_the_caller() {
+        let caller = std::thread::current().id();
+        let n = LOG_IO_INLINE_UP_TO * 4;
+        let on = |i: usize| {
+            (
+                i,
+                std::thread::current().id(),
+                std::thread::current().name().map(String::from),
+            )
+        };
+        let mut got = Vec::new();
+        std::thread::Builder::new()
+            .name("checkpoint-task".into())
+            .spawn(move || {
+                let me = std::thread::current().id();
+                let mut got = Vec::new();
+                for_each_log_io((0..n).collect(), on, |r| got.push(r));
+                (me, got)
+            })
+            .unwrap()
+            .join()
+            .map(|(me, g)| {
+                assert!(g.iter().all(|(_, t, _)| *t != me), "worked on the caller");
+                got = g;
+            })
+            .unwrap();
+        let mut seen: Vec<usize> = got.iter().map(|(i, _, _)| *i).collect();
+        seen.sort();
+        assert_eq!(seen, (0..n).collect::<Vec<_>>());
+        assert!(
+            got.iter()
+                .all(|(_, _, name)| name.as_deref() == Some("checkpoint-task-io"))
+        );
+        let mut few = Vec::new();
+        for_each_log_io((0..LOG_IO_INLINE_UP_TO).collect(), on, |r| few.push(r));
+        assert_eq!(few.len(), LOG_IO_INLINE_UP_TO);
+        assert!(few.iter().all(|(_, t, _)| *t == caller));
+    }
 }
