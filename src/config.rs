@@ -333,7 +333,7 @@ pub struct LogSection {
     /// Appends pause below this much free space on the data dir's filesystem; 0: off.
     pub min_free_bytes: u64,
     /// Most segment files held open at once across every partition; `None`: from the soft
-    /// open-file limit at start ([`crate::log::open_files::default_budget`]).
+    /// open-file limit at start ([`crate::log::resources::open_files::default_budget`]).
     #[serde(deserialize_with = "some_positive_usize")]
     pub max_open_files: Option<usize>,
 }

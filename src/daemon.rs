@@ -671,7 +671,7 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     // Before anything in the data dir is touched (recovery, markers, checkpoints).
     check_brokers_at_start(&cfg, &security)?;
     // Before any log is loaded: loading opens every active segment.
-    crate::log::open_files::shared().set_budget(parts.max_open_files);
+    crate::log::resources::open_files::shared().set_budget(parts.max_open_files);
     let logs = Arc::new(
         LogManager::open(&cfg.data_dir, parts.log)?
             .with_min_free_bytes(cfg.log.min_free_bytes)

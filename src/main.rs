@@ -191,7 +191,7 @@ fn runtime(result: anyhow::Result<()>) -> ExitCode {
 fn main() -> ExitCode {
     logging::init_from_env();
     // Read once, before anything opens a file: budgets are made from it, messages name it.
-    replica_follower::log::descriptors::remember_limit_at_start();
+    replica_follower::log::resources::descriptors::remember_limit_at_start();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = argv.first().cloned() else {
         return usage_error("no command given");

@@ -322,7 +322,7 @@ fn process_figures(family: &mut impl FnMut(&str, &str, &str, Vec<String>)) {
                 .collect(),
         );
     }
-    if let Some(fds) = crate::log::descriptors::open_count() {
+    if let Some(fds) = crate::log::resources::descriptors::open_count() {
         family(
             "process_open_fds",
             "gauge",
@@ -330,7 +330,7 @@ fn process_figures(family: &mut impl FnMut(&str, &str, &str, Vec<String>)) {
             vec![format!("process_open_fds {fds}")],
         );
     }
-    if let Some(max) = crate::log::descriptors::soft_limit() {
+    if let Some(max) = crate::log::resources::descriptors::soft_limit() {
         family(
             "process_max_fds",
             "gauge",

@@ -27,7 +27,7 @@ pub struct Resolved {
     pub listener: ListenerSecurity,
     pub log: LogConfig,
     /// Most segment files held open at once: `log.max_open_files`, or its default for the
-    /// open-file limit this process has ([`crate::log::open_files::default_budget`]).
+    /// open-file limit this process has ([`crate::log::resources::open_files::default_budget`]).
     pub max_open_files: usize,
 }
 
@@ -74,7 +74,9 @@ fn resolve_parts(cfg: &Config) -> Result<Resolved> {
         listener,
         log: cfg.log_config(),
         max_open_files: cfg.log.max_open_files.unwrap_or_else(|| {
-            crate::log::open_files::default_budget(crate::log::descriptors::soft_limit())
+            crate::log::resources::open_files::default_budget(
+                crate::log::resources::descriptors::soft_limit(),
+            )
         }),
     })
 }

@@ -65,7 +65,7 @@ pub struct BrokerConnection {
 fn plain(e: std::io::Error) -> std::io::Error {
     // Out of descriptors keeps its OS error, which the descriptor budget looks for.
     // A TLS failure keeps its inner error, which says whether retrying can help.
-    if crate::log::descriptors::is_exhausted_io(&e)
+    if crate::log::resources::open_files::is_exhausted_io(&e)
         || e.get_ref()
             .is_some_and(|i| i.is::<crate::security::TlsFailure>())
     {

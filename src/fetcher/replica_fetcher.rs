@@ -27,8 +27,8 @@ use super::replica_ops::{ReplicaOps, ValidatedFetch};
 use crate::checkpoint::TopicPartition;
 use crate::live::Live;
 use crate::log::AppendError;
+use crate::log::format::segment_reader::MAX_BATCH_SIZE;
 use crate::log::manager::{LogManager, lock_log};
-use crate::log::segment_reader::MAX_BATCH_SIZE;
 use crate::protocol::fetch::FetchPartitionResponse;
 use crate::record::{BatchHeader, BatchIter, SetEnd, check_follows};
 use anyhow::{Context, Result};
@@ -212,16 +212,18 @@ impl ReplicaOps for ReplicaLogOps {
                 .admit(bytes.len() as u64)
                 .map_err(AppendError::DiskFull)?;
             match log.append(bytes, &v.headers) {
-                Err(AppendError::Storage(e)) if crate::log::disk::is_no_space(&e) => {
+                Err(AppendError::Storage(e)) if crate::log::resources::disk::is_no_space(&e) => {
                     // The write was cut back to its last whole batch; the disk pauses every
                     // partition of the data dir.
                     self.logs.disk().on_no_space();
                     return Err(AppendError::DiskFull(format!("{e:#}")));
                 }
-                Err(AppendError::Storage(e)) if crate::log::descriptors::is_exhausted(&e) => {
+                Err(AppendError::Storage(e))
+                    if crate::log::resources::descriptors::is_exhausted(&e) =>
+                {
                     // A roll cut back for want of descriptors: the process's limit, not this
                     // partition's storage.
-                    crate::log::descriptors::report(&format!("{tp}: {e:#}"));
+                    crate::log::resources::descriptors::report(&format!("{tp}: {e:#}"));
                     return Err(AppendError::Exhausted(format!("{e:#}")));
                 }
                 other => other?,

@@ -6,9 +6,9 @@
 //! that range. `count` bounds what is shown: records with `--records`, batches without.
 
 use crate::checkpoint::TopicPartition;
+use crate::log::format::segment;
+use crate::log::format::segment_reader::SegmentReader;
 use crate::log::partition::list_segment_bases;
-use crate::log::segment;
-use crate::log::segment_reader::SegmentReader;
 use crate::record::SetEnd;
 use crate::record::batch::BatchHeader;
 use crate::record::compression::MAX_DECOMPRESSED;

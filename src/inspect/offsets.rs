@@ -18,11 +18,11 @@
 use super::PartitionDir;
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::data_dir::DataDir;
+use crate::log::format::segment;
 use crate::log::max_timestamp::MaxTimestamps;
 use crate::log::partition::list_segment_bases;
 pub use crate::log::reader::TimestampAnswer;
 use crate::log::reader::find_by_timestamp;
-use crate::log::segment;
 use anyhow::{Context, Result};
 use std::path::Path;
 
@@ -134,8 +134,8 @@ pub fn offset_for_timestamp(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::format::segment::Segment;
     use crate::log::reader::find_max_timestamp;
-    use crate::log::segment::Segment;
     use crate::record::BatchHeader;
     use crate::record::records::tests::recompressed;
     use crate::record::records::{NewRecord, build_v2_batch};
@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn timestamp_look_ups_read_per_segment_not_per_batch() {
-        use crate::log::segment_reader::HEADERS_READ;
+        use crate::log::format::segment_reader::HEADERS_READ;
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path();
         // 4 segments of 150 batches of 3 records (600 batches, 1,800 records); timestamps

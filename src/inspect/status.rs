@@ -5,12 +5,12 @@ use super::json_string;
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::data_dir::DataDir;
 use crate::log::format::diverged;
+use crate::log::format::segment;
 use crate::log::identity;
 use crate::log::partition::list_segment_bases;
 use crate::log::read_view::{
     StoppedCheckpoints, UnflushedTail, last_stable_offset, segment_end_offset,
 };
-use crate::log::segment;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;

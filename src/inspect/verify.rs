@@ -8,14 +8,14 @@
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::data_dir::DataDir;
 use crate::log::format::producer_state::ProducerState;
+use crate::log::format::segment;
+use crate::log::format::segment_reader::SegmentReader;
 use crate::log::format::txn_index::AbortedTxn;
 use crate::log::format::{diverged, offset_index, time_index, txn_index};
 use crate::log::identity;
 use crate::log::partition::list_segment_bases;
 use crate::log::read_view::{StoppedCheckpoints, UnflushedTail};
 use crate::log::reader::{self, IndexFile};
-use crate::log::segment;
-use crate::log::segment_reader::SegmentReader;
 use crate::record::records::{ControlType, control_marker};
 use crate::record::{SetEnd, check_follows};
 use anyhow::Result;

@@ -37,10 +37,7 @@ pub mod repair;
 pub mod resources;
 pub mod touched;
 
-// The paths the daemon, the fetcher, config, client and serve name these by.
-pub use format::{segment, segment_reader};
 pub use partition::{LogConfig, PartitionLog};
-pub use resources::{descriptors, disk, open_files};
 
 /// Why an append was refused. Callers branch on the kind: data from the leader that cannot
 /// be appended is fetched again after a backoff; a local storage failure is the disk's fault,

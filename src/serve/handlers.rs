@@ -36,7 +36,7 @@ pub const SERVED: [(ApiKey, i16, i16); 5] = [
 /// share. Partitions past it get no data in this response and are fetched again. An eighth
 /// of the open-file limit read at start, 16 to 256.
 fn max_files_per_response() -> usize {
-    crate::log::descriptors::limit_at_start()
+    crate::log::resources::descriptors::limit_at_start()
         .map_or(256, |l| usize::try_from(l / 8).unwrap_or(256))
         .clamp(16, 256)
 }
@@ -569,12 +569,12 @@ fn fetch_partition(
         Some(&ctx.fds),
     ) {
         Ok(r) => r,
-        Err(e) if crate::log::descriptors::is_exhausted(&e) => {
+        Err(e) if crate::log::resources::descriptors::is_exhausted(&e) => {
             // Out of descriptors (other responses, the daemon's own files): no data this time,
             // and none for the rest of this response; the reader fetches again, without an
             // error to back off on.
             budget.files = 0;
-            crate::log::descriptors::report(&format!(
+            crate::log::resources::descriptors::report(&format!(
                 "{tp}: serving a fetch at {} found no free descriptor",
                 p.fetch_offset
             ));

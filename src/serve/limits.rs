@@ -19,7 +19,7 @@
 //! # Descriptors
 //! The listener's connections and the segment files its responses send from share what the
 //! log's open-file budget (`log.max_open_files`) and the daemon's own reserve
-//! ([`crate::log::descriptors::RESERVE`]: flushes, checkpoints, accept, the live status,
+//! ([`crate::log::resources::descriptors::RESERVE`]: flushes, checkpoints, accept, the live status,
 //! metrics, broker connections) leave of the open-file limit read at start. A connection
 //! that finds none is closed at once; a response that finds none sends what it has.
 
@@ -295,7 +295,7 @@ pub fn descriptor_share(limit: Option<u64>, log_files: usize, open: u64) -> usiz
     let left = limit
         .saturating_sub(log_files as u64)
         .saturating_sub(open)
-        .saturating_sub(crate::log::descriptors::RESERVE);
+        .saturating_sub(crate::log::resources::descriptors::RESERVE);
     usize::try_from(left).unwrap_or(usize::MAX / 2).max(floor)
 }
 

@@ -219,15 +219,15 @@ impl Server {
             .rsplit_once(':')
             .map(|(h, p)| (h.to_string(), p.parse::<i32>().unwrap_or(0)))
             .unwrap_or((advertised.clone(), 0));
-        let limit = crate::log::descriptors::limit_at_start();
-        let log_files = match crate::log::open_files::shared().budget() {
+        let limit = crate::log::resources::descriptors::limit_at_start();
+        let log_files = match crate::log::resources::open_files::shared().budget() {
             usize::MAX => 0,
             n => n,
         };
         // The segment files the log holds now are within its budget: counted once.
-        let open_outside_log = crate::log::descriptors::open_count()
+        let open_outside_log = crate::log::resources::descriptors::open_count()
             .unwrap_or(0)
-            .saturating_sub(crate::log::open_files::shared().open_count() as u64);
+            .saturating_sub(crate::log::resources::open_files::shared().open_count() as u64);
         let fds = limits::descriptor_share(limit, log_files, open_outside_log);
         if let Some(limit) = limit
             && fds < opts.max_connections * limits::PER_CONNECTION
@@ -235,7 +235,7 @@ impl Server {
             // Not a fault: what the limit allows, said once so that refusals are expected.
             crate::log_info!(
                 "serve: the listener has {fds} descriptors (open-file limit {limit} less log.max_open_files {log_files} and {} for the daemon's own files): about {} connections at once (serve.max_connections is {}), more are closed at once; raise the limit (LimitNOFILE=) or lower log.max_open_files for more",
-                crate::log::descriptors::RESERVE,
+                crate::log::resources::descriptors::RESERVE,
                 fds / limits::PER_CONNECTION,
                 opts.max_connections
             );
@@ -360,8 +360,8 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors, mostly: wait, the connections that end free some.
-                if crate::log::descriptors::is_exhausted_io(&e) {
-                    crate::log::descriptors::report(&format!(
+                if crate::log::resources::open_files::is_exhausted_io(&e) {
+                    crate::log::resources::descriptors::report(&format!(
                         "serve: accepting a connection failed: {e}"
                     ));
                 } else {

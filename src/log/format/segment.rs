@@ -902,7 +902,7 @@ pub(crate) fn append_raw(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::segment_reader::MAX_BATCH_SIZE;
+    use crate::log::format::segment_reader::MAX_BATCH_SIZE;
     use crate::record::BatchIter;
     use crate::record::records::{NewRecord, build_v2_batch};
 

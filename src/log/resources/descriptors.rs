@@ -6,7 +6,7 @@
 //! daemon can create is bounded by the limit: new logs are created only while [`RESERVE`]
 //! descriptors stay free for checkpoints, flushes and connections.
 
-pub use super::open_files::is_exhausted_io;
+use super::open_files::is_exhausted_io;
 
 /// Descriptors kept free for checkpoint files, index flushes and broker connections.
 pub const RESERVE: u64 = 64;
