@@ -349,14 +349,7 @@ pub fn find_max_timestamp(
     let block = decompressed(&log, at, &h, b)?;
     let mut visible_last = None;
     for r in RecordIter::new(&h, base_timestamp(b), &block) {
-        let r = r.with_context(|| {
-            format!(
-                "cannot decode the records of batch {}..{} at byte {at} of `{}`",
-                h.base_offset,
-                h.last_offset,
-                log.display()
-            )
-        })?;
+        let r = r.with_context(|| undecodable(&h, at, &log))?;
         if r.offset < log_start || r.offset >= below {
             continue;
         }
@@ -483,14 +476,7 @@ fn scan_segment(
         }
         let block = decompressed(log, at, &h, b)?;
         for r in RecordIter::new(&h, base_timestamp(b), &block) {
-            let r = r.with_context(|| {
-                format!(
-                    "cannot decode the records of batch {}..{} at byte {at} of `{}`",
-                    h.base_offset,
-                    h.last_offset,
-                    log.display()
-                )
-            })?;
+            let r = r.with_context(|| undecodable(&h, at, log))?;
             if r.offset >= below {
                 return Ok(SegmentScan::Beyond);
             }
@@ -562,4 +548,14 @@ fn read_index<E>(
     let path = dir.join(segment::file_name(base, suffix));
     let read = std::fs::read(&path).map(|b| (b.len(), decode(&b)));
     IndexFile { path, read }
+}
+
+/// The error context of records that do not decode: the batch, where it is and its segment.
+fn undecodable(h: &BatchHeader, at: u64, log: &Path) -> String {
+    format!(
+        "cannot decode the records of batch {}..{} at byte {at} of `{}`",
+        h.base_offset,
+        h.last_offset,
+        log.display()
+    )
 }
