@@ -36,8 +36,8 @@ mod support;
 mod common;
 
 use common::{
-    FETCH_8MB, Sample, clk_tck, follow_until_caught_up_with, median, open_fds, opt, proc_figures,
-    produce_spread, raw_args, raw_summary, spawn_follower_of, timed, write_follower_config,
+    FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, open_fds, opt, proc_figures,
+    produce_spread, raw_args, raw_summary, spawn_follower, timed, write_follower_config,
 };
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -132,7 +132,7 @@ fn main() {
         let follow = |bin: &Path| {
             let (cfg, data) = write_follower_config(&work, &leader.bootstrap, "bench", FETCH_8MB);
             settle();
-            follow_until_caught_up_with(bin, &cfg, &data, "bench", total, end, tck)
+            follow_until_caught_up(bin, &cfg, &data, "bench", total, end, tck)
         };
         // The order alternates, so neither build always follows the other's write-back.
         if let Some(b) = baseline.as_deref().filter(|_| rep % 2 == 1) {
@@ -233,7 +233,7 @@ fn scale(
     std::fs::create_dir_all(sdir).expect("scale dir");
     let (cfg, data) = write_follower_config(sdir, &leader.bootstrap, "scale", "");
     let t0 = Instant::now();
-    let mut child = spawn_follower_of(bin, &cfg);
+    let mut child = spawn_follower(bin, &cfg);
     loop {
         let caught_up =
             replica_follower::inspect::status::collect(&data).is_ok_and(|(parts, _)| {

@@ -190,7 +190,15 @@ fn main() {
 
     let (cfg_a, data_a) =
         write_follower_config(&work.join("a"), &tansu.bootstrap, TOPIC, FETCH_8MB);
-    let a = follow_until_caught_up(&cfg_a, &data_a, TOPIC, total, end, tck);
+    let a = follow_until_caught_up(
+        Path::new(support::bin()),
+        &cfg_a,
+        &data_a,
+        TOPIC,
+        total,
+        end,
+        tck,
+    );
     eprintln!("replica A caught up in {:.2} s", a.wall);
     let (mut listener, addr) = start_listener(&data_a);
     let lpid = listener.id();
@@ -233,7 +241,15 @@ fn main() {
         }));
         let (cfg_b, data_b) = write_follower_config(&work.join("b"), &addr, TOPIC, FETCH_8MB);
         runs[3].push(measure(&mut || {
-            follow_until_caught_up(&cfg_b, &data_b, TOPIC, total, end, tck)
+            follow_until_caught_up(
+                Path::new(support::bin()),
+                &cfg_b,
+                &data_b,
+                TOPIC,
+                total,
+                end,
+                tck,
+            )
         }));
         let _ = std::fs::remove_dir_all(&data_b);
         eprintln!(

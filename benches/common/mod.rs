@@ -277,13 +277,9 @@ pub fn produce_spread(leader: &mut support::Leader, topic: &str, partitions: usi
 /// The fetch settings every timed follower uses: 8 MB fetches, as the raw loop's.
 pub const FETCH_8MB: &str = "[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n";
 
-/// The daemon on `cfg`, quiet but for warnings.
-pub fn spawn_follower(cfg: &Path) -> Child {
-    spawn_follower_of(Path::new(support::bin()), cfg)
-}
-
-/// [`spawn_follower`] with the daemon binary `bin` (another build, to compare side by side).
-pub fn spawn_follower_of(bin: &Path, cfg: &Path) -> Child {
+/// The daemon binary `bin` (this build's is `support::bin()`; another build's, to compare
+/// side by side) on `cfg`, quiet but for warnings.
+pub fn spawn_follower(bin: &Path, cfg: &Path) -> Child {
     Command::new(bin)
         .args(["run", "--config"])
         .arg(cfg)
@@ -294,22 +290,10 @@ pub fn spawn_follower_of(bin: &Path, cfg: &Path) -> Child {
         .expect("start follower")
 }
 
-/// Runs the daemon on `cfg` from its start until partition `topic`-0 in `data` holds `total`
+/// Runs the daemon binary `bin` on `cfg` from its start until partition `topic`-0 in `data` holds `total`
 /// bytes, then stops it with SIGTERM and checks it ends at offset `end`. Wall time from the
 /// spawn, CPU and peak RSS from `/proc` just before the signal.
 pub fn follow_until_caught_up(
-    cfg: &Path,
-    data: &Path,
-    topic: &str,
-    total: u64,
-    end: i64,
-    tck: f64,
-) -> Sample {
-    follow_until_caught_up_with(Path::new(support::bin()), cfg, data, topic, total, end, tck)
-}
-
-/// [`follow_until_caught_up`] with the daemon binary `bin`.
-pub fn follow_until_caught_up_with(
     bin: &Path,
     cfg: &Path,
     data: &Path,
@@ -319,7 +303,7 @@ pub fn follow_until_caught_up_with(
     tck: f64,
 ) -> Sample {
     let t0 = Instant::now();
-    let mut child = spawn_follower_of(bin, cfg);
+    let mut child = spawn_follower(bin, cfg);
     let pdir = data.join(format!("{topic}-0"));
     while log_bytes_on_disk(&pdir) < total {
         assert!(
