@@ -134,8 +134,7 @@ Commands (all kinds)
     Kafka's text form (Java ``Uuid.toString``: 22 characters of URL-safe
     base64, no padding), or ``null`` when the broker reports the zero UUID.
     Note: ``str()`` of a confluent_kafka ``Uuid`` is *standard* base64 ('+',
-    '/'), not Kafka's form; this command converts.  An unknown topic is asked
-    again for up to 10 s (a new topic's metadata may lag on the broker asked), then is an
+    '/'), not Kafka's form; this command converts.  An unknown topic is an
     error (UNKNOWN_TOPIC_OR_PART).
 
 ``{"cmd": "produce_transactional", "topic": "t", "partition": 0,
@@ -774,20 +773,12 @@ class Leader:
 
     def topic_id(self, cmd: dict[str, Any]) -> dict[str, Any]:
         topic = req(cmd, "topic", str)
-        # A topic just created may not have reached the broker asked yet: an unknown topic
-        # is asked again for up to 10 s before it is the error.
-        deadline = time.monotonic() + 10
-        while True:
-            fut = self.admin().describe_topics(TopicCollection([topic]),
-                                               request_timeout=10)[topic]
-            try:
-                desc = fut.result(timeout=20)
-                break
-            except KafkaException as e:
-                unknown = e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-                if not unknown or time.monotonic() >= deadline:
-                    raise CommandError(f"describe_topics {topic!r}: {e.args[0]}") from e
-                time.sleep(0.2)
+        fut = self.admin().describe_topics(TopicCollection([topic]),
+                                           request_timeout=10)[topic]
+        try:
+            desc = fut.result(timeout=20)
+        except KafkaException as e:
+            raise CommandError(f"describe_topics {topic!r}: {e.args[0]}") from e
         tid = desc.topic_id
         if tid is None:
             return {"ok": True, "topic_id": None}
