@@ -1162,6 +1162,24 @@ class KafkaLeader(Leader):
         return {"ok": True,
                 "leaders": wait_topic_ready(self.admin(), topic, partitions, 60.0)}
 
+    def topic_id(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        # A node other than the one that answered create_topic's readiness check may not know
+        # a just re-created topic yet: Kafka propagates metadata to each node on its own.
+        # Asked again while it says UNKNOWN_TOPIC_OR_PART, for up to 20 s. Only here: the mock
+        # cluster and Tansu answer at once, and their selftest checks a deleted topic's error.
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                return super().topic_id(cmd)
+            except CommandError as e:
+                cause = e.__cause__
+                unknown = (isinstance(cause, KafkaException)
+                           and cause.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
+                if not unknown or time.monotonic() > deadline:
+                    raise
+            self.close_clients()
+            time.sleep(0.2)
+
     def delete_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
         topic = req(cmd, "topic", str)
         fut = self.admin().delete_topics([topic], operation_timeout=30,
