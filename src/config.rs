@@ -126,24 +126,24 @@ fn positive_i64<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
 
 fn positive_i32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     let v = i64::deserialize(d)?;
-    if v <= 0 || v > i64::from(i32::MAX) {
-        return Err(de::Error::custom(format!(
+    match i32::try_from(v) {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(de::Error::custom(format!(
             "must be between 1 and {}, got {v}",
             i32::MAX
-        )));
+        ))),
     }
-    Ok(v as i32)
 }
 
 fn non_negative_i32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     let v = i64::deserialize(d)?;
-    if v < 0 || v > i64::from(i32::MAX) {
-        return Err(de::Error::custom(format!(
+    match i32::try_from(v) {
+        Ok(v) if v >= 0 => Ok(v),
+        _ => Err(de::Error::custom(format!(
             "must be between 0 and {}, got {v}",
             i32::MAX
-        )));
+        ))),
     }
-    Ok(v as i32)
 }
 
 fn limit_or_unlimited<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
@@ -177,12 +177,12 @@ fn index_interval<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 fn fetchers<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     let v = i64::deserialize(d)?;
-    if !(1..=64).contains(&v) {
-        return Err(de::Error::custom(format!(
+    match usize::try_from(v) {
+        Ok(v) if (1..=64).contains(&v) => Ok(v),
+        _ => Err(de::Error::custom(format!(
             "must be between 1 and 64, got {v}"
-        )));
+        ))),
     }
-    Ok(v as usize)
 }
 
 fn servers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -226,13 +226,13 @@ fn partitions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<i32>>, D::Er
     }
     let mut out = Vec::with_capacity(v.len());
     for p in v {
-        if p < 0 || p > i64::from(i32::MAX) {
+        let Some(p) = i32::try_from(p).ok().filter(|p| *p >= 0) else {
             return Err(de::Error::custom(format!("partition {p} is out of range")));
-        }
-        if out.contains(&(p as i32)) {
+        };
+        if out.contains(&p) {
             return Err(de::Error::custom(format!("partition {p} is listed twice")));
         }
-        out.push(p as i32);
+        out.push(p);
     }
     Ok(Some(out))
 }

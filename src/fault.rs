@@ -134,10 +134,11 @@ fn arm_as(step: Step, n: u32, no_space: bool) {
 /// it fails as on a full disk returned.
 fn take(armed: &mut Armed, step: Step) -> Option<bool> {
     let i = armed.iter().position(|(s, _, _)| *s == step)?;
-    if armed[i].1 == 0 {
+    let (_, left, _) = armed.get_mut(i)?;
+    if *left == 0 {
         Some(armed.remove(i).2)
     } else {
-        armed[i].1 -= 1;
+        *left -= 1;
         None
     }
 }
@@ -184,7 +185,7 @@ pub fn write_all_at(
     match hit(step) {
         None => file.write_all_at(bytes, at),
         Some(e) => {
-            file.write_all_at(&bytes[..bytes.len() / 2], at)?;
+            file.write_all_at(bytes.get(..bytes.len() / 2).unwrap_or_default(), at)?;
             Err(e)
         }
     }

@@ -36,9 +36,18 @@
 //! `main.rs` only parses the command line and dispatches.
 
 // The lints are Cargo.toml's `[lints]`; the library forbids unsafe code outright, and its
-// unit tests fail by panicking.
+// unit tests fail by panicking and index freely.
 #![forbid(unsafe_code)]
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::cast_possible_truncation
+    )
+)]
 
 #[macro_use]
 pub mod live;

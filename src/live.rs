@@ -437,8 +437,13 @@ impl Live {
     pub fn observe_fetch(&self, d: Duration) {
         let secs = d.as_secs_f64();
         let mut h = lock(&self.latency);
-        if let Some(i) = LATENCY_BUCKETS.iter().position(|b| secs <= *b) {
-            h.buckets[i] += 1;
+        if let Some((n, _)) = h
+            .buckets
+            .iter_mut()
+            .zip(LATENCY_BUCKETS)
+            .find(|(_, bound)| secs <= *bound)
+        {
+            *n += 1;
         }
         h.sum += secs;
         h.count += 1;
@@ -720,7 +725,10 @@ pub fn read_running(data_dir: &std::path::Path) -> Option<LiveFile> {
     let fresh = match modified {
         // One from the future (a clock set back) is fresh, as a `written_ms` ahead is.
         Some(t) => t.elapsed().map_or(true, |age| age < FRESH),
-        None => crate::clock::now_ms().saturating_sub(file.written_ms) < FRESH.as_millis() as i64,
+        None => {
+            crate::clock::now_ms().saturating_sub(file.written_ms)
+                < i64::try_from(FRESH.as_millis()).unwrap_or(i64::MAX)
+        }
     };
     let alive = std::path::Path::new(&format!("/proc/{}", file.pid)).exists();
     (fresh && alive).then_some(file)

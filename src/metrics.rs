@@ -407,7 +407,7 @@ fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Re
         if n == 0 {
             break;
         }
-        buf.extend_from_slice(&chunk[..n]);
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
     }
     let text = String::from_utf8_lossy(&buf);
     let mut first = text.lines().next().unwrap_or_default().split_whitespace();

@@ -344,7 +344,7 @@ impl BrokerConnection {
         w.buf.extend_from_slice(&[0; 4]);
         encode_request_header(&mut w, api, version, correlation_id, &self.client_id);
         encode(&mut w);
-        let len = (w.buf.len() - 4) as i32;
+        let len = crate::protocol::codec::len_i32(w.buf.len().saturating_sub(4));
         if let Some(s) = w.buf.get_mut(..4) {
             s.copy_from_slice(&len.to_be_bytes());
         }
@@ -415,10 +415,8 @@ impl BrokerConnection {
             .with_context(|| format!("{}: set timeout", self.name))?;
         let mut size = [0u8; 4];
         let mut got = 0;
-        while got < size.len() {
-            let n =
-                self.read_before(deadline, &mut timeout, &mut size[got..], api, wait, got, 4)?;
-            got += n;
+        while let Some(rest) = size.get_mut(got..).filter(|rest| !rest.is_empty()) {
+            got += self.read_before(deadline, &mut timeout, rest, api, wait, got, 4)?;
         }
         if !self.stream.is_tls() && matches!(size, [0x15 | 0x16, 0x03, 0..=0x04, _]) {
             // A TLS record header (an alert or a handshake) where a response size should be.

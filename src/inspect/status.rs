@@ -297,9 +297,10 @@ pub fn collect(data_dir: &Path) -> Result<(Vec<PartitionStatus>, Vec<String>)> {
         });
         let mut aborted = 0;
         for b in &bases {
-            aborted += std::fs::metadata(dir.join(segment::file_name(*b, "txnindex")))
-                .map_or(0, |m| {
-                    m.len() as usize / crate::log::format::txn_index::ENTRY_SIZE
+            aborted +=
+                std::fs::metadata(dir.join(segment::file_name(*b, "txnindex"))).map_or(0, |m| {
+                    usize::try_from(m.len()).unwrap_or(usize::MAX)
+                        / crate::log::format::txn_index::ENTRY_SIZE
                 });
         }
         let diverged = diverged::list(&dir)
@@ -392,17 +393,19 @@ fn lag_cell(r: &crate::live::PartitionLive, now_ms: i64) -> (Option<i64>, String
 
 /// Bytes as people read them: `980 B`, `975.3 KiB`, `1.2 GiB`.
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
         return format!("{n} B");
     }
     let mut v = n as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
+    let mut unit = "KiB";
+    for larger in ["MiB", "GiB", "TiB", "PiB"] {
+        if v < 1024.0 {
+            break;
+        }
         v /= 1024.0;
-        unit += 1;
+        unit = larger;
     }
-    format!("{v:.1} {}", UNITS[unit])
+    format!("{v:.1} {unit}")
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>, null: &str) -> String {
@@ -665,7 +668,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     for (tp, why) in &dd.failed {
         s.push_str(&format!("{tp}: FAILED: {why}\n"));
     }
-    let mut rows: Vec<Vec<String>> = vec![
+    let mut rows: Vec<[String; 11]> = vec![
         [
             "PARTITION",
             "LOG_START",
@@ -679,8 +682,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             "LAG",
             "STATE",
         ]
-        .map(str::to_string)
-        .to_vec(),
+        .map(str::to_string),
     ];
     let (mut segments, mut bytes, mut lag) = (0usize, 0u64, None::<i64>);
     // Whether some partition's lag is only the last known one, or unknown: the total is then
@@ -707,7 +709,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             lag = Some(lag.unwrap_or(0) + l);
         }
         lag_partial |= live.is_some_and(|r| r.lag_followed() && r.lag().is_none());
-        rows.push(vec![
+        rows.push([
             p.tp.to_string(),
             p.log_start_offset.to_string(),
             p.log_end_offset.to_string(),
@@ -722,7 +724,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         ]);
     }
     if parts.len() > 1 {
-        let mut total = vec![String::new(); 11];
+        let mut total: [String; 11] = Default::default();
         total[0] = format!("TOTAL ({} partitions)", parts.len());
         total[7] = segments.to_string();
         total[8] = human_bytes(bytes);
@@ -734,13 +736,16 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         rows.push(total);
     }
     // Columns as wide as their content: names and states left, figures right.
-    let widths: Vec<usize> = (0..11)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
+    let mut widths = [0usize; 11];
+    for r in &rows {
+        for (width, cell) in widths.iter_mut().zip(r) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
     for r in &rows {
         let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            let pad = widths[c].saturating_sub(cell.chars().count());
+        for (c, (cell, width)) in r.iter().zip(widths).enumerate() {
+            let pad = width.saturating_sub(cell.chars().count());
             match c {
                 0 => line.push_str(&format!("{cell}{}", " ".repeat(pad))),
                 10 => line.push_str(cell),

@@ -340,7 +340,7 @@ fn verify_log_dir(dir: &Path, limit: Option<Limit>, r: &mut VerifyReport) -> Res
             }
             prev_last = Some(h.last_offset);
             max_ts = max_ts.max(h.max_timestamp);
-            if let Some(last) = starts.get_mut(&(pos as u32)) {
+            if let Some(last) = u32::try_from(pos).ok().and_then(|pos| starts.get_mut(&pos)) {
                 *last = Some(h.last_offset);
             }
             if let Some(t) = by_last.get_mut(&h.last_offset) {

@@ -18,7 +18,7 @@ use super::identity;
 use super::loader::{self, CheckpointHints};
 use super::partition::{LogConfig, LogSummary, PartitionLog};
 use super::resources::disk::DiskSpace;
-use super::touched::{Pass, Touched};
+use super::touched::{Pass, PerPass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::protocol::uuid::Uuid;
 use anyhow::{Context, Result};
@@ -189,7 +189,7 @@ pub struct LogManager {
     /// by time: the only unchanged ones retention may cut.
     retention_candidates: Mutex<BTreeSet<TopicPartition>>,
     /// How many logs the last flush, checkpoint and retention pass visited.
-    visits: [AtomicUsize; 3],
+    visits: PerPass<AtomicUsize>,
     /// Free space of the data dir's filesystem; appends pause while it is full.
     disk: DiskSpace,
     /// Told of each partition marked failed (the fetcher manager, which stops fetching it).
@@ -547,11 +547,11 @@ impl LogManager {
 
     /// How many logs the last pass of the kind visited (locked and read).
     pub fn last_visits(&self, pass: Pass) -> usize {
-        self.visits[pass as usize].load(Ordering::Relaxed)
+        self.visits.of(pass).load(Ordering::Relaxed)
     }
 
     fn set_visits(&self, pass: Pass, n: usize) {
-        self.visits[pass as usize].store(n, Ordering::Relaxed);
+        self.visits.of(pass).store(n, Ordering::Relaxed);
     }
 
     /// Creates an empty log for `tp` starting at `start_offset` (or returns the existing one).
@@ -592,15 +592,14 @@ impl LogManager {
         &self,
         new: &[(TopicPartition, i64, Option<Uuid>)],
     ) -> Vec<(TopicPartition, Result<SharedLog>)> {
-        let mut out: Vec<(TopicPartition, Option<Result<SharedLog>>)> = Vec::new();
-        // Built and not yet durable: (index in `out`, build dir).
-        let mut built: Vec<(usize, PathBuf)> = Vec::new();
+        let mut out: Vec<Option<Result<SharedLog>>> = Vec::with_capacity(new.len());
+        // Built and not yet durable, in the order asked.
+        let mut builds: Vec<Option<PathBuf>> = Vec::with_capacity(new.len());
         for (tp, start, topic_id) in new {
-            let i = out.len();
-            if let Some(l) = self.get(tp) {
-                out.push((tp.clone(), Some(Ok(l))));
+            let (result, build) = if let Some(l) = self.get(tp) {
+                (Some(Ok(l)), None)
             } else if self.data_dir.join(tp.dir_name()).exists() {
-                out.push((tp.clone(), Some(self.get_or_create(tp, *start, *topic_id))));
+                (Some(self.get_or_create(tp, *start, *topic_id)), None)
             } else {
                 match PartitionLog::build_unsynced(
                     &self.data_dir,
@@ -609,39 +608,44 @@ impl LogManager {
                     *start,
                     *topic_id,
                 ) {
-                    Ok(build) => {
-                        built.push((i, build));
-                        out.push((tp.clone(), None));
-                    }
-                    Err(e) => out.push((tp.clone(), Some(Err(e)))),
+                    Ok(build) => (None, Some(build)),
+                    Err(e) => (Some(Err(e)), None),
                 }
-            }
+            };
+            out.push(result);
+            builds.push(build);
         }
-        let remove_all = |dirs: &mut dyn Iterator<Item = &Path>| {
-            for d in dirs {
-                if let Err(re) = fs::remove_dir_all(d) {
-                    crate::log_error!("failed to remove the half-made `{}`: {re}", d.display());
-                }
+        let remove = |dir: &Path| {
+            if let Err(re) = fs::remove_dir_all(dir) {
+                crate::log_error!("failed to remove the half-made `{}`: {re}", dir.display());
             }
         };
-        if !built.is_empty() {
-            let mut renamed: Vec<usize> = Vec::new();
-            let synced = checkpoint::sync_filesystem(&self.data_dir);
-            match synced {
+        // (what was asked, where its result goes, its build dir, its final dir).
+        let pending: Vec<_> = new
+            .iter()
+            .zip(out.iter_mut())
+            .zip(builds)
+            .filter_map(|((asked, slot), build)| {
+                let dir = self.data_dir.join(asked.0.dir_name());
+                Some((asked, slot, build?, dir))
+            })
+            .collect();
+        let mut renamed = Vec::with_capacity(pending.len());
+        if !pending.is_empty() {
+            match checkpoint::sync_filesystem(&self.data_dir) {
                 Err(e) => {
-                    remove_all(&mut built.iter().map(|(_, b)| b.as_path()));
-                    for (i, _) in &built {
-                        out[*i].1 = Some(Err(anyhow::anyhow!("{e:#}")));
+                    for (_, slot, build, _) in pending {
+                        remove(&build);
+                        *slot = Some(Err(anyhow::anyhow!("{e:#}")));
                     }
                 }
                 Ok(()) => {
-                    for (i, build) in &built {
-                        let dir = self.data_dir.join(out[*i].0.dir_name());
-                        match fs::rename(build, &dir) {
-                            Ok(()) => renamed.push(*i),
+                    for (asked, slot, build, dir) in pending {
+                        match fs::rename(&build, &dir) {
+                            Ok(()) => renamed.push((asked, slot, dir)),
                             Err(e) => {
-                                remove_all(&mut std::iter::once(build.as_path()));
-                                out[*i].1 = Some(Err(anyhow::Error::from(e).context(format!(
+                                remove(&build);
+                                *slot = Some(Err(anyhow::Error::from(e).context(format!(
                                     "failed to rename `{}` to `{}`",
                                     build.display(),
                                     dir.display()
@@ -651,54 +655,50 @@ impl LogManager {
                     }
                 }
             }
-            if !renamed.is_empty() {
-                let dirs: Vec<PathBuf> = renamed
-                    .iter()
-                    .map(|i| self.data_dir.join(out[*i].0.dir_name()))
-                    .collect();
-                match fsync_dir(&self.data_dir) {
-                    Err(e) => {
-                        // Not known to be durable: none of them is a log.
-                        remove_all(&mut dirs.iter().map(PathBuf::as_path));
-                        for i in &renamed {
-                            out[*i].1 = Some(Err(anyhow::anyhow!("{e:#}")));
-                        }
+        }
+        if !renamed.is_empty() {
+            match fsync_dir(&self.data_dir) {
+                Err(e) => {
+                    // Not known to be durable: none of them is a log.
+                    for (_, slot, dir) in renamed {
+                        remove(&dir);
+                        *slot = Some(Err(anyhow::anyhow!("{e:#}")));
                     }
-                    Ok(()) => {
-                        let mut logs = self
-                            .logs
-                            .write()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        for (i, dir) in renamed.iter().zip(&dirs) {
-                            let (tp, start, topic_id) = &new[*i];
-                            let opened = PartitionLog::open_created(
-                                &self.data_dir,
-                                tp,
-                                self.config.clone(),
-                                *start,
-                                *topic_id,
-                            );
-                            out[*i].1 = Some(match opened {
-                                Ok(log) => {
-                                    crate::log_debug!(
-                                        "{tp}: created an empty local log starting at offset {start}"
-                                    );
-                                    Ok(self.insert(&mut logs, tp, log))
-                                }
-                                Err(e) => {
-                                    remove_all(&mut std::iter::once(dir.as_path()));
-                                    Err(e)
-                                }
-                            });
-                        }
+                }
+                Ok(()) => {
+                    let mut logs = self
+                        .logs
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for ((tp, start, topic_id), slot, dir) in renamed {
+                        let opened = PartitionLog::open_created(
+                            &self.data_dir,
+                            tp,
+                            self.config.clone(),
+                            *start,
+                            *topic_id,
+                        );
+                        *slot = Some(match opened {
+                            Ok(log) => {
+                                crate::log_debug!(
+                                    "{tp}: created an empty local log starting at offset {start}"
+                                );
+                                Ok(self.insert(&mut logs, tp, log))
+                            }
+                            Err(e) => {
+                                remove(&dir);
+                                Err(e)
+                            }
+                        });
                     }
                 }
             }
         }
-        out.into_iter()
-            .map(|(tp, r)| {
+        new.iter()
+            .zip(out)
+            .map(|((tp, _, _), r)| {
                 let r = r.unwrap_or_else(|| Err(anyhow::anyhow!("{tp}: its log was not made")));
-                (tp, r)
+                (tp.clone(), r)
             })
             .collect()
     }

@@ -98,7 +98,7 @@ pub fn read_batches<P>(
         let mut full = false;
         while pos + LOG_OVERHEAD as u64 <= seg.size {
             let mut prefix = [0u8; V2_HEADER_SIZE];
-            let want = (seg.size - pos).min(V2_HEADER_SIZE as u64) as usize;
+            let want = V2_HEADER_SIZE.min(usize::try_from(seg.size - pos).unwrap_or(usize::MAX));
             let got = read_fully_at(&file, prefix.get_mut(..want).unwrap_or_default(), pos)?;
             let Ok(h) = BatchHeader::parse_header_of(
                 prefix.get(..got).unwrap_or_default(),

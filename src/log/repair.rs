@@ -125,7 +125,11 @@ pub fn scan_segment(dir: &Path, base: i64) -> Result<SegmentScan> {
 
 /// Why the bytes of `file` from `at` to `size` are not a whole batch.
 fn why_unreadable(file: &File, path: &Path, at: u64, size: u64) -> Result<String> {
-    let mut prefix = vec![0u8; crate::record::batch::V2_HEADER_SIZE.min((size - at) as usize)];
+    let mut prefix = vec![
+        0u8;
+        crate::record::batch::V2_HEADER_SIZE
+            .min(usize::try_from(size - at).unwrap_or(usize::MAX))
+    ];
     file.read_exact_at(&mut prefix, at)
         .with_context(|| format!("failed to read `{}` at byte {at}", path.display()))?;
     Ok(match BatchHeader::parse_prefix(&prefix, MAX_BATCH_SIZE) {

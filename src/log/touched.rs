@@ -28,10 +28,34 @@ impl Pass {
     pub const ALL: [Pass; 3] = [Pass::Flush, Pass::Checkpoint, Pass::Retention];
 }
 
+/// One `T` for each pass.
+#[derive(Debug, Default)]
+pub struct PerPass<T>([T; 3]);
+
+impl<T> PerPass<T> {
+    pub fn of(&self, pass: Pass) -> &T {
+        let [flush, checkpoint, retention] = &self.0;
+        match pass {
+            Pass::Flush => flush,
+            Pass::Checkpoint => checkpoint,
+            Pass::Retention => retention,
+        }
+    }
+
+    pub fn of_mut(&mut self, pass: Pass) -> &mut T {
+        let [flush, checkpoint, retention] = &mut self.0;
+        match pass {
+            Pass::Flush => flush,
+            Pass::Checkpoint => checkpoint,
+            Pass::Retention => retention,
+        }
+    }
+}
+
 /// The partitions each pass is to visit; shared by the manager and its logs.
 #[derive(Debug)]
 pub struct Touched {
-    sets: [Mutex<BTreeSet<TopicPartition>>; 3],
+    sets: PerPass<Mutex<BTreeSet<TopicPartition>>>,
     /// With retention off nothing is collected for it.
     retention: bool,
 }
@@ -45,7 +69,8 @@ impl Touched {
     }
 
     fn set(&self, pass: Pass) -> std::sync::MutexGuard<'_, BTreeSet<TopicPartition>> {
-        self.sets[pass as usize]
+        self.sets
+            .of(pass)
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -67,14 +92,14 @@ impl Touched {
 #[derive(Debug, Default)]
 pub struct Marks {
     to: Option<Arc<Touched>>,
-    up: [bool; 3],
+    up: PerPass<bool>,
 }
 
 impl Marks {
     /// From now on changes are reported to `to`; the log counts as changed for every pass.
     pub fn watch(&mut self, tp: &TopicPartition, to: Arc<Touched>) {
         self.to = Some(to);
-        self.up = [false; 3];
+        self.up = PerPass::default();
         self.raise(tp, &Pass::ALL);
     }
 
@@ -84,7 +109,7 @@ impl Marks {
             return;
         };
         for &p in passes {
-            if !std::mem::replace(&mut self.up[p as usize], true) {
+            if !std::mem::replace(self.up.of_mut(p), true) {
                 to.add(p, tp);
             }
         }
@@ -92,6 +117,6 @@ impl Marks {
 
     /// `pass` is reading the log now (under its lock): later changes are reported again.
     pub fn lower(&mut self, pass: Pass) {
-        self.up[pass as usize] = false;
+        *self.up.of_mut(pass) = false;
     }
 }

@@ -149,10 +149,9 @@ impl<'a> Reader<'a> {
     }
 
     fn checked_len(&self, len: i64, what: &str) -> DecodeResult<usize> {
-        if len < 0 {
+        let Ok(len) = usize::try_from(len) else {
             return Err(DecodeError::new(format!("{what}: negative length {len}")));
-        }
-        let len = len as usize;
+        };
         if len > self.remaining() {
             return Err(DecodeError::new(format!(
                 "{what}: length {len} runs past the end ({} bytes left)",
@@ -225,12 +224,11 @@ impl<'a> Reader<'a> {
         if n == -1 {
             return Ok(None);
         }
-        if n < 0 {
+        let Ok(n) = usize::try_from(n) else {
             return Err(DecodeError::new(format!(
                 "{what}: negative array count {n}"
             )));
-        }
-        let n = n as usize;
+        };
         if n.saturating_mul(min_element_size.max(1)) > self.remaining() {
             return Err(DecodeError::new(format!(
                 "{what}: array count {n} cannot fit in the {} bytes left",
@@ -305,6 +303,18 @@ pub fn encoded(f: impl FnOnce(&mut Writer)) -> Vec<u8> {
     w.buf
 }
 
+/// A length as Kafka's INT32. A Kafka frame holds at most `i32::MAX` bytes, so a longer field
+/// cannot be sent whole: its length saturates, and the peer refuses it as running past the
+/// frame's end rather than reading a wrapped length.
+pub fn len_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// A length as an unsigned varint, saturating as [`len_i32`] does.
+pub fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// Appends Kafka primitives to a byte vector.
 #[derive(Debug, Default)]
 pub struct Writer {
@@ -338,21 +348,19 @@ impl Writer {
         self.buf.extend_from_slice(v);
         self
     }
-    pub fn unsigned_varint(&mut self, mut v: u32) -> &mut Self {
-        while v >= 0x80 {
-            self.buf.push((v as u8 & 0x7f) | 0x80);
-            v >>= 7;
-        }
-        self.buf.push(v as u8);
-        self
+    pub fn unsigned_varint(&mut self, v: u32) -> &mut Self {
+        self.unsigned_varlong(u64::from(v))
     }
     pub fn unsigned_varlong(&mut self, mut v: u64) -> &mut Self {
-        while v >= 0x80 {
-            self.buf.push((v as u8 & 0x7f) | 0x80);
+        loop {
+            let [low, ..] = v.to_le_bytes();
             v >>= 7;
+            if v == 0 {
+                self.buf.push(low);
+                return self;
+            }
+            self.buf.push(low | 0x80);
         }
-        self.buf.push(v as u8);
-        self
     }
     pub fn varint(&mut self, v: i32) -> &mut Self {
         self.unsigned_varint(((v << 1) ^ (v >> 31)) as u32)
@@ -366,12 +374,12 @@ impl Writer {
             (None, true) => self.unsigned_varint(0),
             (None, false) => self.i16(-1),
             (Some(s), true) => {
-                self.unsigned_varint(s.len() as u32 + 1);
+                self.unsigned_varint(len_u32(s.len()).saturating_add(1));
                 self.buf.extend_from_slice(s.as_bytes());
                 self
             }
             (Some(s), false) => {
-                self.i16(s.len() as i16);
+                self.i16(i16::try_from(s.len()).unwrap_or(i16::MAX));
                 self.buf.extend_from_slice(s.as_bytes());
                 self
             }
@@ -383,12 +391,12 @@ impl Writer {
             (None, true) => self.unsigned_varint(0),
             (None, false) => self.i32(-1),
             (Some(b), true) => {
-                self.unsigned_varint(b.len() as u32 + 1);
+                self.unsigned_varint(len_u32(b.len()).saturating_add(1));
                 self.buf.extend_from_slice(b);
                 self
             }
             (Some(b), false) => {
-                self.i32(b.len() as i32);
+                self.i32(len_i32(b.len()));
                 self.buf.extend_from_slice(b);
                 self
             }
@@ -397,9 +405,9 @@ impl Writer {
     /// ARRAY or COMPACT_ARRAY count.
     pub fn array_len(&mut self, n: usize, compact: bool) -> &mut Self {
         if compact {
-            self.unsigned_varint(n as u32 + 1)
+            self.unsigned_varint(len_u32(n).saturating_add(1))
         } else {
-            self.i32(n as i32)
+            self.i32(len_i32(n))
         }
     }
     /// An empty tagged-field section (only in flexible versions).

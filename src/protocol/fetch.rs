@@ -18,7 +18,7 @@
 //! The decoded response borrows its records from the receive buffer: they reach the segment
 //! file without a copy.
 
-use super::codec::{DecodeResult, Reader, Writer};
+use super::codec::{DecodeResult, Reader, Writer, len_i32, len_u32};
 use super::error::ErrorCode;
 use super::uuid::Uuid;
 use std::collections::BTreeMap;
@@ -508,9 +508,9 @@ pub fn encode_partition_head(
         w.i32(-1);
     }
     if flexible {
-        w.unsigned_varint(records_len as u32 + 1);
+        w.unsigned_varint(len_u32(records_len).saturating_add(1));
     } else {
-        w.i32(records_len as i32);
+        w.i32(len_i32(records_len));
     }
 }
 

@@ -26,12 +26,13 @@ impl Uuid {
         let mut nbits = 0;
         let mut out = Vec::with_capacity(16);
         for c in text.bytes() {
-            let v = ALPHABET.iter().position(|&a| a == c)? as u32;
+            let v = u32::try_from(ALPHABET.iter().position(|&a| a == c)?).ok()?;
             bits = (bits << 6) | v;
             nbits += 6;
             if nbits >= 8 {
                 nbits -= 8;
-                out.push((bits >> nbits) as u8);
+                let [.., byte] = (bits >> nbits).to_be_bytes();
+                out.push(byte);
                 bits &= (1 << nbits) - 1;
             }
         }
@@ -45,6 +46,10 @@ impl Uuid {
 }
 
 impl fmt::Display for Uuid {
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "indexes are masked to six bits: always within the 64-symbol alphabet"
+    )]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = String::with_capacity(22);
         let mut bits: u32 = 0;

@@ -10,7 +10,7 @@
 
 use super::batch::{BatchHeader, V2_HEADER_SIZE};
 use super::compression::{self, DecompressError};
-use crate::protocol::codec::{DecodeError, DecodeResult, Reader, Writer};
+use crate::protocol::codec::{DecodeError, DecodeResult, Reader, Writer, len_i32};
 use std::borrow::Cow;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,30 +231,30 @@ pub fn build_v2_batch(base_offset: i64, leader_epoch: i32, records: &[NewRecord<
     let mut body = Writer::new();
     for (i, rec) in records.iter().enumerate() {
         let mut r = Writer::new();
-        r.i8(0).varlong(rec.timestamp - base_ts).varint(i as i32);
+        r.i8(0).varlong(rec.timestamp - base_ts).varint(len_i32(i));
         for field in [rec.key, rec.value] {
             match field {
                 None => {
                     r.varint(-1);
                 }
                 Some(b) => {
-                    r.varint(b.len() as i32);
+                    r.varint(len_i32(b.len()));
                     r.buf.extend_from_slice(b);
                 }
             }
         }
         r.varint(0);
-        body.varint(r.buf.len() as i32);
+        body.varint(len_i32(r.buf.len()));
         body.buf.extend_from_slice(&r.buf);
     }
     let mut w = Writer::new();
-    let size = (V2_HEADER_SIZE - 12 + body.buf.len()) as i32;
+    let size = len_i32(V2_HEADER_SIZE - 12 + body.buf.len());
     w.i64(base_offset).i32(size).i32(leader_epoch).i8(2).i32(0);
     w.i16(0)
-        .i32(records.len().saturating_sub(1) as i32)
+        .i32(len_i32(records.len().saturating_sub(1)))
         .i64(base_ts)
         .i64(max_ts);
-    w.i64(-1).i16(-1).i32(-1).i32(records.len() as i32);
+    w.i64(-1).i16(-1).i32(-1).i32(len_i32(records.len()));
     w.buf.extend_from_slice(&body.buf);
     let crc = crc32c::crc32c(w.buf.get(21..).unwrap_or_default());
     if let Some(s) = w.buf.get_mut(17..21) {

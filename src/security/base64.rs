@@ -16,6 +16,10 @@ pub fn encode(bytes: &[u8]) -> String {
             chunk.get(2).copied().unwrap_or(0),
         ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        #[expect(
+            clippy::indexing_slicing,
+            reason = "masked to six bits: always within the 64-symbol alphabet"
+        )]
         let sextet = |shift: u32| char::from(ALPHABET[((n >> shift) & 0x3f) as usize]);
         out.push(sextet(18));
         out.push(sextet(12));
@@ -77,7 +81,8 @@ pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
             };
             n = (n << 6) | v;
         }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        let [_, b0, b1, b2] = n.to_be_bytes();
+        let bytes = [b0, b1, b2];
         let keep = 3 - pad;
         // Unused low bits of the last character must be zero (RFC 4648 §3.5, canonical).
         if (pad == 1 && bytes[2] != 0) || (pad == 2 && bytes[1] != 0) {

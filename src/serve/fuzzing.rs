@@ -368,7 +368,9 @@ fn request(key: i16, version: i16, flexible: bool, body: &[u8]) -> Vec<u8> {
     w.i16(key).i16(version).i32(version.into());
     w.string(Some("fuzz-seed"), false).empty_tags(flexible);
     w.buf.extend_from_slice(body);
-    let mut framed = (w.buf.len() as i32).to_be_bytes().to_vec();
+    let mut framed = crate::protocol::codec::len_i32(w.buf.len())
+        .to_be_bytes()
+        .to_vec();
     framed.extend_from_slice(&w.buf);
     framed
 }
@@ -594,7 +596,7 @@ fn wide_seeds() -> Vec<(String, Vec<u8>)> {
     let mut w = Writer::new();
     w.string(None, false).i16(1).i32(1000).array_len(1, false);
     w.string(Some(TOPIC), false).array_len(N, false);
-    for p in 0..N as i32 {
+    for p in (0i32..).take(N) {
         w.i32(p).bytes(None, false);
     }
     out.push((
@@ -605,7 +607,7 @@ fn wide_seeds() -> Vec<(String, Vec<u8>)> {
     w.array_len(1, false)
         .string(Some(TOPIC), false)
         .array_len(N, false);
-    for p in 0..N as i32 {
+    for p in (0i32..).take(N) {
         w.i32(p).i64(0);
     }
     w.i32(1000);

@@ -762,7 +762,12 @@ pub fn fetch(
         let id = Uuid::parse(&topic).unwrap_or_default();
         fetch::encode_topic_head(&mut w, version, &topic, &id, parts.len());
         for a in parts {
-            fetch::encode_partition_head(&mut w, version, &a.head, a.bytes as usize);
+            fetch::encode_partition_head(
+                &mut w,
+                version,
+                &a.head,
+                usize::try_from(a.bytes).unwrap_or(usize::MAX),
+            );
             if !a.ranges.is_empty() {
                 pieces.push(Piece::Bytes(std::mem::take(&mut w.buf)));
                 pieces.extend(a.ranges.into_iter().map(Piece::File));

@@ -124,8 +124,8 @@ impl Sink for Vec<u8> {
         let want = usize::try_from(len).map_err(std::io::Error::other)?;
         self.resize(start + want, 0);
         let mut got = 0;
-        while got < want {
-            match file.read_at(&mut self[start + got..], pos + got as u64)? {
+        while let Some(rest) = self.get_mut(start + got..).filter(|rest| !rest.is_empty()) {
+            match file.read_at(rest, pos + got as u64)? {
                 0 => break,
                 n => got += n,
             }

@@ -153,10 +153,10 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                     }
                 }
                 Err(e) => {
-                    let delay = {
-                        let f = &self.failed[&tp];
-                        self.failed_retry_delay(f.attempts + 1)
+                    let Some(attempts) = self.failed.get(&tp).map(|f| f.attempts) else {
+                        continue;
                     };
+                    let delay = self.failed_retry_delay(attempts + 1);
                     let reason = format!("{e:#}");
                     if let Some(f) = self.failed.get_mut(&tp) {
                         if f.reason != reason {

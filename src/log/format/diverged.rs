@@ -151,9 +151,12 @@ fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
         if n == 0 {
             return Ok(true);
         }
-        fb.read_exact(&mut bb[..n])
+        let (Some(read_a), Some(read_b)) = (ba.get(..n), bb.get_mut(..n)) else {
+            return Ok(false);
+        };
+        fb.read_exact(read_b)
             .with_context(|| format!("failed to read `{}`", b.display()))?;
-        if ba[..n] != bb[..n] {
+        if read_a != read_b {
             return Ok(false);
         }
     }

@@ -111,7 +111,9 @@ impl IndexFile {
         let len = f
             .metadata()
             .with_context(|| format!("failed to stat {what} `{}`", path.display()))?
-            .len() as usize;
+            .len();
+        let len = usize::try_from(len)
+            .with_context(|| format!("{what} `{}` is too large to map", path.display()))?;
         if !len.is_multiple_of(entry_size) {
             bail!(
                 "{what} `{}`: size {len} is not a multiple of {entry_size}",

@@ -21,6 +21,7 @@
 //! walk from the log start, is used); a snapshot past the log end (a crash cut the log) is deleted at load,
 //! and the state is rebuilt from the newest one below by scanning the batches after it.
 
+use crate::protocol::codec::{DecodeError, Reader};
 use crate::record::BatchHeader;
 use crate::record::records::{ControlType, control_marker};
 use anyhow::{Context, Result, bail};
@@ -88,7 +89,7 @@ impl ProducerState {
             });
         }
         if h.is_transactional() {
-            let delta = (h.last_offset - h.base_offset) as i32;
+            let delta = i32::try_from(h.last_offset - h.base_offset).unwrap_or(i32::MAX);
             let t = self.open.entry(h.producer_id).or_insert(OpenTxn {
                 first_offset: h.base_offset,
                 producer_epoch: h.producer_epoch,
@@ -167,7 +168,7 @@ impl ProducerState {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(4 + self.open.len() * ENTRY_SIZE);
-        body.extend_from_slice(&(self.open.len() as i32).to_be_bytes());
+        body.extend_from_slice(&crate::protocol::codec::len_i32(self.open.len()).to_be_bytes());
         for (pid, t) in &self.open {
             body.extend_from_slice(&pid.to_be_bytes());
             body.extend_from_slice(&t.producer_epoch.to_be_bytes());
@@ -187,49 +188,44 @@ impl ProducerState {
 
     pub fn decode(path: &Path, bytes: &[u8]) -> Result<ProducerState> {
         let bad = |what: &str| anyhow::anyhow!("`{}`: {what}", path.display());
-        let head = bytes
-            .get(..10)
-            .ok_or_else(|| bad("shorter than its header"))?;
-        let version = i16::from_be_bytes([head[0], head[1]]);
+        let short = |_| bad("shorter than its header");
+        let mut head = Reader::new(bytes);
+        let version = head.i16("version").map_err(short)?;
+        let crc = head.u32("crc").map_err(short)?;
+        let body = bytes.get(head.position()..).unwrap_or_default();
+        let count = head.i32("count").map_err(short)?;
         if version != VERSION {
             bail!(
                 "`{}`: unsupported snapshot version {version}",
                 path.display()
             );
         }
-        let crc = u32::from_be_bytes([head[2], head[3], head[4], head[5]]);
-        let body = bytes.get(6..).unwrap_or_default();
         if crc32c::crc32c(body) != crc {
             bail!("`{}`: CRC mismatch", path.display());
         }
-        let count = i32::from_be_bytes([head[6], head[7], head[8], head[9]]);
         let count = usize::try_from(count).map_err(|_| bad("negative entry count"))?;
-        if count > MAX_ENTRIES || body.len() != 4 + count * ENTRY_SIZE {
+        if count > MAX_ENTRIES || head.remaining() != count * ENTRY_SIZE {
             return Err(bad("entry count does not match the file length"));
         }
         let mut open = BTreeMap::new();
-        for e in body.get(4..).unwrap_or_default().chunks_exact(ENTRY_SIZE) {
-            let i64_at = |at: usize| {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(&e[at..at + 8]);
-                i64::from_be_bytes(a)
-            };
-            let i32_at = |at: usize| i32::from_be_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]]);
-            let first = i64_at(38);
-            if first < 0 {
-                continue; // a producer without an open transaction
-            }
-            open.insert(
-                i64_at(0),
-                OpenTxn {
-                    producer_epoch: i16::from_be_bytes([e[8], e[9]]),
-                    last_sequence: i32_at(10),
-                    last_offset: i64_at(14),
-                    offset_delta: i32_at(22),
-                    timestamp: i64_at(26),
-                    first_offset: first,
+        for _ in 0..count {
+            let entry = |e: DecodeError| bad(&e.to_string());
+            let producer_id = head.i64("producer id").map_err(entry)?;
+            let t = OpenTxn {
+                producer_epoch: head.i16("producer epoch").map_err(entry)?,
+                last_sequence: head.i32("last sequence").map_err(entry)?,
+                last_offset: head.i64("last offset").map_err(entry)?,
+                offset_delta: head.i32("offset delta").map_err(entry)?,
+                timestamp: head.i64("timestamp").map_err(entry)?,
+                first_offset: {
+                    head.i32("coordinator epoch").map_err(entry)?;
+                    head.i64("first offset").map_err(entry)?
                 },
-            );
+            };
+            // A producer without an open transaction has no first offset.
+            if t.first_offset >= 0 {
+                open.insert(producer_id, t);
+            }
         }
         Ok(ProducerState { open, dirty: false })
     }

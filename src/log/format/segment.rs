@@ -449,7 +449,7 @@ impl Segment {
                 ));
                 break;
             }
-            self.index_batch(&h, valid as u32)?;
+            self.index_batch(&h, valid)?;
             if h.partition_leader_epoch >= 0 {
                 epochs.push((h.partition_leader_epoch, h.base_offset));
             }
@@ -515,7 +515,13 @@ impl Segment {
         })
     }
 
-    fn index_batch(&mut self, h: &BatchHeader, position: u32) -> Result<()> {
+    fn index_batch(&mut self, h: &BatchHeader, position: u64) -> Result<()> {
+        let Ok(position) = u32::try_from(position) else {
+            bail!(
+                "segment `{}`: a batch at byte {position} is past 4 GiB, beyond what its index can point at",
+                self.log_path.display()
+            );
+        };
         if h.max_timestamp > self.max_timestamp {
             self.max_timestamp = h.max_timestamp;
             self.offset_of_max_timestamp = h.last_offset;
@@ -554,7 +560,7 @@ impl Segment {
         let indexed = written.and_then(|()| {
             let mut pos = mark.size;
             for h in headers {
-                self.index_batch(h, pos as u32)?;
+                self.index_batch(h, pos)?;
                 pos += h.size_in_bytes as u64;
             }
             Ok(())

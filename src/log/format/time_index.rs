@@ -78,7 +78,8 @@ pub fn last_two_file(path: &Path, base_offset: i64) -> Result<Vec<(i64, i64)>> {
         .len();
     let whole = len - len % ENTRY_SIZE as u64;
     let from = whole.saturating_sub(2 * ENTRY_SIZE as u64);
-    let mut buf = vec![0u8; (whole - from) as usize];
+    // At most two entries.
+    let mut buf = vec![0u8; usize::try_from(whole - from).unwrap_or_default()];
     file.read_exact_at(&mut buf, from)
         .with_context(|| format!("failed to read time index `{}`", path.display()))?;
     Ok(decode_entries(&buf, base_offset).collect())

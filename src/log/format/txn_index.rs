@@ -37,16 +37,15 @@ impl AbortedTxn {
     }
 
     fn decode(b: &[u8; ENTRY_SIZE]) -> Option<AbortedTxn> {
-        let i64_at = |at: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[at..at + 8]);
-            i64::from_be_bytes(a)
-        };
-        (b[0..2] == [0, 0]).then(|| AbortedTxn {
-            producer_id: i64_at(2),
-            first_offset: i64_at(10),
-            last_offset: i64_at(18),
-            last_stable_offset: i64_at(26),
+        let mut r = crate::protocol::codec::Reader::new(b);
+        if r.i16("version").ok()? != 0 {
+            return None;
+        }
+        Some(AbortedTxn {
+            producer_id: r.i64("producer id").ok()?,
+            first_offset: r.i64("first offset").ok()?,
+            last_offset: r.i64("last offset").ok()?,
+            last_stable_offset: r.i64("last stable offset").ok()?,
         })
     }
 }
@@ -77,7 +76,9 @@ impl TxnIndex {
         let bytes = e.encode();
         let written = match crate::fault::hit(crate::fault::Step::TxnIndex) {
             None => f.write_all(&bytes),
-            Some(injected) => f.write_all(&bytes[..bytes.len() / 2]).and(Err(injected)),
+            Some(injected) => f
+                .write_all(bytes.get(..ENTRY_SIZE / 2).unwrap_or_default())
+                .and(Err(injected)),
         };
         written.with_context(|| format!("failed to append to `{}`", self.path.display()))?;
         self.dirty = true;
@@ -141,7 +142,7 @@ impl TxnIndex {
             .iter()
             .take_while(|e| e.last_offset < offset)
             .count();
-        self.rewrite(&entries[..keep])
+        self.rewrite(entries.get(..keep).unwrap_or_default())
     }
 
     /// Replaces every entry (recovery rebuilds the index this way).
