@@ -23,6 +23,23 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What one round of [`FetcherManager::reconcile`] is to start.
+struct Round {
+    /// New partitions by fetcher (broker, fetcher id).
+    to_add: BTreeMap<(i32, usize), NewPartitions>,
+    /// Those going back to the leader that handed them back: not news.
+    again: BTreeSet<TopicPartition>,
+    /// Whether every wanted partition has a leader to fetch from now.
+    complete: bool,
+}
+
+/// The round's new logs that were not made: over the descriptor budget, or failed.
+#[derive(Default)]
+struct NewLogs {
+    over_budget: BTreeSet<TopicPartition>,
+    failed: HashMap<TopicPartition, anyhow::Error>,
+}
+
 impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
     /// The partitions the configuration asks for, as far as metadata knows them, and whether
     /// metadata knew every one.
@@ -95,15 +112,50 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             return Ok(false);
         }
         self.stop_unfollowed();
-        let (wanted, mut complete) = self.wanted();
+        let (wanted, all_known) = self.wanted();
         let mut wanted = self.check_topic_ids(wanted);
         self.retry_failed();
         wanted.retain(|(tp, _)| !self.failed.contains_key(tp));
-        let n = self.cfg.fetch.fetchers_per_broker;
         self.hand_backs
             .retain(|_, hb| hb.last.elapsed() < Duration::from_secs(60));
-        let mut again = BTreeSet::new();
-        let mut to_add: BTreeMap<(i32, usize), NewPartitions> = BTreeMap::new();
+        let round = self.plan(wanted);
+        if self.stop.is_stopping() {
+            return Ok(false);
+        }
+        let offsets = self.initial_offsets(&round.to_add);
+        let made = self.create_new_logs(&round.to_add, &offsets);
+        let (waiting, all_started) = self.start(round.to_add, &offsets, made, &round.again)?;
+        self.logs.note_open_files();
+        if waiting > 0 {
+            self.report_error_once(Said::Descriptors, || {
+                format!(
+                    "{waiting} partition(s) wait for a log: {}",
+                    descriptors::advice()
+                )
+            });
+        } else if self.reported.remove(&Said::Descriptors) {
+            crate::log_info!("every waiting partition has its log now");
+        }
+        // New logs appear in the checkpoint files (and so in `status`) at once, not at the
+        // next interval.
+        if !offsets.is_empty()
+            && let Err(e) = self.logs.checkpoint()
+        {
+            crate::log_warn!("checkpoint after creating logs failed: {e:#}");
+        }
+        self.stop_idle_fetchers();
+        Ok(all_known && round.complete && all_started)
+    }
+
+    /// Where each wanted partition is to be fetched from: those whose leader or epoch changed
+    /// leave their old fetcher and are grouped by their new one.
+    fn plan(&mut self, wanted: Vec<(TopicPartition, StartPosition)>) -> Round {
+        let n = self.cfg.fetch.fetchers_per_broker;
+        let mut round = Round {
+            to_add: BTreeMap::new(),
+            again: BTreeSet::new(),
+            complete: true,
+        };
         for (tp, start) in wanted {
             let Some(leader) = self.metadata.leader(&tp) else {
                 continue;
@@ -112,7 +164,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 || !leader.error.is_ok()
                 || self.metadata.broker_addr(leader.leader_id).is_none()
             {
-                complete = false;
+                round.complete = false;
                 continue;
             }
             let target = Assignment {
@@ -133,12 +185,12 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                     .get(&tp)
                     .is_some_and(|hb| hb.not_before > Instant::now())
             {
-                complete = false;
+                round.complete = false;
                 continue;
             }
             if same_as_before {
                 // Its hand-back was said; going back to the same leader is not news.
-                again.insert(tp.clone());
+                round.again.insert(tp.clone());
             }
             if let Some(old) = self.assigned.remove(&tp) {
                 if let Some(f) = self.fetchers.get(&(old.broker, old.fetcher_id)) {
@@ -157,24 +209,27 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                     old.leader_epoch
                 );
             }
-            to_add
+            round
+                .to_add
                 .entry((target.broker, target.fetcher_id))
                 .or_default()
                 .push((tp, start, target.leader_epoch));
         }
-        if self.stop.is_stopping() {
-            return Ok(false);
-        }
-        let offsets = self.initial_offsets(&to_add);
-        // Each new log keeps a descriptor open: create only as many as the limit allows,
-        // the rest wait (said once) and are created once descriptors free up.
+        round
+    }
+
+    /// Makes the round's new logs together (one sync for them all, see
+    /// `LogManager::create_logs`) before any of them is handed to a fetcher or named by a
+    /// checkpoint; the fetchers then start them in shared requests. Each new log keeps a
+    /// descriptor open: only as many are made as the limit allows, the rest wait (said once)
+    /// and are made once descriptors free up.
+    fn create_new_logs(
+        &mut self,
+        to_add: &BTreeMap<(i32, usize), NewPartitions>,
+        offsets: &HashMap<TopicPartition, Result<i64, String>>,
+    ) -> NewLogs {
         let mut budget = descriptors::log_budget();
-        let mut waiting = 0usize;
-        // The round's new logs are made together (one sync for them all, see
-        // `LogManager::create_logs`) before any of them is handed to a fetcher or named by
-        // a checkpoint; the fetchers then start them in shared requests.
-        let mut over_budget = BTreeSet::new();
-        let mut not_created = HashMap::new();
+        let mut made = NewLogs::default();
         let mut batch = Vec::new();
         for (tp, _, _) in to_add.values().flatten() {
             if self.logs.get(tp).is_some() {
@@ -182,7 +237,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             }
             if let Some(Ok(offset)) = offsets.get(tp) {
                 if budget == 0 {
-                    over_budget.insert(tp.clone());
+                    made.over_budget.insert(tp.clone());
                     continue;
                 }
                 budget -= 1;
@@ -191,26 +246,42 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             }
         }
         if !batch.is_empty() && !self.stop.is_stopping() {
-            for (tp, made) in self.logs.create_logs(&batch) {
-                if let Err(e) = made {
-                    not_created.insert(tp, e.context("cannot create its local log"));
+            for (tp, created) in self.logs.create_logs(&batch) {
+                if let Err(e) = created {
+                    made.failed
+                        .insert(tp, e.context("cannot create its local log"));
                 }
             }
         }
+        made
+    }
+
+    /// Hands each fetcher its new partitions with their initial positions. Returns how many
+    /// partitions wait for a descriptor, and whether every one started; a partition that
+    /// cannot start is said once.
+    fn start(
+        &mut self,
+        to_add: BTreeMap<(i32, usize), NewPartitions>,
+        offsets: &HashMap<TopicPartition, Result<i64, String>>,
+        mut made: NewLogs,
+        again: &BTreeSet<TopicPartition>,
+    ) -> Result<(usize, bool)> {
+        let mut waiting = 0usize;
+        let mut all_started = true;
         for ((broker, fid), parts) in to_add {
             let mut states = Vec::new();
             for (tp, _, epoch) in parts {
                 if self.stop.is_stopping() {
                     break;
                 }
-                if over_budget.contains(&tp) {
+                if made.over_budget.contains(&tp) {
                     waiting += 1;
-                    complete = false;
+                    all_started = false;
                     continue;
                 }
-                let state = match not_created.remove(&tp) {
+                let state = match made.failed.remove(&tp) {
                     Some(e) => Err(e),
-                    None => self.initial_state(&offsets, &tp, epoch),
+                    None => self.initial_state(offsets, &tp, epoch),
                 };
                 match state {
                     Ok(st) => {
@@ -228,10 +299,10 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                     }
                     Err(e) if descriptors::is_exhausted(&e) => {
                         waiting += 1;
-                        complete = false;
+                        all_started = false;
                     }
                     Err(e) => {
-                        complete = false;
+                        all_started = false;
                         self.report_once(Said::CannotStart(tp.clone(), e.to_string()), || {
                             format!("{tp}: cannot set the initial fetch position: {e:#}")
                         });
@@ -239,51 +310,49 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 }
             }
             if !states.is_empty() {
-                let shared = self.fetcher(broker, fid)?;
-                // A few partitions are named one by one; many (a first start) in one line.
-                let news = states.iter().filter(|(tp, _)| !again.contains(tp)).count();
-                let one_by_one = news <= 10;
-                for (tp, st) in &states {
-                    self.live
-                        .assigned(tp, broker, st.current_leader_epoch, st.fetch_offset);
-                    let line = format!(
-                        "{tp}: fetching from broker {broker} at offset {} (leader epoch {})",
-                        st.fetch_offset, st.current_leader_epoch
-                    );
-                    if one_by_one && !again.contains(tp) {
-                        crate::log_info!("{line}");
-                    } else {
-                        crate::log_debug!("{line}");
-                    }
-                }
-                if !one_by_one {
-                    crate::log_info!(
-                        "fetching {news} partitions from broker {broker} ({})",
-                        fetcher_name(broker, fid)
-                    );
-                }
-                shared.add_partitions(states);
+                self.hand_to_fetcher(broker, fid, states, again)?;
             }
         }
-        self.logs.note_open_files();
-        if waiting > 0 {
-            self.report_error_once(Said::Descriptors, || {
-                format!(
-                    "{waiting} partition(s) wait for a log: {}",
-                    descriptors::advice()
-                )
-            });
-        } else if self.reported.remove(&Said::Descriptors) {
-            crate::log_info!("every waiting partition has its log now");
+        Ok((waiting, all_started))
+    }
+
+    /// Gives `states` to fetcher `fid` of `broker` (started if need be) and says so: a few
+    /// partitions one by one, many (a first start) in one line.
+    fn hand_to_fetcher(
+        &mut self,
+        broker: i32,
+        fid: usize,
+        states: Vec<(TopicPartition, PartitionFetchState)>,
+        again: &BTreeSet<TopicPartition>,
+    ) -> Result<()> {
+        let shared = self.fetcher(broker, fid)?;
+        let news = states.iter().filter(|(tp, _)| !again.contains(tp)).count();
+        let one_by_one = news <= 10;
+        for (tp, st) in &states {
+            self.live
+                .assigned(tp, broker, st.current_leader_epoch, st.fetch_offset);
+            let line = format!(
+                "{tp}: fetching from broker {broker} at offset {} (leader epoch {})",
+                st.fetch_offset, st.current_leader_epoch
+            );
+            if one_by_one && !again.contains(tp) {
+                crate::log_info!("{line}");
+            } else {
+                crate::log_debug!("{line}");
+            }
         }
-        // New logs appear in the checkpoint files (and so in `status`) at once, not at the
-        // next interval.
-        if !offsets.is_empty()
-            && let Err(e) = self.logs.checkpoint()
-        {
-            crate::log_warn!("checkpoint after creating logs failed: {e:#}");
+        if !one_by_one {
+            crate::log_info!(
+                "fetching {news} partitions from broker {broker} ({})",
+                fetcher_name(broker, fid)
+            );
         }
-        // Stop fetchers that have nothing left to do.
+        shared.add_partitions(states);
+        Ok(())
+    }
+
+    /// Stops the fetchers that have nothing left to do.
+    fn stop_idle_fetchers(&mut self) {
         let idle: Vec<(i32, usize)> = self
             .fetchers
             .iter()
@@ -296,7 +365,6 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                 f.thread.shutdown();
             }
         }
-        Ok(complete)
     }
 
     /// Pins the data dir to the cluster the leader reports (Metadata v2+): recorded on first
