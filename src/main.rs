@@ -259,351 +259,376 @@ fn load_config(args: &Args) -> Result<Result<(Config, Resolved), ExitCode>, Stri
 
 fn dispatch(args: &Args) -> Result<ExitCode, String> {
     match args.cmd.as_str() {
-        "check-config" => Ok(match load_config(args)? {
-            Ok((cfg, _)) => {
-                let file = args.req("config")?;
-                match replica_follower::log::manager::check_writable(&cfg.data_dir) {
-                    Ok(created_in) => {
-                        let created_in = created_in
-                            .map(|p| format!(" (to be created in `{}`)", p.display()))
-                            .unwrap_or_default();
-                        println!(
-                            "{file}: ok ({}, data dir `{}`{created_in} writable by this user)",
-                            count(cfg.follow.len(), "topic", "topics"),
-                            cfg.data_dir.display()
-                        );
-                        ExitCode::SUCCESS
-                    }
-                    // What `run` would meet at start: a runtime failure, exit 1 as there.
-                    Err(e) => {
-                        eprintln!(
-                            "error: {file}: key `data_dir`: {}",
-                            logging::plain_chain(&e)
-                        );
-                        ExitCode::from(1)
-                    }
-                }
-            }
-            Err(code) => code,
-        }),
-        "run" => Ok(match load_config(args)? {
-            Ok((cfg, parts)) => runtime(daemon::run(
-                cfg,
-                parts,
-                Some(PathBuf::from(args.req("config")?)),
-            )),
-            Err(code) => code,
-        }),
-        "status" => {
-            let (dir, follow) = match (args.values.get("data-dir"), args.values.get("config")) {
-                (Some(_), Some(_)) => {
-                    return Err("`status` takes --data-dir or --config, not both".into());
-                }
-                (Some(d), None) => (PathBuf::from(d), Vec::new()),
-                (None, Some(_)) => match load_config(args)? {
-                    Err(code) => return Ok(code),
-                    Ok((cfg, _)) => (cfg.data_dir, cfg.follow),
-                },
-                (None, None) => return Err("`status` needs --data-dir DIR or --config FILE".into()),
-            };
-            let json = args.flags.iter().any(|f| f == "json");
-            // A configuration not yet run has no data dir: every followed partition is
-            // without a log, which is what status says then.
-            let collected = if !follow.is_empty() && !dir.exists() {
-                Ok((Vec::new(), Vec::new()))
-            } else {
-                inspect::status::collect(&dir)
-            };
-            Ok(runtime(collected.map(|(mut parts, mut notes)| {
-                let mut dd = inspect::status::collect_data_dir(&dir, &mut notes);
-                inspect::status::apply_live(&dd, &mut parts);
-                dd.not_yet = inspect::status::not_yet(&dd, &follow, &parts);
-                for n in notes {
-                    eprintln!("warning: {n}");
-                }
-                let text = if json {
-                    format!("{}\n", inspect::status::render_json(&dd, &parts))
-                } else {
-                    inspect::status::render_text(&dd, &parts)
-                };
-                // The reader went away (`status | head`): not an error, and no panic.
-                use std::io::Write;
-                let mut out = std::io::stdout().lock();
-                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
-                    && e.kind() != std::io::ErrorKind::BrokenPipe
-                {
-                    eprintln!("error: cannot write the status: {e}");
-                }
-            })))
-        }
-        "dump" => {
-            let dir = PathBuf::from(args.req("data-dir")?);
-            let tp = args.tp()?;
-            let from = args.num::<i64>("from")?.unwrap_or(0);
-            if from < 0 {
-                return Err("--from must be an offset ≥ 0".into());
-            }
-            let to = args.num::<i64>("to")?.unwrap_or(i64::MAX);
-            if to < from {
-                return Err(format!("--to {to} is below --from {from}"));
-            }
-            let count = args.num::<u64>("count")?.unwrap_or(u64::MAX);
-            if count == 0 {
-                return Err("--count must be ≥ 1".into());
-            }
-            let range = inspect::dump::DumpRange {
-                from,
-                to,
-                count,
-                records: args.flags.iter().any(|f| f == "records"),
-            };
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            match inspect::dump::dump(&dir, &tp, range, &mut out) {
-                Ok(s) => {
-                    if s.batches == 0 && s.log_end.is_some_and(|end| from >= end) {
-                        eprintln!(
-                            "{tp}: offset {from} is at or past the log end {}",
-                            s.log_end.unwrap_or(0)
-                        );
-                    }
-                    if s.unreadable > 0 {
-                        eprintln!(
-                            "{tp}: the records of {} batch(es) could not be decompressed or decoded (see the `cannot` lines)",
-                            s.unreadable
-                        );
-                    }
-                    if s.damaged > 0 {
-                        eprintln!(
-                            "{tp}: {} damaged batch(es) or tail(s) shown; run `verify`",
-                            s.damaged
-                        );
-                    }
-                    if s.damaged > 0 || s.unreadable > 0 {
-                        return Ok(ExitCode::from(1));
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                // The reader went away (`dump … | head`): not an error.
-                Err(e)
-                    if e.chain().any(|c| {
-                        c.downcast_ref::<std::io::Error>()
-                            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-                    }) =>
-                {
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => Ok(runtime(Err(e))),
-            }
-        }
-        "offsets" => {
-            let dir = PathBuf::from(args.req("data-dir")?);
-            let tp = args.tp()?;
-            if let Some(t) = args.values.get("timestamp") {
-                if args.values.contains_key("time") || args.values.contains_key("max") {
-                    return Err("--timestamp takes neither --time nor --max".into());
-                }
-                let target = replica_follower::config::parse_timestamp(t).ok_or_else(|| {
-                    format!("--timestamp: `{t}` is neither ms since the epoch (≥ 0) nor an RFC 3339 date-time with a zone (2026-11-30T07:12:03Z)")
-                })?;
-                let mut notes = Vec::new();
-                let answer = inspect::offsets::offset_for_timestamp(&dir, &tp, target, &mut notes);
-                for n in notes {
-                    eprintln!("warning: {n}");
-                }
-                let shown = |ms: i64| format!("{ms} ({})", logging::format_utc(ms));
-                return Ok(runtime(answer.map(|a| match a {
-                    inspect::offsets::TimestampAnswer::Found { offset, timestamp } => {
-                        println!("offset={offset} timestamp={}", shown(timestamp))
-                    }
-                    inspect::offsets::TimestampAnswer::None { log_end } => println!(
-                        "none: no record has a timestamp at or after {}; the log end is {log_end} (Kafka's ListOffsets answers offset -1)",
-                        shown(target)
-                    ),
-                })));
-            }
-            let time = args
-                .num::<i64>("time")?
-                .ok_or("`offsets` needs --time or --timestamp")?;
-            if time < -2 {
-                return Err("--time must be -1, -2 or a timestamp in ms".into());
-            }
-            let max = args.num::<usize>("max")?.unwrap_or(1);
-            // As `dump --count 0`: an answer that can only be empty is a mistake.
-            if max == 0 {
-                return Err("--max must be ≥ 1".into());
-            }
-            Ok(runtime(
-                inspect::offsets::offsets(&dir, &tp, time, max).map(|offs| {
-                    for o in offs {
-                        println!("{o}");
-                    }
-                }),
-            ))
-        }
-        "verify" => {
-            let against_leader = args.flags.iter().any(|f| f == "against-leader");
-            if against_leader && args.values.contains_key("topic") {
-                return Err(
-                    "--against-leader compares every followed partition; it takes no --topic"
-                        .into(),
-                );
-            }
-            let dir = match (args.values.get("data-dir"), args.values.get("config")) {
-                (Some(_), Some(_)) => {
-                    return Err("`verify` takes --data-dir or --config, not both".into());
-                }
-                (None, None) => return Err("`verify` needs --data-dir DIR or --config FILE".into()),
-                (Some(_), None) if against_leader => {
-                    return Err(
-                        "--against-leader needs --config FILE (its brokers are asked)".into(),
-                    );
-                }
-                (Some(dir), None) => PathBuf::from(dir),
-                (None, Some(_)) => match load_config(args)? {
-                    Err(code) => return Ok(code),
-                    Ok((cfg, _)) if against_leader => return Ok(verify_against_leader(&cfg)),
-                    Ok((cfg, _)) => cfg.data_dir,
-                },
-            };
-            let all = args.flags.iter().any(|f| f == "all");
-            let only = match (args.values.get("topic"), args.num::<i32>("partition")?) {
-                (None, None) => None,
-                (None, Some(_)) => return Err("--partition needs --topic".into()),
-                (Some(_), Some(p)) if p < 0 => return Err("--partition must be ≥ 0".into()),
-                (Some(t), partition) => Some(inspect::verify::Selection {
-                    topic: t.clone(),
-                    partition,
-                }),
-            };
-            let verified = inspect::verify::verify_selected(&dir, all, only.as_ref());
-            if let Ok(r) = &verified {
-                for (tp, d) in r
-                    .unflushed
-                    .iter()
-                    .flat_map(|(tp, t)| t.damage.iter().filter(|d| d.torn).map(move |d| (tp, d)))
-                {
-                    println!(
-                        "note: {tp}: not stopped cleanly: {} bytes from byte {} of `{}` are a write torn by the crash ({}), past the recovery point: the next start cuts them",
-                        d.bytes,
-                        d.position,
-                        d.log_path.display(),
-                        d.reason
-                    );
-                }
-            }
-            match verified {
-                Ok(r) if r.problems.is_empty() => {
-                    let histories = count(r.archived, "archived history", "archived histories");
-                    // Only archived histories selected (`--topic <topic>.<id>.archived`):
-                    // they are what was verified.
-                    let (what, archived) = if r.partitions == 0 && r.archived > 0 {
-                        (histories, String::new())
-                    } else if r.archived > 0 {
-                        (
-                            count(r.partitions, "partition", "partitions"),
-                            format!(" (segments and batches include {histories})"),
-                        )
-                    } else {
-                        (
-                            count(r.partitions, "partition", "partitions"),
-                            String::new(),
-                        )
-                    };
-                    let in_flight = if r.in_flight_bytes > 0 {
-                        format!(
-                            "; {} past the recovery points are being written and were not checked (--all checks them)",
-                            count(r.in_flight_bytes, "byte", "bytes")
-                        )
-                    } else {
-                        String::new()
-                    };
-                    let tail_batches: usize =
-                        r.unflushed.iter().map(|(_, t)| t.valid_batches).sum();
-                    let unflushed = if tail_batches == 0 {
-                        String::new()
-                    } else {
-                        format!(
-                            "; not stopped cleanly: {} past the recovery points are whole and CRC-valid and the next start keeps them (--all counts a torn tail as a problem)",
-                            count(tail_batches, "batch", "batches")
-                        )
-                    };
-                    println!(
-                        "ok: {what}, {}, {} verified{archived}{in_flight}{unflushed}",
-                        count(r.segments, "segment", "segments"),
-                        count(r.batches, "batch", "batches")
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                Ok(r) => {
-                    for p in &r.problems {
-                        println!("{p}");
-                    }
-                    Ok(ExitCode::from(1))
-                }
-                Err(e) => Ok(runtime(Err(e))),
-            }
-        }
-        "repair" => Ok(match load_config(args)? {
-            Ok((cfg, _)) => {
-                let stdout = std::io::stdout();
-                match daemon::repair(&cfg, &mut stdout.lock()) {
-                    Ok(s) => {
-                        println!(
-                            "{} partition(s) compared: {} hole(s) filled, {} segment(s) rewritten, {} left unrepaired",
-                            s.partitions, s.holes_filled, s.segments_rewritten, s.unrepaired
-                        );
-                        if s.unrepaired == 0 {
-                            ExitCode::SUCCESS
-                        } else {
-                            ExitCode::from(1)
-                        }
-                    }
-                    Err(e) => runtime(Err(e)),
-                }
-            }
-            Err(code) => code,
-        }),
-        "serve" => {
-            // --config: that daemon's data dir and [serve] section; the flags override them.
-            let (mut section, config_dir, security) = match args.values.get("config") {
-                None => (
-                    replica_follower::config::ServeSection::default(),
-                    None,
-                    replica_follower::security::ListenerSecurity::default(),
-                ),
-                Some(_) => match load_config(args)? {
-                    Err(code) => return Ok(code),
-                    Ok((cfg, parts)) => (cfg.serve, Some(cfg.data_dir), parts.listener),
-                },
-            };
-            let dir = match (args.values.get("data-dir"), config_dir) {
-                (Some(d), _) => PathBuf::from(d),
-                (None, Some(d)) => d,
-                (None, None) => return Err("`serve` needs --data-dir DIR or --config FILE".into()),
-            };
-            if let Some(l) = args.values.get("listen") {
-                section.listen = Some(l.clone());
-            }
-            if let Some(a) = args.values.get("advertised") {
-                section.advertised = Some(a.clone());
-            }
-            let opts = match replica_follower::serve::ServeOptions::from_section(&section, security)
-            {
-                Ok(Some(o)) => o,
-                Ok(None) => {
-                    return Err("`serve` needs --listen ADDR (or serve.listen in --config)".into());
-                }
-                Err(e) => {
-                    eprintln!("error: {}", logging::plain_chain(&e));
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            Ok(runtime(daemon::serve(&dir, opts)))
-        }
+        "check-config" => check_config(args),
+        "run" => run(args),
+        "status" => status(args),
+        "dump" => dump(args),
+        "offsets" => offsets(args),
+        "verify" => verify(args),
+        "repair" => repair(args),
+        "serve" => serve(args),
         "add-user" => add_user(args),
         other => Err(format!("unknown command `{other}`")),
     }
+}
+
+/// `check-config`: the configuration and resolved parts are valid, and the data dir writable.
+fn check_config(args: &Args) -> Result<ExitCode, String> {
+    Ok(match load_config(args)? {
+        Ok((cfg, _)) => {
+            let file = args.req("config")?;
+            match replica_follower::log::manager::check_writable(&cfg.data_dir) {
+                Ok(created_in) => {
+                    let created_in = created_in
+                        .map(|p| format!(" (to be created in `{}`)", p.display()))
+                        .unwrap_or_default();
+                    println!(
+                        "{file}: ok ({}, data dir `{}`{created_in} writable by this user)",
+                        count(cfg.follow.len(), "topic", "topics"),
+                        cfg.data_dir.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                // What `run` would meet at start: a runtime failure, exit 1 as there.
+                Err(e) => {
+                    eprintln!(
+                        "error: {file}: key `data_dir`: {}",
+                        logging::plain_chain(&e)
+                    );
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Err(code) => code,
+    })
+}
+
+/// `run`: the daemon, until a signal stops it.
+fn run(args: &Args) -> Result<ExitCode, String> {
+    Ok(match load_config(args)? {
+        Ok((cfg, parts)) => runtime(daemon::run(
+            cfg,
+            parts,
+            Some(PathBuf::from(args.req("config")?)),
+        )),
+        Err(code) => code,
+    })
+}
+
+/// `status`: what the data dir holds and, while a daemon runs, how it follows.
+fn status(args: &Args) -> Result<ExitCode, String> {
+    let (dir, follow) = match (args.values.get("data-dir"), args.values.get("config")) {
+        (Some(_), Some(_)) => {
+            return Err("`status` takes --data-dir or --config, not both".into());
+        }
+        (Some(d), None) => (PathBuf::from(d), Vec::new()),
+        (None, Some(_)) => match load_config(args)? {
+            Err(code) => return Ok(code),
+            Ok((cfg, _)) => (cfg.data_dir, cfg.follow),
+        },
+        (None, None) => return Err("`status` needs --data-dir DIR or --config FILE".into()),
+    };
+    let json = args.flags.iter().any(|f| f == "json");
+    // A configuration not yet run has no data dir: every followed partition is
+    // without a log, which is what status says then.
+    let collected = if !follow.is_empty() && !dir.exists() {
+        Ok((Vec::new(), Vec::new()))
+    } else {
+        inspect::status::collect(&dir)
+    };
+    Ok(runtime(collected.map(|(mut parts, mut notes)| {
+        let mut dd = inspect::status::collect_data_dir(&dir, &mut notes);
+        inspect::status::apply_live(&dd, &mut parts);
+        dd.not_yet = inspect::status::not_yet(&dd, &follow, &parts);
+        for n in notes {
+            eprintln!("warning: {n}");
+        }
+        let text = if json {
+            format!("{}\n", inspect::status::render_json(&dd, &parts))
+        } else {
+            inspect::status::render_text(&dd, &parts)
+        };
+        // The reader went away (`status | head`): not an error, and no panic.
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
+            && e.kind() != std::io::ErrorKind::BrokenPipe
+        {
+            eprintln!("error: cannot write the status: {e}");
+        }
+    })))
+}
+
+/// `dump`: the batches and records of one partition.
+fn dump(args: &Args) -> Result<ExitCode, String> {
+    let dir = PathBuf::from(args.req("data-dir")?);
+    let tp = args.tp()?;
+    let from = args.num::<i64>("from")?.unwrap_or(0);
+    if from < 0 {
+        return Err("--from must be an offset ≥ 0".into());
+    }
+    let to = args.num::<i64>("to")?.unwrap_or(i64::MAX);
+    if to < from {
+        return Err(format!("--to {to} is below --from {from}"));
+    }
+    let count = args.num::<u64>("count")?.unwrap_or(u64::MAX);
+    if count == 0 {
+        return Err("--count must be ≥ 1".into());
+    }
+    let range = inspect::dump::DumpRange {
+        from,
+        to,
+        count,
+        records: args.flags.iter().any(|f| f == "records"),
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match inspect::dump::dump(&dir, &tp, range, &mut out) {
+        Ok(s) => {
+            if s.batches == 0 && s.log_end.is_some_and(|end| from >= end) {
+                eprintln!(
+                    "{tp}: offset {from} is at or past the log end {}",
+                    s.log_end.unwrap_or(0)
+                );
+            }
+            if s.unreadable > 0 {
+                eprintln!(
+                    "{tp}: the records of {} batch(es) could not be decompressed or decoded (see the `cannot` lines)",
+                    s.unreadable
+                );
+            }
+            if s.damaged > 0 {
+                eprintln!(
+                    "{tp}: {} damaged batch(es) or tail(s) shown; run `verify`",
+                    s.damaged
+                );
+            }
+            if s.damaged > 0 || s.unreadable > 0 {
+                return Ok(ExitCode::from(1));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        // The reader went away (`dump … | head`): not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Ok(runtime(Err(e))),
+    }
+}
+
+/// `offsets`: the offset for a time, from segment times or by record timestamp.
+fn offsets(args: &Args) -> Result<ExitCode, String> {
+    let dir = PathBuf::from(args.req("data-dir")?);
+    let tp = args.tp()?;
+    if let Some(t) = args.values.get("timestamp") {
+        if args.values.contains_key("time") || args.values.contains_key("max") {
+            return Err("--timestamp takes neither --time nor --max".into());
+        }
+        let target = replica_follower::config::parse_timestamp(t).ok_or_else(|| {
+            format!("--timestamp: `{t}` is neither ms since the epoch (≥ 0) nor an RFC 3339 date-time with a zone (2026-11-30T07:12:03Z)")
+        })?;
+        let mut notes = Vec::new();
+        let answer = inspect::offsets::offset_for_timestamp(&dir, &tp, target, &mut notes);
+        for n in notes {
+            eprintln!("warning: {n}");
+        }
+        let shown = |ms: i64| format!("{ms} ({})", logging::format_utc(ms));
+        return Ok(runtime(answer.map(|a| match a {
+            inspect::offsets::TimestampAnswer::Found { offset, timestamp } => {
+                println!("offset={offset} timestamp={}", shown(timestamp))
+            }
+            inspect::offsets::TimestampAnswer::None { log_end } => println!(
+                "none: no record has a timestamp at or after {}; the log end is {log_end} (Kafka's ListOffsets answers offset -1)",
+                shown(target)
+            ),
+        })));
+    }
+    let time = args
+        .num::<i64>("time")?
+        .ok_or("`offsets` needs --time or --timestamp")?;
+    if time < -2 {
+        return Err("--time must be -1, -2 or a timestamp in ms".into());
+    }
+    let max = args.num::<usize>("max")?.unwrap_or(1);
+    // As `dump --count 0`: an answer that can only be empty is a mistake.
+    if max == 0 {
+        return Err("--max must be ≥ 1".into());
+    }
+    Ok(runtime(
+        inspect::offsets::offsets(&dir, &tp, time, max).map(|offs| {
+            for o in offs {
+                println!("{o}");
+            }
+        }),
+    ))
+}
+
+/// `verify`: the data dir checked whole, or with `--against-leader` compared with the leader.
+fn verify(args: &Args) -> Result<ExitCode, String> {
+    let against_leader = args.flags.iter().any(|f| f == "against-leader");
+    if against_leader && args.values.contains_key("topic") {
+        return Err(
+            "--against-leader compares every followed partition; it takes no --topic".into(),
+        );
+    }
+    let dir = match (args.values.get("data-dir"), args.values.get("config")) {
+        (Some(_), Some(_)) => {
+            return Err("`verify` takes --data-dir or --config, not both".into());
+        }
+        (None, None) => return Err("`verify` needs --data-dir DIR or --config FILE".into()),
+        (Some(_), None) if against_leader => {
+            return Err("--against-leader needs --config FILE (its brokers are asked)".into());
+        }
+        (Some(dir), None) => PathBuf::from(dir),
+        (None, Some(_)) => match load_config(args)? {
+            Err(code) => return Ok(code),
+            Ok((cfg, _)) if against_leader => return Ok(verify_against_leader(&cfg)),
+            Ok((cfg, _)) => cfg.data_dir,
+        },
+    };
+    let all = args.flags.iter().any(|f| f == "all");
+    let only = match (args.values.get("topic"), args.num::<i32>("partition")?) {
+        (None, None) => None,
+        (None, Some(_)) => return Err("--partition needs --topic".into()),
+        (Some(_), Some(p)) if p < 0 => return Err("--partition must be ≥ 0".into()),
+        (Some(t), partition) => Some(inspect::verify::Selection {
+            topic: t.clone(),
+            partition,
+        }),
+    };
+    let verified = inspect::verify::verify_selected(&dir, all, only.as_ref());
+    if let Ok(r) = &verified {
+        for (tp, d) in r
+            .unflushed
+            .iter()
+            .flat_map(|(tp, t)| t.damage.iter().filter(|d| d.torn).map(move |d| (tp, d)))
+        {
+            println!(
+                "note: {tp}: not stopped cleanly: {} bytes from byte {} of `{}` are a write torn by the crash ({}), past the recovery point: the next start cuts them",
+                d.bytes,
+                d.position,
+                d.log_path.display(),
+                d.reason
+            );
+        }
+    }
+    match verified {
+        Ok(r) if r.problems.is_empty() => {
+            let histories = count(r.archived, "archived history", "archived histories");
+            // Only archived histories selected (`--topic <topic>.<id>.archived`):
+            // they are what was verified.
+            let (what, archived) = if r.partitions == 0 && r.archived > 0 {
+                (histories, String::new())
+            } else if r.archived > 0 {
+                (
+                    count(r.partitions, "partition", "partitions"),
+                    format!(" (segments and batches include {histories})"),
+                )
+            } else {
+                (
+                    count(r.partitions, "partition", "partitions"),
+                    String::new(),
+                )
+            };
+            let in_flight = if r.in_flight_bytes > 0 {
+                format!(
+                    "; {} past the recovery points are being written and were not checked (--all checks them)",
+                    count(r.in_flight_bytes, "byte", "bytes")
+                )
+            } else {
+                String::new()
+            };
+            let tail_batches: usize = r.unflushed.iter().map(|(_, t)| t.valid_batches).sum();
+            let unflushed = if tail_batches == 0 {
+                String::new()
+            } else {
+                format!(
+                    "; not stopped cleanly: {} past the recovery points are whole and CRC-valid and the next start keeps them (--all counts a torn tail as a problem)",
+                    count(tail_batches, "batch", "batches")
+                )
+            };
+            println!(
+                "ok: {what}, {}, {} verified{archived}{in_flight}{unflushed}",
+                count(r.segments, "segment", "segments"),
+                count(r.batches, "batch", "batches")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(r) => {
+            for p in &r.problems {
+                println!("{p}");
+            }
+            Ok(ExitCode::from(1))
+        }
+        Err(e) => Ok(runtime(Err(e))),
+    }
+}
+
+/// `repair`: damaged or missing ranges fetched again from the leader.
+fn repair(args: &Args) -> Result<ExitCode, String> {
+    Ok(match load_config(args)? {
+        Ok((cfg, _)) => {
+            let stdout = std::io::stdout();
+            match daemon::repair(&cfg, &mut stdout.lock()) {
+                Ok(s) => {
+                    println!(
+                        "{} partition(s) compared: {} hole(s) filled, {} segment(s) rewritten, {} left unrepaired",
+                        s.partitions, s.holes_filled, s.segments_rewritten, s.unrepaired
+                    );
+                    if s.unrepaired == 0 {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => runtime(Err(e)),
+            }
+        }
+        Err(code) => code,
+    })
+}
+
+/// `serve`: the replica answered over the Kafka protocol.
+fn serve(args: &Args) -> Result<ExitCode, String> {
+    // --config: that daemon's data dir and [serve] section; the flags override them.
+    let (mut section, config_dir, security) = match args.values.get("config") {
+        None => (
+            replica_follower::config::ServeSection::default(),
+            None,
+            replica_follower::security::ListenerSecurity::default(),
+        ),
+        Some(_) => match load_config(args)? {
+            Err(code) => return Ok(code),
+            Ok((cfg, parts)) => (cfg.serve, Some(cfg.data_dir), parts.listener),
+        },
+    };
+    let dir = match (args.values.get("data-dir"), config_dir) {
+        (Some(d), _) => PathBuf::from(d),
+        (None, Some(d)) => d,
+        (None, None) => return Err("`serve` needs --data-dir DIR or --config FILE".into()),
+    };
+    if let Some(l) = args.values.get("listen") {
+        section.listen = Some(l.clone());
+    }
+    if let Some(a) = args.values.get("advertised") {
+        section.advertised = Some(a.clone());
+    }
+    let opts = match replica_follower::serve::ServeOptions::from_section(&section, security) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            return Err("`serve` needs --listen ADDR (or serve.listen in --config)".into());
+        }
+        Err(e) => {
+            eprintln!("error: {}", logging::plain_chain(&e));
+            return Ok(ExitCode::from(2));
+        }
+    };
+    Ok(runtime(daemon::serve(&dir, opts)))
 }
 
 /// `add-user`: usage errors (exit 2) for bad flags, a bad password file or an empty
