@@ -185,7 +185,7 @@ pub fn write_all_at(
     match hit(step) {
         None => file.write_all_at(bytes, at),
         Some(e) => {
-            file.write_all_at(bytes.get(..bytes.len() / 2).unwrap_or_default(), at)?;
+            file.write_all_at(bytes.split_at(bytes.len() / 2).0, at)?;
             Err(e)
         }
     }

@@ -37,21 +37,31 @@ pub type DecodeResult<T> = Result<T, DecodeError>;
 /// A cursor over a byte slice; every read is bounds-checked.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+    /// What is still to be read.
+    rest: &'a [u8],
+    /// How long the whole slice was.
+    len: usize,
 }
 
 impl<'a> Reader<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
+        Reader {
+            rest: buf,
+            len: buf.len(),
+        }
     }
 
     pub fn position(&self) -> usize {
-        self.pos
+        self.len - self.rest.len()
     }
 
     pub fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
+        self.rest.len()
+    }
+
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.rest
     }
 
     pub fn is_empty(&self) -> bool {
@@ -60,15 +70,14 @@ impl<'a> Reader<'a> {
 
     /// Takes the next `n` bytes; `what` names the field for the error.
     pub fn take(&mut self, n: usize, what: &str) -> DecodeResult<&'a [u8]> {
-        if n > self.remaining() {
+        let Some((out, rest)) = self.rest.split_at_checked(n) else {
             return Err(DecodeError::new(format!(
                 "{what}: needs {n} bytes at position {}, only {} left",
-                self.pos,
+                self.position(),
                 self.remaining()
             )));
-        }
-        let out = self.buf.get(self.pos..self.pos + n).unwrap_or_default();
-        self.pos += n;
+        };
+        self.rest = rest;
         Ok(out)
     }
 

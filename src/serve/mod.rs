@@ -807,7 +807,7 @@ fn answer(
         if flexible {
             r.skip_tagged_fields("request header tags")?;
         }
-        let body = frame.get(r.position()..).unwrap_or_default();
+        let body = r.rest();
         if api == ApiKey::SaslHandshake {
             crate::protocol::sasl::decode_handshake_request(body)?;
         } else {
@@ -836,7 +836,7 @@ fn answer(
             if flexible {
                 r.skip_tagged_fields("request header tags")?;
             }
-            let body = frame.get(r.position()..).unwrap_or_default();
+            let body = r.rest();
             let a = conn.auth.as_mut().context("SASL state")?;
             let answered = if api == ApiKey::SaslHandshake && version == 0 {
                 a.refuse_v0_handshake(&conn.peer)
@@ -876,7 +876,7 @@ fn answer(
         r.skip_tagged_fields("request header tags")?;
     }
     head.empty_tags(flexible);
-    let body = frame.get(r.position()..).unwrap_or_default();
+    let body = r.rest();
     let mut pieces = vec![Piece::Bytes(head.buf)];
     match api {
         ApiKey::Fetch => pieces.extend(handlers::fetch(ctx, body, version, client)?),

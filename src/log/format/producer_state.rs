@@ -192,7 +192,7 @@ impl ProducerState {
         let mut head = Reader::new(bytes);
         let version = head.i16("version").map_err(short)?;
         let crc = head.u32("crc").map_err(short)?;
-        let body = bytes.get(head.position()..).unwrap_or_default();
+        let body = head.rest();
         let count = head.i32("count").map_err(short)?;
         if version != VERSION {
             bail!(

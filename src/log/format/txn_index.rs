@@ -77,7 +77,7 @@ impl TxnIndex {
         let written = match crate::fault::hit(crate::fault::Step::TxnIndex) {
             None => f.write_all(&bytes),
             Some(injected) => f
-                .write_all(bytes.get(..ENTRY_SIZE / 2).unwrap_or_default())
+                .write_all(bytes.split_at(ENTRY_SIZE / 2).0)
                 .and(Err(injected)),
         };
         written.with_context(|| format!("failed to append to `{}`", self.path.display()))?;
@@ -137,12 +137,13 @@ impl TxnIndex {
     /// Removes the entries whose marker is at or after `offset` (Kafka's `truncateTo`).
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
         // A torn index keeps its whole leading entries.
-        let entries = read_prefix(&self.path)?;
+        let mut entries = read_prefix(&self.path)?;
         let keep = entries
             .iter()
             .take_while(|e| e.last_offset < offset)
             .count();
-        self.rewrite(entries.get(..keep).unwrap_or_default())
+        entries.truncate(keep);
+        self.rewrite(&entries)
     }
 
     /// Replaces every entry (recovery rebuilds the index this way).
