@@ -12,6 +12,7 @@ use crate::client::cluster;
 use crate::config::Config;
 use crate::fetcher::manager::{FetcherManager, ManagerEvent};
 use crate::fetcher::shutdownable::{ShutdownSignal, ShutdownableThread};
+use crate::live::Live;
 use crate::log::data_dir::DataDir;
 use crate::log::identity;
 use crate::log::manager::LogManager;
@@ -137,7 +138,11 @@ type MetricsThread = (
     std::thread::JoinHandle<()>,
 );
 
-fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsThread>> {
+fn start_metrics(
+    cfg: &Config,
+    logs: Arc<LogManager>,
+    live: &'static Live,
+) -> Result<Option<MetricsThread>> {
     let Some(addr) = cfg.metrics.listen.clone() else {
         return Ok(None);
     };
@@ -154,6 +159,7 @@ fn start_metrics(cfg: &Config, logs: Arc<LogManager>) -> Result<Option<MetricsTh
         .spawn(move || {
             crate::metrics::serve(
                 listener,
+                live,
                 || r2.load(Ordering::SeqCst),
                 || logs.disk().free_bytes(),
             )
@@ -373,7 +379,7 @@ impl Monitor {
 /// line every few seconds, and — when systemd keeps a watchdog — WATCHDOG=1 every half
 /// interval, only while every fetcher, the manager and the checkpoint task made progress
 /// within the interval: a wedged thread stops the pings, and systemd restarts the service.
-fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
+fn start_monitor_task(logs: Arc<LogManager>, live: &'static Live) -> Result<ShutdownableThread> {
     let sig = Arc::new(TaskSignal {
         running: AtomicBool::new(true),
         lock: Mutex::new(()),
@@ -392,7 +398,6 @@ fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
     let mut stall_said = false;
     let s2 = sig.clone();
     let work = move || {
-        let live = crate::live::live();
         let now = Instant::now();
         if let Some(line) = monitor.round(live, || logs.disk().full(), now) {
             crate::notify::notify(&format!("STATUS={line}"));
@@ -431,12 +436,17 @@ fn start_monitor_task(logs: Arc<LogManager>) -> Result<ShutdownableThread> {
             let _r = s2.cond.wait_timeout(g, Duration::from_secs(1));
         }
     };
-    ShutdownableThread::start(MONITOR_THREAD, sig, work).context("failed to start the monitor")
+    ShutdownableThread::start(MONITOR_THREAD, sig, live, work)
+        .context("failed to start the monitor")
 }
 
 /// Starts the task that flushes every `flush_interval_ms` and checkpoints (plus retention)
 /// every `checkpoint.interval_ms`.
-fn start_checkpoint_task(cfg: &Config, logs: Arc<LogManager>) -> Result<ShutdownableThread> {
+fn start_checkpoint_task(
+    cfg: &Config,
+    logs: Arc<LogManager>,
+    live: &'static Live,
+) -> Result<ShutdownableThread> {
     let flush_every = Duration::from_millis(cfg.log.flush_interval_ms as u64);
     let checkpoint_every = Duration::from_millis(cfg.checkpoint.interval_ms as u64);
     let sig = Arc::new(TaskSignal {
@@ -480,7 +490,7 @@ fn start_checkpoint_task(cfg: &Config, logs: Arc<LogManager>) -> Result<Shutdown
             next_flush = now + flush_every;
         }
     };
-    ShutdownableThread::start("checkpoint-task", sig, work)
+    ShutdownableThread::start("checkpoint-task", sig, live, work)
         .context("failed to start the checkpoint task")
 }
 
@@ -649,6 +659,9 @@ fn reload(
 /// `config_path` (when given).
 pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result<()> {
     let cfg = Arc::new(cfg);
+    // The process's live state: every part of the daemon reports to it, and `status`, the
+    // metrics and the watchdog read it. Handed down from here, not reached for.
+    let live = crate::live::live();
     crate::fault::init();
     crate::live::set_read_committed(cfg.fetch.isolation.level() == 1);
     let _lock = lock_data_dir(&cfg.data_dir)?;
@@ -675,21 +688,21 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     let logs = Arc::new(
         LogManager::open(&cfg.data_dir, parts.log)?
             .with_min_free_bytes(cfg.log.min_free_bytes)
-            .with_heartbeat(|| crate::live::live().beat_current()),
+            .with_heartbeat(|| live.beat_current()),
     );
     // A segment lost from the middle looks like a gap: the leader says whether it is a hole,
     // and fills it, before anything is fetched (every request within the request timeout).
     crate::repair::fill_holes_at_start(&cfg, &logs, &security);
     // Checkpoint right away so the files describe what was just loaded and recovered.
     logs.checkpoint()?;
-    let metrics = start_metrics(&cfg, logs.clone())?;
+    let metrics = start_metrics(&cfg, logs.clone(), live)?;
     // Readers are served what was loaded from here on; the listener's threads are not
     // watched by the watchdog (a slow client must not restart the daemon).
     let mut server = crate::serve::ServeOptions::from_section(&cfg.serve, parts.listener)?
         .map(|o| crate::serve::Server::start(o, crate::serve::source::Source::live(logs.clone())))
         .transpose()?;
-    let mut task = start_checkpoint_task(&cfg, logs.clone())?;
-    let manager = FetcherManager::new(cfg.clone(), logs.clone(), security);
+    let mut task = start_checkpoint_task(&cfg, logs.clone(), live)?;
+    let manager = FetcherManager::new(cfg.clone(), logs.clone(), security, live);
     let to_manager = manager.sender();
     let stop_manager = manager.stop_handle();
     let manager_thread = std::thread::Builder::new()
@@ -702,7 +715,7 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
         None => crate::notify::notify("READY=1\nSTATUS=following"),
     }
     // After READY=1: its STATUS= lines and watchdog pings follow it.
-    let mut monitor = start_monitor_task(logs.clone())?;
+    let mut monitor = start_monitor_task(logs.clone(), live)?;
     crate::log_info!(
         "following {} topic(s) from {}",
         cfg.follow.len(),

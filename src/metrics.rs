@@ -360,14 +360,19 @@ fn process_figures(family: &mut impl FnMut(&str, &str, &str, Vec<String>)) {
 /// Serves `GET /metrics` on `listener` until `running` says stop; other paths get 404, a
 /// request that is not HTTP 400. It blocks in accept(2) (no wake-ups while nobody scrapes):
 /// whoever clears `running` connects once to wake it ([`crate::serve::wake_accept`]).
-pub fn serve(listener: TcpListener, running: impl Fn() -> bool, free: impl Fn() -> Option<u64>) {
+pub fn serve(
+    listener: TcpListener,
+    live: &Live,
+    running: impl Fn() -> bool,
+    free: impl Fn() -> Option<u64>,
+) {
     while running() {
         match listener.accept() {
             Ok((stream, _)) => {
                 if !running() {
                     break;
                 }
-                if let Err(e) = answer(stream, &free) {
+                if let Err(e) = answer(stream, live, &free) {
                     crate::log_debug!("metrics client: {e}");
                 }
             }
@@ -380,7 +385,11 @@ pub fn serve(listener: TcpListener, running: impl Fn() -> bool, free: impl Fn() 
     }
 }
 
-fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Result<()> {
+fn answer(
+    mut stream: TcpStream,
+    live: &Live,
+    free: &impl Fn() -> Option<u64>,
+) -> std::io::Result<()> {
     // One deadline for the whole exchange, not one per read: a client trickling a byte at a
     // time cannot keep the thread.
     let deadline = std::time::Instant::now() + CLIENT_TIMEOUT;
@@ -416,7 +425,7 @@ fn answer(mut stream: TcpStream, free: &impl Fn() -> Option<u64>) -> std::io::Re
     match (method, path, version) {
         (Some("GET"), Some(p), Some(v)) if v.starts_with("HTTP/1.") => {
             if p == "/metrics" || p.starts_with("/metrics?") {
-                let body = render(crate::live::live(), free());
+                let body = render(live, free());
                 respond(&mut stream, "200 OK", &body)
             } else {
                 respond(
@@ -459,6 +468,7 @@ mod tests {
         let t = std::thread::spawn(move || {
             serve(
                 listener,
+                &Live::default(),
                 || r2.load(std::sync::atomic::Ordering::SeqCst),
                 || None,
             )

@@ -179,11 +179,16 @@ impl FetcherManager {
     /// The daemon's manager: metadata from the configured brokers, fetchers over broker
     /// connections,
     /// every connection made with `security`.
-    pub fn new(cfg: Arc<Config>, logs: Arc<LogManager>, security: Arc<ClientSecurity>) -> Self {
+    pub fn new(
+        cfg: Arc<Config>,
+        logs: Arc<LogManager>,
+        security: Arc<ClientSecurity>,
+        live: &'static Live,
+    ) -> Self {
         let stop = Arc::new(StopHandle::default());
         let source = BrokerMetadata::new(&cfg, security.clone(), stop.clone());
         let endpoints = BrokerEndpoints::new(&cfg, security, logs.data_dir());
-        FetcherManager::with_seams(cfg, logs, stop, source, endpoints, crate::live::live())
+        FetcherManager::with_seams(cfg, logs, stop, source, endpoints, live)
     }
 }
 

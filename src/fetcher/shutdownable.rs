@@ -26,6 +26,7 @@ impl ShutdownableThread {
     pub fn start(
         name: &str,
         signal: Arc<dyn ShutdownSignal>,
+        live: &'static crate::live::Live,
         mut do_work: impl FnMut() + Send + 'static,
     ) -> std::io::Result<Self> {
         let sig = signal.clone();
@@ -34,7 +35,6 @@ impl ShutdownableThread {
             .name(name.to_string())
             .spawn(move || {
                 crate::log_debug!("{thread_name} started");
-                let live = crate::live::live();
                 live.beat(&thread_name);
                 while sig.is_running() {
                     let round =
@@ -118,7 +118,8 @@ mod tests {
         });
         let rounds = Arc::new(AtomicUsize::new(0));
         let (s2, r2) = (sig.clone(), rounds.clone());
-        let mut t = ShutdownableThread::start("test-thread", sig.clone(), move || {
+        let live = Box::leak(Box::new(crate::live::Live::default()));
+        let mut t = ShutdownableThread::start("test-thread", sig.clone(), live, move || {
             r2.fetch_add(1, Ordering::SeqCst);
             let g = s2.lock.lock().unwrap();
             if s2.is_running() {

@@ -607,8 +607,9 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             self.fetcher_events.clone(),
             self.live,
         );
-        let thread = ShutdownableThread::start(&name, shared.clone(), move || fetcher.do_work())
-            .with_context(|| format!("failed to start thread {name}"))?;
+        let thread =
+            ShutdownableThread::start(&name, shared.clone(), self.live, move || fetcher.do_work())
+                .with_context(|| format!("failed to start thread {name}"))?;
         crate::log_info!("started {name} for broker {broker} at {addr}");
         self.fetchers.insert(
             (broker, fid),
