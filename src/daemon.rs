@@ -524,17 +524,15 @@ fn check_brokers_at_start(cfg: &Config, security: &ClientSecurity) -> Result<()>
         (Ok(_), None) => return Ok(()),
         (Ok(md), Some(expected)) => (md, expected),
         (Err(e), recorded) => {
-            if let Some(none) = e.downcast_ref::<cluster::NoBrokerAnswered>() {
-                let refused = none.refused();
-                if refused > 0 {
-                    for e in &none.errors {
-                        crate::log_error!("{e:#}");
-                    }
-                    bail!(
-                        "no bootstrap broker could be used and {refused} of {} refused our TLS or SASL settings (see the errors above); nothing was fetched or changed: fix [security], the password file or the brokers' certificates and start again",
-                        none.errors.len()
-                    );
+            let refused = e.refused();
+            if refused > 0 {
+                for each in &e.errors {
+                    crate::log_error!("{each:#}");
                 }
+                bail!(
+                    "no bootstrap broker could be used and {refused} of {} refused our TLS or SASL settings (see the errors above); nothing was fetched or changed: fix [security], the password file or the brokers' certificates and start again",
+                    e.errors.len()
+                );
             }
             if recorded.is_some() {
                 crate::log_warn!(

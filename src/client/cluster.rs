@@ -89,13 +89,13 @@ pub fn bootstrap_metadata(
     client_id: &str,
     topics: &[String],
 ) -> Result<ClusterMetadata> {
-    bootstrap_metadata_within(
+    Ok(bootstrap_metadata_within(
         addrs,
         &ClientSecurity::PLAINTEXT,
         client_id,
         topics,
         DEFAULT_REQUEST_TIMEOUT,
-    )
+    )?)
 }
 
 /// Every bootstrap broker failed: each one's error, in the order tried (callers tell
@@ -127,24 +127,57 @@ impl NoBrokerAnswered {
             .filter(|e| crate::security::is_refusal(e))
             .count()
     }
+}
 
-    /// Whether `e` is such an error with at least one refusal in it.
-    pub fn any_refused(e: &anyhow::Error) -> bool {
-        e.downcast_ref::<NoBrokerAnswered>()
-            .is_some_and(|n| n.refused() > 0)
+/// Why a metadata refresh failed, as its callers branch on it.
+#[derive(Debug)]
+pub enum MetadataError {
+    /// Every broker tried failed; whether some refused our security settings says whether
+    /// an operator is needed.
+    NoBrokerAnswered(NoBrokerAnswered),
+    /// Anything else: shutting down, an answer that could not be used.
+    Failed(anyhow::Error),
+}
+
+impl MetadataError {
+    /// The `error` label a failed refresh is counted under (see
+    /// [`crate::live::METADATA_ERROR_KINDS`]): a broker refused our TLS or SASL settings, no
+    /// broker answered, or the answer could not be used.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MetadataError::NoBrokerAnswered(none) if none.refused() > 0 => "refused",
+            MetadataError::NoBrokerAnswered(_) => "unreachable",
+            MetadataError::Failed(_) => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for MetadataError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MetadataError::NoBrokerAnswered(none) => none.fmt(f),
+            MetadataError::Failed(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl std::error::Error for MetadataError {}
+
+impl From<anyhow::Error> for MetadataError {
+    fn from(e: anyhow::Error) -> Self {
+        MetadataError::Failed(e)
     }
 }
 
 /// [`bootstrap_metadata`] over `security`, with `request_timeout` as the deadline of every
-/// response (the connection's TLS and version handshakes included). When none answers, the
-/// error is a [`NoBrokerAnswered`].
+/// response (the connection's TLS and version handshakes included).
 pub fn bootstrap_metadata_within(
     addrs: &[String],
     security: &ClientSecurity,
     client_id: &str,
     topics: &[String],
     request_timeout: Duration,
-) -> Result<ClusterMetadata> {
+) -> Result<ClusterMetadata, NoBrokerAnswered> {
     let mut errors = Vec::new();
     for a in addrs {
         match BrokerConnection::connect_secured(
@@ -162,7 +195,7 @@ pub fn bootstrap_metadata_within(
             Err(e) => errors.push(e),
         }
     }
-    Err(NoBrokerAnswered { errors }.into())
+    Err(NoBrokerAnswered { errors })
 }
 
 /// One partition's ListOffsets answer.

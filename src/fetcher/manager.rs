@@ -16,7 +16,7 @@
 use super::shared::{FetcherEvent, FetcherShared};
 use super::shutdownable::ShutdownableThread;
 use crate::checkpoint::TopicPartition;
-use crate::client::cluster::{self, ClusterMetadata};
+use crate::client::cluster::{ClusterMetadata, MetadataError};
 use crate::config::{Config, StartPosition};
 use crate::live::Live;
 use crate::log::manager::{FailureListener, LogManager, lock_log};
@@ -355,7 +355,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                             }
                         );
                         // A refused certificate needs an operator; an outage may pass.
-                        if cluster::NoBrokerAnswered::any_refused(&e) {
+                        if matches!(&e, MetadataError::NoBrokerAnswered(n) if n.refused() > 0) {
                             crate::log_error!("{line}");
                         } else {
                             crate::log_warn!("{line}");
@@ -486,7 +486,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
 
     /// Asks for the followed topics' metadata, and notes in the live state whether the
     /// leader answered.
-    fn refresh_metadata(&mut self) -> Result<()> {
+    fn refresh_metadata(&mut self) -> Result<(), MetadataError> {
         let topics: Vec<String> = self.cfg.follow.iter().map(|f| f.topic.clone()).collect();
         let now = crate::clock::now_ms();
         match self.source.metadata(&topics) {
@@ -497,8 +497,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
             }
             Err(e) => {
                 if !self.stop.is_stopping() {
-                    self.live
-                        .metadata_failed(metadata_error_kind(&e), &format!("{e:#}"), now);
+                    self.live.metadata_failed(e.kind(), &format!("{e:#}"), now);
                 }
                 Err(e)
             }
@@ -551,17 +550,6 @@ const NOT_FOLLOWED: &str = "not in `follow`; its log and checkpoint entries stay
 fn followed_topics(cfg: &Config) -> Vec<String> {
     let topics: BTreeSet<String> = cfg.follow.iter().map(|f| f.topic.clone()).collect();
     topics.into_iter().collect()
-}
-
-/// The `error` label a failed metadata refresh is counted under (see
-/// [`crate::live::METADATA_ERROR_KINDS`]): a broker refused our TLS or SASL settings, no
-/// broker answered, or the answer could not be used.
-fn metadata_error_kind(e: &anyhow::Error) -> &'static str {
-    match e.downcast_ref::<cluster::NoBrokerAnswered>() {
-        Some(none) if none.refused() > 0 => "refused",
-        Some(_) => "unreachable",
-        None => "failed",
-    }
 }
 
 fn log_figures(log: &crate::log::partition::PartitionLog) -> crate::live::LogFigures {

@@ -89,10 +89,11 @@ impl Cluster {
 struct Source(Arc<Cluster>);
 
 impl MetadataSource for Source {
-    fn metadata(&mut self, _topics: &[String]) -> Result<ClusterMetadata> {
+    fn metadata(&mut self, _topics: &[String]) -> Result<ClusterMetadata, MetadataError> {
         self.0.metadata_calls.fetch_add(1, Ordering::SeqCst);
         if self.0.down.load(Ordering::SeqCst) {
-            anyhow::bail!("no broker answered a Metadata request: connection refused");
+            let e = anyhow::anyhow!("no broker answered a Metadata request: connection refused");
+            return Err(e.into());
         }
         Ok(self.0.md.lock().unwrap().clone())
     }

@@ -1,54 +1,22 @@
-//! The replica side of the fetch loop: verify what the leader sent, append it verbatim.
+//! The replica side of the fetch loop: verify what the leader sent
+//! ([`crate::record::verified::follow`]), append it verbatim.
 //!
-//! [`validate_fetched`] is the one place where a fetch response's records are judged, by the
-//! rule of Kafka's `UnifiedLog.appendAsFollower`:
-//! - batches that end before the fetch offset are skipped (a leader may start a response at
-//!   the batch holding the offset, or before it for legacy compressed sets);
-//! - the first kept batch ends at or after the fetch offset and starts at or after the local
-//!   log end — only an empty log may take a first batch that begins before its start (a start
-//!   by timestamp or `latest` can land inside a batch); a negative base offset never passes;
-//! - each later batch starts after the last offset of the one before ([`check_follows`]):
-//!   gaps are legitimate (compaction), overlaps are not;
-//! - a batch that does not end below the high watermark the same response reports is
-//!   refused: a consumer fetch never sees one from a sane leader, so every batch the replica
-//!   holds was committed when it was fetched;
-//! - every kept batch's CRC verifies, and its header is sane (record count ≥ 0 and at most
-//!   lastOffsetDelta + 1; see [`BatchHeader::parse`]);
-//! - a partial batch at the end is dropped (it is fetched again whole next time); a corrupt
-//!   tail (bad size or magic) is an error.
-//!
-//! Any failure rejects the whole response for that partition: nothing is written, the
-//! partition backs off and fetches again. What validation found (the bytes to append, the next
-//! fetch offset, the last epoch) goes to the fetch loop as a [`ValidatedRecords`], which the
-//! loop reads only through [`ValidatedFetch`]: it never walks record bytes itself.
+//! What validation found (the batches to append, the next fetch offset, the last epoch) goes
+//! to the fetch loop as a [`Followed`], which the loop reads only through [`ValidatedFetch`]:
+//! it never walks record bytes itself.
 
 use super::leader_endpoint::Identity;
 use super::replica_ops::{ReplicaOps, ValidatedFetch};
 use crate::checkpoint::TopicPartition;
 use crate::live::Live;
 use crate::log::AppendError;
-use crate::log::format::segment_reader::MAX_BATCH_SIZE;
 use crate::log::manager::{LogManager, lock_log};
 use crate::protocol::fetch::FetchPartitionResponse;
-use crate::record::{BatchHeader, BatchIter, SetEnd, check_follows};
+use crate::record::verified::{Followed, follow};
 use anyhow::{Context, Result};
-use std::ops::Range;
 use std::sync::Arc;
 
-/// The bytes of a fetch response that may be appended, and their batch headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidatedRecords {
-    pub range: Range<usize>,
-    pub headers: Vec<BatchHeader>,
-    /// Bytes of a partial batch dropped at the end.
-    pub partial_bytes: usize,
-    /// Where the next fetch starts: after the last kept batch, or the fetch offset.
-    pub next_offset: i64,
-    /// Why the batches after the kept ones were refused (a batch reaching the high watermark).
-    pub refused: Option<String>,
-}
-
-impl ValidatedFetch for ValidatedRecords {
+impl ValidatedFetch for Followed<'_> {
     fn next_fetch_offset(&self) -> i64 {
         self.next_offset
     }
@@ -56,88 +24,24 @@ impl ValidatedFetch for ValidatedRecords {
         self.refused.as_deref()
     }
     fn last_epoch(&self) -> Option<i32> {
-        self.headers
+        self.batches
+            .headers()
             .last()
             .map(|h| h.partition_leader_epoch)
             .filter(|e| *e >= 0)
     }
 }
 
-/// Where the local log stands when a response is validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LocalEnd {
-    /// The offset after the last batch the log holds; `None` when it holds none (then the
-    /// first batch may begin before the fetch offset, as a start inside a batch does).
-    pub data_end: Option<i64>,
-}
-
-pub fn validate_fetched(
+/// Checks the records of `tp` fetched at `fetch_offset` for a log whose batches end at
+/// `data_end`.
+pub fn validate<'a>(
     tp: &TopicPartition,
     fetch_offset: i64,
-    local: LocalEnd,
-    high_watermark: i64,
-    records: &[u8],
-) -> Result<ValidatedRecords, AppendError> {
-    let mut it = BatchIter::new(records, MAX_BATCH_SIZE);
-    let mut headers: Vec<BatchHeader> = Vec::new();
-    let mut start = None;
-    let mut end = 0;
-    let mut refused = None;
-    for (h, pos, bytes) in it.by_ref() {
-        let prev = headers.last().map(|p| p.last_offset);
-        if prev.is_none() && h.last_offset < fetch_offset {
-            continue; // before our position
-        }
-        if prev.is_none()
-            && let Some(end) = local.data_end
-            && h.base_offset < end
-        {
-            return Err(AppendError::OffsetMismatch(format!(
-                "{tp}: leader sent a batch with offsets {}..{} that starts below the local log end {end}; nothing written",
-                h.base_offset, h.last_offset
-            )));
-        }
-        check_follows(prev, &h)
-            .map_err(|e| AppendError::OffsetMismatch(format!("{tp}: {e}; nothing written")))?;
-        if h.last_offset >= high_watermark {
-            let what = format!(
-                "{tp}: leader sent a batch at offset {} (offsets {}..{}) reaching the high watermark {high_watermark} it reported",
-                h.base_offset, h.base_offset, h.last_offset
-            );
-            if headers.is_empty() {
-                return Err(AppendError::InvalidData(format!("{what}; nothing written")));
-            }
-            // The batches before it are committed and valid: they are appended, the rest not.
-            refused = Some(format!("{what}; not appended"));
-            break;
-        }
-        h.verify_crc(bytes)
-            .map_err(|e| AppendError::InvalidData(format!("{tp}: {e}; nothing written")))?;
-        start.get_or_insert(pos);
-        end = pos + h.size_in_bytes;
-        headers.push(h);
-    }
-    let partial_bytes = match it.end() {
-        Some(SetEnd::Corrupt { position, reason }) => {
-            return Err(AppendError::InvalidData(format!(
-                "{tp}: corrupt record set from the leader at byte {position}: {reason}; nothing written"
-            )));
-        }
-        Some(SetEnd::Partial { bytes }) => *bytes,
-        _ => 0,
-    };
-    let start = start.unwrap_or(end);
-    let next_offset = headers
-        .last()
-        .map_or(fetch_offset, |h| h.last_offset + 1)
-        .max(fetch_offset);
-    Ok(ValidatedRecords {
-        range: start..end,
-        headers,
-        partial_bytes,
-        next_offset,
-        refused,
-    })
+    data_end: Option<i64>,
+    data: &FetchPartitionResponse<'a>,
+) -> Result<Followed<'a>, AppendError> {
+    let hw = data.high_watermark;
+    Ok(follow(tp, fetch_offset, data_end, hw, data.records)?)
 }
 
 /// [`ReplicaOps`] over the local logs.
@@ -166,30 +70,24 @@ impl ReplicaLogOps {
 }
 
 impl ReplicaOps for ReplicaLogOps {
-    type Validated = ValidatedRecords;
+    type Validated<'a> = Followed<'a>;
 
-    fn validate(
+    fn validate<'a>(
         &self,
         tp: &TopicPartition,
         fetch_offset: i64,
-        data: &FetchPartitionResponse<'_>,
-    ) -> Result<ValidatedRecords, AppendError> {
-        let local = {
-            let shared = self.log(tp)?;
-            let log = lock_log(&shared);
-            LocalEnd {
-                data_end: log.data_end_offset(),
-            }
-        };
-        validate_fetched(tp, fetch_offset, local, data.high_watermark, data.records)
+        data: &FetchPartitionResponse<'a>,
+    ) -> Result<Followed<'a>, AppendError> {
+        let data_end = lock_log(&self.log(tp)?).data_end_offset();
+        validate(tp, fetch_offset, data_end, data)
     }
 
-    fn append(
+    fn append<'a>(
         &mut self,
         tp: &TopicPartition,
         fetch_offset: i64,
-        v: ValidatedRecords,
-        data: &FetchPartitionResponse<'_>,
+        v: Followed<'a>,
+        data: &FetchPartitionResponse<'a>,
     ) -> Result<i64, AppendError> {
         let shared = self.log(tp)?;
         let mut log = lock_log(&shared);
@@ -199,19 +97,20 @@ impl ReplicaOps for ReplicaLogOps {
                 log.log_end_offset()
             )));
         }
-        if v.headers.is_empty() && v.partial_bytes > 0 && v.partial_bytes == data.records.len() {
+        let headers = v.batches.headers();
+        if headers.is_empty() && v.partial_bytes > 0 && v.partial_bytes == data.records.len() {
             crate::log_debug!(
                 "{tp}: only a partial batch of {} bytes at {fetch_offset}; partition_max_bytes may be below the batch size",
                 v.partial_bytes
             );
         }
-        if !v.headers.is_empty() {
-            let bytes = data.records.get(v.range.clone()).unwrap_or_default();
+        let bytes = v.batches.bytes();
+        if !headers.is_empty() {
             self.logs
                 .disk()
                 .admit(bytes.len() as u64)
                 .map_err(AppendError::DiskFull)?;
-            match log.append(bytes, &v.headers) {
+            match log.append(&v.batches) {
                 Err(AppendError::Storage(e)) if crate::log::resources::disk::is_no_space(&e) => {
                     // The write was cut back to its last whole batch; the disk pauses every
                     // partition of the data dir.
@@ -232,8 +131,8 @@ impl ReplicaOps for ReplicaLogOps {
         log.update_high_watermark(data.high_watermark);
         let live = self.live;
         live.log_start(tp, log.log_start_offset());
-        if !v.headers.is_empty() {
-            live.appended(tp, v.range.len() as u64, v.headers.len() as u64);
+        if !headers.is_empty() {
+            live.appended(tp, bytes.len() as u64, headers.len() as u64);
         }
         live.fetched(
             tp,
@@ -241,7 +140,7 @@ impl ReplicaOps for ReplicaLogOps {
             data.last_stable_offset,
             log.log_end_offset(),
             log.high_watermark(),
-            v.headers.iter().map(|h| h.max_timestamp).max(),
+            headers.iter().map(|h| h.max_timestamp).max(),
         );
         // The leader's log start moving up (its retention, DeleteRecords) does not delete local
         // data: local deletion is this replica's own retention's job, and `-1` keeps
@@ -350,22 +249,20 @@ mod tests {
     }
 
     /// A non-empty local log ending at `end`.
-    fn at(end: i64) -> LocalEnd {
-        LocalEnd {
-            data_end: Some(end),
-        }
+    fn at(end: i64) -> Option<i64> {
+        Some(end)
     }
-    const EMPTY: LocalEnd = LocalEnd { data_end: None };
+    const EMPTY: Option<i64> = None;
 
     const HW: i64 = i64::MAX;
 
     fn check(
         fetch: i64,
-        local: LocalEnd,
+        data_end: Option<i64>,
         hw: i64,
         set: &[u8],
-    ) -> Result<ValidatedRecords, AppendError> {
-        validate_fetched(&tp(), fetch, local, hw, set)
+    ) -> Result<Followed<'_>, AppendError> {
+        Ok(follow(&tp(), fetch, data_end, hw, set)?)
     }
 
     #[test]
@@ -376,8 +273,8 @@ mod tests {
         let third = batch(20, 5);
         set.extend_from_slice(&third[..third.len() - 3]);
         let v = check(10, at(10), HW, &set).unwrap();
-        assert_eq!(v.range, 0..whole);
-        assert_eq!(v.headers.len(), 2);
+        assert_eq!(v.batches.bytes(), &set[..whole]);
+        assert_eq!(v.batches.headers().len(), 2);
         assert_eq!(v.partial_bytes, third.len() - 3);
         assert_eq!(v.next_offset, 20);
     }
@@ -388,9 +285,10 @@ mod tests {
         let mut set = a.clone();
         set.extend(batch(5, 5));
         let v = check(7, EMPTY, HW, &set).unwrap();
-        assert_eq!(v.range, a.len()..set.len());
+        assert_eq!(v.batches.bytes(), &set[a.len()..]);
         assert_eq!(
-            v.headers[0].base_offset, 5,
+            v.batches.headers()[0].base_offset,
+            5,
             "an empty log may start mid-batch"
         );
         // A non-empty log never takes a batch that starts below its end.
@@ -411,10 +309,10 @@ mod tests {
         set.extend(&empty);
         // The fetch starts at 3 and the first batch after a gap may start above it too.
         let v = check(0, at(0), HW, &set).unwrap();
-        assert_eq!(v.headers.len(), 3);
+        assert_eq!(v.batches.headers().len(), 3);
         assert_eq!(v.next_offset, 15, "the empty batch keeps its offsets");
         let v = check(6, at(6), HW, &set[batch(0, 5).len()..]).unwrap();
-        assert_eq!(v.headers[0].base_offset, 8);
+        assert_eq!(v.batches.headers()[0].base_offset, 8);
         assert_eq!(v.next_offset, 15);
     }
 
@@ -437,7 +335,7 @@ mod tests {
         set.extend(batch(5, 5));
         // The batch below the HW is kept; the one reaching it is refused, naming it.
         let v = check(0, at(0), 5, &set).unwrap();
-        assert_eq!(v.headers.len(), 1);
+        assert_eq!(v.batches.headers().len(), 1);
         assert_eq!(v.next_offset, 5);
         let e = v.refused.unwrap();
         assert!(
@@ -452,7 +350,10 @@ mod tests {
             e.contains("offset 5") && e.contains("nothing written"),
             "{e}"
         );
-        assert_eq!(check(0, at(0), 10, &set).unwrap().headers.len(), 2);
+        assert_eq!(
+            check(0, at(0), 10, &set).unwrap().batches.headers().len(),
+            2
+        );
         // A batch straddling the HW does not end below it either.
         let e = check(0, at(0), 7, &set).unwrap().refused.unwrap();
         assert!(
@@ -486,7 +387,7 @@ mod tests {
             m
         };
         let ok = [at_offset(0), at_offset(1), at_offset(3)].concat();
-        assert_eq!(check(0, at(0), HW, &ok).unwrap().headers.len(), 3);
+        assert_eq!(check(0, at(0), HW, &ok).unwrap().batches.headers().len(), 3);
         let back = [at_offset(1), at_offset(1)].concat();
         assert!(check(0, at(0), HW, &back).is_err());
     }
@@ -509,7 +410,7 @@ mod tests {
         set.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 0, 0]);
         assert!(check(0, at(0), HW, &set).is_err());
         let v = check(0, at(0), HW, &[]).unwrap();
-        assert!(v.headers.is_empty());
+        assert!(v.batches.headers().is_empty());
         assert_eq!(v.next_offset, 0);
     }
 

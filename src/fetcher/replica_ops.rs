@@ -20,22 +20,23 @@ pub trait ValidatedFetch {
 
 /// The local side of the loop: what a replica fetcher does with fetched data.
 pub trait ReplicaOps: Send {
-    type Validated: ValidatedFetch;
+    /// What validation kept of a response's records, borrowing them.
+    type Validated<'a>: ValidatedFetch;
     /// Checks the records fetched at `fetch_offset` once, writing nothing: checksums, headers,
     /// and that the offsets may follow the local log.
-    fn validate(
+    fn validate<'a>(
         &self,
         tp: &TopicPartition,
         fetch_offset: i64,
-        data: &FetchPartitionResponse<'_>,
-    ) -> Result<Self::Validated, AppendError>;
+        data: &FetchPartitionResponse<'a>,
+    ) -> Result<Self::Validated<'a>, AppendError>;
     /// Appends what [`Self::validate`] accepted; returns the new log end offset.
-    fn append(
+    fn append<'a>(
         &mut self,
         tp: &TopicPartition,
         fetch_offset: i64,
-        validated: Self::Validated,
-        data: &FetchPartitionResponse<'_>,
+        validated: Self::Validated<'a>,
+        data: &FetchPartitionResponse<'a>,
     ) -> Result<i64, AppendError>;
     fn log_start_offset(&self, tp: &TopicPartition) -> Option<i64>;
     fn log_end_offset(&self, tp: &TopicPartition) -> Option<i64>;

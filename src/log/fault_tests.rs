@@ -4,8 +4,8 @@
 use crate::checkpoint::TopicPartition;
 use crate::fault::{Step, arm};
 use crate::log::{AppendError, LogConfig, PartitionLog, loader};
-use crate::record::BatchHeader;
 use crate::record::records::{NewRecord, build_v2_batch};
+use crate::record::{BatchHeader, VerifiedBatches};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -85,13 +85,13 @@ fn log_bytes(data: &Path) -> Vec<u8> {
 fn a_failed_segment_append_leaves_every_file_as_it_was_and_the_next_append_goes_on() {
     let d = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
-    let (b1, h1) = batches(0, 5);
-    log.append(&b1, &h1).unwrap();
+    let (b1, _) = batches(0, 5);
+    log.append(&VerifiedBatches::of(&b1)).unwrap();
     log.flush().unwrap();
     let before = files(d.path());
-    let (b2, h2) = batches(20, 5);
+    let (b2, _) = batches(20, 5);
     arm(Step::Append, 1);
-    let e = log.append(&b2, &h2).unwrap_err();
+    let e = log.append(&VerifiedBatches::of(&b2)).unwrap_err();
     assert!(matches!(e, AppendError::Storage(_)), "{e}");
     assert_eq!(log.log_end_offset(), 20, "in memory too");
     log.flush().unwrap();
@@ -100,7 +100,7 @@ fn a_failed_segment_append_leaves_every_file_as_it_was_and_the_next_append_goes_
         before,
         "half a batch was written, then cut back"
     );
-    log.append(&b2, &h2).unwrap();
+    log.append(&VerifiedBatches::of(&b2)).unwrap();
     log.flush().unwrap();
     drop(log);
     let log = reload(d.path(), 1 << 20);
@@ -111,15 +111,15 @@ fn a_failed_segment_append_leaves_every_file_as_it_was_and_the_next_append_goes_
 #[test]
 fn a_failed_roll_leaves_no_half_made_segment_and_the_next_append_rolls() {
     let d = tempfile::tempdir().unwrap();
-    let (b1, h1) = batches(0, 4);
+    let (b1, _) = batches(0, 4);
     // The active segment holds exactly these batches: the next one must roll.
     let mut log = PartitionLog::create(d.path(), &tp(), config(b1.len() as u64), 0, None).unwrap();
-    log.append(&b1, &h1).unwrap();
+    log.append(&VerifiedBatches::of(&b1)).unwrap();
     log.flush().unwrap();
     let before = files(d.path());
-    let (b2, h2) = batches(16, 2);
+    let (b2, _) = batches(16, 2);
     arm(Step::Roll, 1);
-    let e = log.append(&b2, &h2).unwrap_err();
+    let e = log.append(&VerifiedBatches::of(&b2)).unwrap_err();
     assert!(matches!(e, AppendError::Storage(_)), "{e}");
     assert_eq!(
         files(d.path()),
@@ -127,7 +127,7 @@ fn a_failed_roll_leaves_no_half_made_segment_and_the_next_append_rolls() {
         "the new segment's files are gone again"
     );
     assert_eq!(log.segments().count(), 1);
-    log.append(&b2, &h2).unwrap();
+    log.append(&VerifiedBatches::of(&b2)).unwrap();
     assert_eq!(log.segments().count(), 2, "rolled this time");
     log.flush().unwrap();
     drop(log);
@@ -140,12 +140,12 @@ fn a_failed_roll_leaves_no_half_made_segment_and_the_next_append_rolls() {
 fn a_failed_index_write_cuts_the_index_back_and_the_next_flush_writes_every_entry() {
     let d = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
-    let (b1, h1) = batches(0, 6);
-    log.append(&b1, &h1).unwrap();
+    let (b1, _) = batches(0, 6);
+    log.append(&VerifiedBatches::of(&b1)).unwrap();
     log.flush().unwrap();
     let before = files(d.path());
-    let (b2, h2) = batches(24, 6);
-    log.append(&b2, &h2).unwrap();
+    let (b2, _) = batches(24, 6);
+    log.append(&VerifiedBatches::of(&b2)).unwrap();
     let index = d
         .path()
         .join(tp().dir_name())
@@ -208,22 +208,20 @@ fn a_failed_txnindex_write_takes_the_whole_append_back() {
     let d = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
     let data = txn_batch(0, 7, 0x10, b"k", b"v");
-    let h = BatchHeader::parse(&data, usize::MAX).unwrap();
-    log.append(&data, &[h]).unwrap();
+    log.append(&VerifiedBatches::of(&data)).unwrap();
     log.flush().unwrap();
     assert_eq!(log.last_stable_offset(), 0, "a transaction is open");
     let before = files(d.path());
     // ABORT marker: key {version 0, type 0}, value {version 0, coordinator epoch 1}.
     let abort = txn_batch(1, 7, 0x30, &[0, 0, 0, 0], &[0, 0, 0, 0, 0, 1]);
-    let ha = BatchHeader::parse(&abort, usize::MAX).unwrap();
     arm(Step::TxnIndex, 1);
-    let e = log.append(&abort, &[ha]).unwrap_err();
+    let e = log.append(&VerifiedBatches::of(&abort)).unwrap_err();
     assert!(matches!(e, AppendError::Storage(_)), "{e}");
     assert_eq!(log.log_end_offset(), 1);
     assert_eq!(log.last_stable_offset(), 0, "the transaction is still open");
     log.flush().unwrap();
     assert_eq!(files(d.path()), before, "segment and .txnindex as before");
-    log.append(&abort, &[ha]).unwrap();
+    log.append(&VerifiedBatches::of(&abort)).unwrap();
     assert_eq!(log.last_stable_offset(), 2, "aborted this time");
     log.flush().unwrap();
     let txn = d
@@ -245,8 +243,7 @@ fn recovery_resumed_past_the_recovery_point_keeps_the_aborted_transactions_below
     let mut log = PartitionLog::create(d.path(), &tp(), cfg.clone(), 0, None).unwrap();
     let abort = |base: i64| txn_batch(base, 7, 0x30, &[0, 0, 0, 0], &[0, 0, 0, 0, 0, 1]);
     let append = |log: &mut PartitionLog, b: Vec<u8>| {
-        let h = BatchHeader::parse(&b, usize::MAX).unwrap();
-        log.append(&b, &[h]).unwrap();
+        log.append(&VerifiedBatches::of(&b)).unwrap();
     };
     // Offsets 0..5: a transaction aborted at 1, data, then (unflushed) another at 5..6.
     append(&mut log, txn_batch(0, 7, 0x10, b"k", b"v"));
@@ -284,8 +281,8 @@ fn recovery_resumed_past_the_recovery_point_keeps_the_aborted_transactions_below
 fn a_truncation_failing_after_its_cut_leaves_no_figure_past_the_log_end() {
     let d = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
-    let (b, h) = batches(0, 2);
-    log.append(&b, &h).unwrap();
+    let (b, _) = batches(0, 2);
+    log.append(&VerifiedBatches::of(&b)).unwrap();
     // Offsets 8.. in epoch 4, so that the cut changes the leader-epoch checkpoint.
     let v = [b'v'; 10];
     let recs: Vec<NewRecord<'_>> = (0..8)
@@ -296,8 +293,7 @@ fn a_truncation_failing_after_its_cut_leaves_no_figure_past_the_log_end() {
         })
         .collect();
     let later = build_v2_batch(8, 4, &recs);
-    let hl = BatchHeader::parse(&later, usize::MAX).unwrap();
-    log.append(&later, &[hl]).unwrap();
+    log.append(&VerifiedBatches::of(&later)).unwrap();
     log.update_high_watermark(16);
     log.flush().unwrap();
     log.checkpoint_epochs().unwrap();
@@ -318,8 +314,8 @@ fn a_truncation_failing_after_its_cut_leaves_no_figure_past_the_log_end() {
         log.high_watermark()
     );
     // Appending on from the cut, then flushing, syncs (and claims) the new bytes.
-    let (b2, h2) = batches(8, 2);
-    log.append(&b2, &h2).unwrap();
+    let (b2, _) = batches(8, 2);
+    log.append(&VerifiedBatches::of(&b2)).unwrap();
     log.flush().unwrap();
     assert_eq!(log.recovery_point(), 16);
 }
@@ -334,8 +330,8 @@ fn a_partition_directory_made_whole_or_not_at_all_and_leftovers_of_a_crash_go() 
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
     // A real log, and what a crash left while making another.
     let mut log = PartitionLog::create(d.path(), &tp(), config(1 << 20), 0, None).unwrap();
-    let (b, h) = batches(0, 3);
-    log.append(&b, &h).unwrap();
+    let (b, _) = batches(0, 3);
+    log.append(&VerifiedBatches::of(&b)).unwrap();
     log.flush().unwrap();
     drop(log);
     let leftover = d.path().join(".other-0.creating");

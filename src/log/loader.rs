@@ -311,13 +311,14 @@ fn producer_snapshot_at(dir: &Path, leo: i64) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::log::partition_tests::{batches, cfg, hints, new_log, tp};
+    use crate::record::VerifiedBatches;
 
     #[test]
     fn clean_reload_restores_every_offset() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 2048);
-        let (bytes, headers) = batches(0, 30, 3);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(0, 30, 3);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         log.update_high_watermark(100);
         log.flush().unwrap();
         log.checkpoint_epochs().unwrap();
@@ -341,8 +342,8 @@ mod tests {
     fn recovery_cuts_a_torn_tail_and_rebuilds_indexes() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 2048);
-        let (bytes, headers) = batches(0, 30, 0);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(0, 30, 0);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         log.flush().unwrap();
         let active = log.segments().last().unwrap().log_path().to_path_buf();
         let active_base = log.segments().last().unwrap().base_offset;
@@ -391,8 +392,8 @@ mod tests {
     fn segments_below_the_recovery_point_are_not_scanned_but_the_tail_is() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 2048);
-        let (bytes, headers) = batches(0, 30, 0);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(0, 30, 0);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         log.flush().unwrap();
         let paths: Vec<_> = log
             .segments()
@@ -420,13 +421,13 @@ mod tests {
     fn inside_the_segment_holding_the_recovery_point_only_the_tail_past_it_is_scanned() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 1 << 20);
-        let (bytes, headers) = batches(0, 40, 0);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(0, 40, 0);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         log.flush().unwrap();
         let rp = log.recovery_point();
         assert_eq!(rp, 160);
-        let (more, more_h) = batches(160, 10, 0);
-        log.append(&more, &more_h).unwrap();
+        let (more, _) = batches(160, 10, 0);
+        log.append(&VerifiedBatches::of(&more)).unwrap();
         let seg = log.segments().next().unwrap().log_path().to_path_buf();
         drop(log);
         // A byte flipped well below the recovery point is not looked at (it was fsynced);
@@ -468,8 +469,8 @@ mod tests {
     fn a_recovery_point_past_the_log_end_recovers_every_segment() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 2048);
-        let (bytes, headers) = batches(0, 30, 0);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(0, 30, 0);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         log.flush().unwrap();
         let first = log.segments().next().unwrap().log_path().to_path_buf();
         let n = log.summary().segments;
@@ -491,8 +492,8 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 2048);
-        let (bytes, headers) = batches(0, 30, 0);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(0, 30, 0);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         log.flush().unwrap();
         let paths: Vec<_> = log.segments().map(|s| s.log_path().to_path_buf()).collect();
         let n_segments = paths.len();
@@ -527,10 +528,10 @@ mod tests {
     fn malformed_epoch_checkpoint_is_rebuilt_from_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 1 << 20);
-        let (b1, h1) = batches(0, 2, 2);
-        let (b2, h2) = batches(8, 2, 5);
-        log.append(&b1, &h1).unwrap();
-        log.append(&b2, &h2).unwrap();
+        let (b1, _) = batches(0, 2, 2);
+        let (b2, _) = batches(8, 2, 5);
+        log.append(&VerifiedBatches::of(&b1)).unwrap();
+        log.append(&VerifiedBatches::of(&b2)).unwrap();
         log.flush().unwrap();
         drop(log);
         std::fs::write(
@@ -567,7 +568,7 @@ mod tests {
 #[cfg(test)]
 mod interrupted_truncation_tests {
     use super::*;
-    use crate::record::BatchHeader;
+    use crate::record::VerifiedBatches;
     use crate::record::records::{NewRecord, build_v2_batch};
 
     fn log_with_segments(dir: &Path) -> (Vec<i64>, i64) {
@@ -595,8 +596,7 @@ mod interrupted_truncation_tests {
                     },
                 ],
             );
-            let h = BatchHeader::parse(&b, usize::MAX).unwrap();
-            log.append(&b, &[h]).unwrap();
+            log.append(&VerifiedBatches::of(&b)).unwrap();
         }
         log.flush().unwrap();
         (

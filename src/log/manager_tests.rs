@@ -9,7 +9,7 @@ use crate::fault::{Step, arm_no_space};
 use crate::log::data_dir::DataDir;
 use crate::log::format::segment;
 use crate::log::partition_tests::{batches, cfg};
-use crate::record::BatchHeader;
+use crate::record::VerifiedBatches;
 use crate::record::records::{NewRecord, build_v2_batch};
 
 fn tp(p: i32) -> TopicPartition {
@@ -36,8 +36,8 @@ fn log(logs: &LogManager, p: i32) -> SharedLog {
 fn append(logs: &LogManager, p: i32, count: usize, epoch: i32) -> i64 {
     let shared = log(logs, p);
     let mut l = lock_log(&shared);
-    let (b, h) = batches(l.log_end_offset(), count, epoch);
-    l.append(&b, &h).unwrap();
+    let (b, _) = batches(l.log_end_offset(), count, epoch);
+    l.append(&VerifiedBatches::of(&b)).unwrap();
     l.log_end_offset()
 }
 
@@ -57,8 +57,7 @@ fn append_stamped(logs: &LogManager, p: i32, count: usize, ts: i64) -> i64 {
             })
             .collect();
         let b = build_v2_batch(from, 0, &recs);
-        let h = BatchHeader::parse(&b, usize::MAX).unwrap();
-        l.append(&b, &[h]).unwrap();
+        l.append(&VerifiedBatches::of(&b)).unwrap();
     }
     l.log_end_offset()
 }

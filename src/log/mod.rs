@@ -37,6 +37,7 @@ pub mod repair;
 pub mod resources;
 pub mod touched;
 
+use crate::record::verified::Unfollowable;
 pub use partition::{LogConfig, PartitionLog};
 
 /// Why an append was refused. Callers branch on the kind: data from the leader that cannot
@@ -84,6 +85,15 @@ impl AppendError {
 }
 
 impl std::error::Error for AppendError {}
+
+impl From<Unfollowable> for AppendError {
+    fn from(e: Unfollowable) -> Self {
+        match e {
+            Unfollowable::InvalidData(s) => AppendError::InvalidData(s),
+            Unfollowable::OffsetMismatch(s) => AppendError::OffsetMismatch(s),
+        }
+    }
+}
 
 impl From<anyhow::Error> for AppendError {
     fn from(e: anyhow::Error) -> Self {

@@ -20,7 +20,7 @@ use super::touched::{Marks, Pass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::clock::now_ms;
 use crate::protocol::uuid::Uuid;
-use crate::record::{BatchHeader, check_follows};
+use crate::record::{BatchHeader, VerifiedBatches};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs;
@@ -448,14 +448,14 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Appends verified batches (`bytes` is exactly the concatenation of `headers`), as a
-    /// follower does (Kafka's `appendAsFollower`): the first batch ends at or after the log end
-    /// and starts after the last batch the log holds (so an empty log, or the empty segment a
-    /// skip past lost offsets made, may take a batch that begins before its start), each later
-    /// one after the one before — gaps are fine — and each is written verbatim. Batches that fit in the
-    /// active segment are written with one write; a new segment is named by the base offset of
-    /// its first batch.
-    pub fn append(&mut self, bytes: &[u8], headers: &[BatchHeader]) -> Result<(), AppendError> {
+    /// Appends batches [`crate::record::verified::follow`] verified, as a follower does
+    /// (Kafka's `appendAsFollower`): the first batch ends at or after the log end and starts
+    /// after the last batch the log holds (so an empty log, or the empty segment a skip past
+    /// lost offsets made, may take a batch that begins before its start), and each is written
+    /// verbatim. Batches that fit in the active segment are written with one write; a new
+    /// segment is named by the base offset of its first batch.
+    pub fn append(&mut self, batches: &VerifiedBatches<'_>) -> Result<(), AppendError> {
+        let (bytes, headers) = (batches.bytes(), batches.headers());
         let Some(first) = headers.first() else {
             return Ok(());
         };
@@ -487,15 +487,11 @@ impl PartitionLog {
                 self.tp, first.base_offset, first.last_offset
             )));
         }
-        // From here on bytes may be written (even when a later batch is refused).
+        // From here on bytes may be written (even when a later write fails).
         self.touch(&Pass::ALL);
         let now = now_ms();
         let (mut chunk_start, mut chunk_byte_start, mut pos) = (0usize, 0usize, 0usize);
-        let mut prev_last: Option<i64> = None;
         for (i, h) in headers.iter().enumerate() {
-            check_follows(prev_last, h)
-                .map_err(|e| AppendError::OffsetMismatch(format!("{}: {e}", self.tp)))?;
-            prev_last = Some(h.last_offset);
             if self.should_roll(h, (pos - chunk_byte_start) as u64, now) {
                 self.write_chunk(
                     bytes.get(chunk_byte_start..pos).unwrap_or_default(),
@@ -509,13 +505,6 @@ impl PartitionLog {
                 chunk_byte_start = pos;
             }
             pos += h.size_in_bytes;
-        }
-        if pos != bytes.len() {
-            return Err(AppendError::InvalidData(format!(
-                "{}: {} bytes given for batches of {pos} bytes",
-                self.tp,
-                bytes.len()
-            )));
         }
         self.write_chunk(
             bytes.get(chunk_byte_start..pos).unwrap_or_default(),

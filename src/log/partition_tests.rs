@@ -6,8 +6,9 @@
 use super::loader::{CheckpointHints, load};
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use crate::checkpoint::TopicPartition;
-use crate::record::BatchHeader;
 use crate::record::records::{NewRecord, build_v2_batch};
+use crate::record::verified::follow;
+use crate::record::{BatchHeader, VerifiedBatches};
 use std::path::Path;
 
 /// A log config rolling at `segment_bytes`, with an offset index entry every 300 bytes.
@@ -70,8 +71,7 @@ fn append(log: &mut PartitionLog, from: i64, n: i64) {
                 timestamp: 1,
             }],
         );
-        let h = BatchHeader::parse(&b, usize::MAX).unwrap();
-        log.append(&b, &[h]).unwrap();
+        log.append(&VerifiedBatches::of(&b)).unwrap();
     }
 }
 
@@ -116,8 +116,8 @@ fn a_flush_outside_the_lock_covers_only_what_it_synced() {
 fn one_append_rolls_segments_at_segment_bytes_and_keeps_bytes_verbatim() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = new_log(dir.path(), 2048);
-    let (bytes, headers) = batches(0, 40, 1);
-    log.append(&bytes, &headers).unwrap();
+    let (bytes, _) = batches(0, 40, 1);
+    log.append(&VerifiedBatches::of(&bytes)).unwrap();
     assert_eq!(log.log_end_offset(), 160);
     assert!(log.summary().segments > 3, "{:?}", log.summary());
     for s in log.segments() {
@@ -134,12 +134,20 @@ fn one_append_rolls_segments_at_segment_bytes_and_keeps_bytes_verbatim() {
 fn appends_that_do_not_continue_the_log_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = new_log(dir.path(), 1 << 20);
-    let (bytes, headers) = batches(0, 2, 0);
-    log.append(&bytes, &headers).unwrap();
-    assert!(log.append(&bytes, &headers).is_err(), "same offsets again");
-    let (b2, mut h2) = batches(8, 2, 0);
-    h2.swap(0, 1);
-    assert!(log.append(&b2, &h2).is_err(), "out of order");
+    let (bytes, _) = batches(0, 2, 0);
+    log.append(&VerifiedBatches::of(&bytes)).unwrap();
+    assert!(
+        log.append(&VerifiedBatches::of(&bytes)).is_err(),
+        "same offsets again"
+    );
+    // Batches out of order never become verified batches the log could take.
+    let (b2, h2) = batches(8, 2, 0);
+    let (first, second) = b2.split_at(h2[0].size_in_bytes);
+    let swapped = [second, first].concat();
+    assert!(
+        follow(&tp(), 8, Some(8), i64::MAX, &swapped).is_err(),
+        "out of order"
+    );
     assert_eq!(log.log_end_offset(), 8);
 }
 
@@ -148,7 +156,7 @@ fn truncation_below_the_high_watermark_keeps_the_removed_batches() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = new_log(dir.path(), 2048);
     let (bytes, headers) = batches(0, 30, 0);
-    log.append(&bytes, &headers).unwrap();
+    log.append(&VerifiedBatches::of(&bytes)).unwrap();
     log.update_high_watermark(120);
     log.truncate_to(50, "test").unwrap();
     assert_eq!(
@@ -165,8 +173,8 @@ fn truncation_below_the_high_watermark_keeps_the_removed_batches() {
         bytes[kept..],
         "byte for byte"
     );
-    let (more, mh) = batches(48, 3, 1);
-    log.append(&more, &mh).unwrap();
+    let (more, _) = batches(48, 3, 1);
+    log.append(&VerifiedBatches::of(&more)).unwrap();
     assert_eq!(log.log_end_offset(), 60);
     assert_eq!(log.latest_epoch(), Some(1));
     // Truncating again the same range with other bytes keeps both copies.
@@ -182,8 +190,8 @@ fn truncation_below_the_high_watermark_keeps_the_removed_batches() {
 fn truncation_refuses_negative_offsets_and_below_the_first_segment_empties_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::create(dir.path(), &tp(), cfg(2048), 100, None).unwrap();
-    let (bytes, headers) = batches(100, 10, 0);
-    log.append(&bytes, &headers).unwrap();
+    let (bytes, _) = batches(100, 10, 0);
+    log.append(&VerifiedBatches::of(&bytes)).unwrap();
     log.update_high_watermark(140);
     assert!(log.truncate_to(-1, "test").is_err());
     assert!(log.truncate_to(i64::MIN, "test").is_err());
@@ -209,8 +217,8 @@ fn truncation_refuses_negative_offsets_and_below_the_first_segment_empties_the_l
 fn truncation_above_the_high_watermark_keeps_nothing_aside() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = new_log(dir.path(), 2048);
-    let (bytes, headers) = batches(0, 10, 0);
-    log.append(&bytes, &headers).unwrap();
+    let (bytes, _) = batches(0, 10, 0);
+    log.append(&VerifiedBatches::of(&bytes)).unwrap();
     log.update_high_watermark(20);
     log.truncate_to(24, "test").unwrap();
     assert_eq!(log.log_end_offset(), 24);
@@ -221,15 +229,15 @@ fn truncation_above_the_high_watermark_keeps_nothing_aside() {
 fn a_leader_start_past_the_log_end_keeps_every_batch_and_records_the_loss() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = new_log(dir.path(), 2048);
-    let (bytes, headers) = batches(0, 10, 0);
-    log.append(&bytes, &headers).unwrap();
+    let (bytes, _) = batches(0, 10, 0);
+    log.append(&VerifiedBatches::of(&bytes)).unwrap();
     log.update_high_watermark(40);
     log.skip_lost_upstream(100).unwrap();
     assert_eq!(log.log_end_offset(), 100);
     assert_eq!(log.log_start_offset(), 0);
     assert_eq!(log.lost_upstream(), &[(40, 99)]);
-    let (more, mh) = batches(100, 2, 0);
-    log.append(&more, &mh).unwrap();
+    let (more, _) = batches(100, 2, 0);
+    log.append(&VerifiedBatches::of(&more)).unwrap();
     log.flush().unwrap();
     drop(log);
     let (log, _) = load(dir.path(), &tp(), cfg(2048), hints(Some(108)), true)
@@ -256,8 +264,8 @@ fn log_start_and_retention_delete_whole_segments_only() {
     let mut c = cfg(2048);
     c.retention_bytes = 4096;
     let mut log = PartitionLog::create(dir.path(), &tp(), c, 0, None).unwrap();
-    let (bytes, headers) = batches(0, 30, 0);
-    log.append(&bytes, &headers).unwrap();
+    let (bytes, _) = batches(0, 30, 0);
+    log.append(&VerifiedBatches::of(&bytes)).unwrap();
     log.update_high_watermark(120);
     let second_base = log.segments().nth(1).unwrap().base_offset;
     log.maybe_increment_log_start_offset(second_base + 1)
@@ -298,7 +306,7 @@ fn inactive_segments_keep_their_index_on_disk_only_and_truncation_reads_it_back(
         );
         headers.push(BatchHeader::parse(&b, usize::MAX).unwrap());
         all.extend_from_slice(&b);
-        log.append(&b, &headers[headers.len() - 1..]).unwrap();
+        log.append(&VerifiedBatches::of(&b)).unwrap();
     }
     let n = log.segments().count();
     assert!(n > 3);

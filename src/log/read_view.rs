@@ -558,6 +558,7 @@ mod tests {
     use super::*;
     use crate::log::loader::load;
     use crate::log::partition_tests::{batches, cfg, hints, new_log, tp};
+    use crate::record::VerifiedBatches;
 
     /// A log of several 2 KiB segments: 30 batches of epoch 3 fsynced and their epochs
     /// checkpointed (the recovery point is then 120), then 20 batches of epoch 5 written
@@ -565,12 +566,12 @@ mod tests {
     fn crashed_log() -> (tempfile::TempDir, i64) {
         let dir = tempfile::tempdir().unwrap();
         let mut log = new_log(dir.path(), 2048);
-        let (bytes, headers) = batches(0, 30, 3);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(0, 30, 3);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         let rp = log.flush().unwrap();
         log.checkpoint_epochs().unwrap();
-        let (bytes, headers) = batches(120, 20, 5);
-        log.append(&bytes, &headers).unwrap();
+        let (bytes, _) = batches(120, 20, 5);
+        log.append(&VerifiedBatches::of(&bytes)).unwrap();
         drop(log);
         (dir, rp)
     }

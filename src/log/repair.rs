@@ -651,6 +651,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::TopicPartition;
     use crate::log::loader::{self, CheckpointHints};
+    use crate::record::VerifiedBatches;
     use crate::record::records::{NewRecord, build_v2_batch};
     use std::collections::BTreeMap;
     use std::os::unix::fs::MetadataExt;
@@ -730,8 +731,7 @@ mod tests {
         let mut log = PartitionLog::create(data, &tp(), cfg(), 0, None).unwrap();
         let mut all = Vec::new();
         for b in batches {
-            let h = BatchHeader::parse(b, MAX_BATCH_SIZE).unwrap();
-            log.append(b, &[h]).unwrap();
+            log.append(&VerifiedBatches::of(b)).unwrap();
             all.extend_from_slice(b);
         }
         log.flush().unwrap();

@@ -5,6 +5,8 @@ use std::fmt;
 
 /// Bytes before the `size` field ends: offset INT64 + size INT32.
 pub const LOG_OVERHEAD: usize = 12;
+/// Largest batch accepted from disk or network (Kafka's int32 size field).
+pub const MAX_BATCH_SIZE: usize = i32::MAX as usize;
 pub const MAGIC_OFFSET: usize = 16;
 /// A v2 batch header is 61 bytes; records follow.
 pub const V2_HEADER_SIZE: usize = 61;

@@ -12,7 +12,8 @@
 //!
 //! [`batch`] reads one batch header and verifies its checksum; [`set`] walks a record set
 //! (a fetch response's records or a segment file) batch by batch and tells a partial batch at
-//! the end (normal in fetch responses: fetch it again) from a corrupt one.
+//! the end (normal in fetch responses: fetch it again) from a corrupt one; [`verified`] judges
+//! a fetched set by the follower's rule and is the only maker of the batches a log appends.
 //! The follower stores batches exactly as the leader sent them and never decompresses them;
 //! [`records`] and [`compression`] read inside a batch for the inspection commands only.
 
@@ -20,6 +21,8 @@ pub mod batch;
 pub mod compression;
 pub mod records;
 pub mod set;
+pub mod verified;
 
 pub use batch::{BatchError, BatchHeader};
 pub use set::{BatchIter, SetEnd, check_follows};
+pub use verified::VerifiedBatches;

@@ -30,8 +30,8 @@ use crate::protocol::list_offsets::{self, ListOffsetsPartition};
 use crate::protocol::offset_for_leader_epoch::{self, EpochRequest};
 use crate::protocol::uuid::Uuid;
 use crate::protocol::{ApiKey, RefusedApi, api_versions, metadata, sasl};
-use crate::record::BatchHeader;
 use crate::record::records::{NewRecord, build_v2_batch};
+use crate::record::verified::follow;
 use crate::security::users::Users;
 use crate::security::{SaslMechanism, SaslServerConfig};
 use anyhow::{Context as _, Result};
@@ -132,9 +132,9 @@ pub fn build_data_dir(dir: &Path) -> Result<()> {
     let append = |tp: &TopicPartition, batch: Vec<u8>| -> Result<i64> {
         let shared = logs.get(tp).with_context(|| format!("{tp}: no log"))?;
         let mut log = lock_log(&shared);
-        let h = BatchHeader::parse(&batch, usize::MAX)
-            .map_err(|e| anyhow::anyhow!("{tp}: a built batch does not parse: {e:?}"))?;
-        log.append(&batch, &[h])
+        let built = follow(tp, i64::MIN, None, i64::MAX, &batch)
+            .map_err(|e| anyhow::anyhow!("{tp}: a built batch does not verify: {e:?}"))?;
+        log.append(&built.batches)
             .map_err(|e| anyhow::anyhow!("{tp}: append: {e:?}"))?;
         Ok(log.log_end_offset())
     };

@@ -120,11 +120,15 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         }
         let shared = self.shared.clone();
         let mut map = shared.lock();
-        let checked = self.validate(&mut map, &resp, &requested);
-        if checked.healthy {
-            self.pipeline(&mut map, &checked.ahead);
+        let Validation {
+            validated,
+            ahead,
+            healthy,
+        } = self.validate(&mut map, &resp, &requested);
+        if healthy {
+            self.pipeline(&mut map, &ahead);
         }
-        let mut follow_ups = self.append(&mut map, &resp, &requested, checked.validated);
+        let mut follow_ups = self.append(&mut map, &resp, &requested, validated);
         if full {
             follow_ups.extend(self.left_out(&map, &resp, &requested, frame.version));
         }
@@ -229,12 +233,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     }
 
     /// Step 1: validates each current partition's records once, writing nothing.
-    fn validate(
+    fn validate<'b>(
         &self,
         map: &mut PartitionMap,
-        resp: &FetchResponse<'_>,
+        resp: &FetchResponse<'b>,
         requested: &Requested,
-    ) -> Validation<R::Validated> {
+    ) -> Validation<R::Validated<'b>> {
         let mut checked = Validation {
             validated: BTreeMap::new(),
             ahead: BTreeMap::new(),
@@ -302,12 +306,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
     /// is received on a second thread meanwhile: the socket copy and the page-cache copy of
     /// the same bytes overlap instead of taking turns (the leader keeps sending meanwhile
     /// only as far as the socket buffers reach).
-    fn append(
+    fn append<'b>(
         &mut self,
         map: &mut PartitionMap,
-        resp: &FetchResponse<'_>,
+        resp: &FetchResponse<'b>,
         requested: &Requested,
-        mut validated: BTreeMap<TopicPartition, Result<R::Validated, AppendError>>,
+        mut validated: BTreeMap<TopicPartition, Result<R::Validated<'b>, AppendError>>,
     ) -> Vec<FollowUp> {
         let to_write: usize = resp
             .topics
@@ -439,13 +443,13 @@ struct Appender<'a, R: ReplicaOps> {
 impl<R: ReplicaOps> Appender<'_, R> {
     /// One current partition's part of the response: its outcome, applied at once unless it
     /// needs requests to the leader (then it is returned).
-    fn partition(
+    fn partition<'b>(
         &mut self,
         map: &mut PartitionMap,
         tp: TopicPartition,
         fetch_offset: i64,
-        data: &FetchPartitionResponse<'_>,
-        validated: Option<Result<R::Validated, AppendError>>,
+        data: &FetchPartitionResponse<'b>,
+        validated: Option<Result<R::Validated<'b>, AppendError>>,
     ) -> Option<FollowUp> {
         let leader_epoch = map.get(&tp).map_or(-1, |s| s.current_leader_epoch);
         if data.error.is_ok() && data.high_watermark >= 0 {
@@ -473,13 +477,13 @@ impl<R: ReplicaOps> Appender<'_, R> {
     }
 
     /// What the partition's part of the response means.
-    fn outcome(
+    fn outcome<'b>(
         &mut self,
         map: &mut PartitionMap,
         tp: &TopicPartition,
         fetch_offset: i64,
-        data: &FetchPartitionResponse<'_>,
-        validated: Option<Result<R::Validated, AppendError>>,
+        data: &FetchPartitionResponse<'b>,
+        validated: Option<Result<R::Validated<'b>, AppendError>>,
     ) -> Outcome {
         if let Some(d) = data.diverging_epoch {
             return Outcome::Diverged(d);
@@ -536,13 +540,13 @@ impl<R: ReplicaOps> Appender<'_, R> {
 
     /// Appends what validation accepted: the partition advances, or backs off after the
     /// valid batches when later ones were refused.
-    fn append(
+    fn append<'b>(
         &mut self,
         map: &mut PartitionMap,
         tp: &TopicPartition,
         fetch_offset: i64,
-        data: &FetchPartitionResponse<'_>,
-        validated: Option<Result<R::Validated, AppendError>>,
+        data: &FetchPartitionResponse<'b>,
+        validated: Option<Result<R::Validated<'b>, AppendError>>,
     ) -> Outcome {
         let mut refused = None;
         let appended = match validated {

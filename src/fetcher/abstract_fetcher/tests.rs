@@ -6,6 +6,7 @@ use crate::fetcher::partition_map::FetchStatus;
 use crate::log::AppendError;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::FetchPartitionResponse;
+use crate::record::verified::Followed;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -28,44 +29,35 @@ struct MemReplica {
 }
 
 impl ReplicaOps for MemReplica {
-    type Validated = crate::fetcher::replica_fetcher::ValidatedRecords;
-    fn validate(
+    type Validated<'a> = Followed<'a>;
+    fn validate<'a>(
         &self,
         tp: &TopicPartition,
         fetch_offset: i64,
-        data: &FetchPartitionResponse<'_>,
-    ) -> Result<Self::Validated, AppendError> {
-        let local = crate::fetcher::replica_fetcher::LocalEnd {
-            data_end: (!self.bytes.is_empty()).then_some(self.end),
-        };
-        crate::fetcher::replica_fetcher::validate_fetched(
-            tp,
-            fetch_offset,
-            local,
-            data.high_watermark,
-            data.records,
-        )
+        data: &FetchPartitionResponse<'a>,
+    ) -> Result<Followed<'a>, AppendError> {
+        let data_end = (!self.bytes.is_empty()).then_some(self.end);
+        crate::fetcher::replica_fetcher::validate(tp, fetch_offset, data_end, data)
     }
-    fn append(
+    fn append<'a>(
         &mut self,
         _: &TopicPartition,
         _: i64,
-        v: Self::Validated,
-        data: &FetchPartitionResponse<'_>,
+        v: Followed<'a>,
+        _: &FetchPartitionResponse<'a>,
     ) -> Result<i64, AppendError> {
+        let (bytes, headers) = (v.batches.bytes(), v.batches.headers());
         if self.fail_midway {
             self.fail_midway = false;
-            let first = v.headers[0];
-            let start = v.range.start;
-            self.bytes
-                .extend_from_slice(&data.records[start..start + first.size_in_bytes]);
+            let first = headers[0];
+            self.bytes.extend_from_slice(&bytes[..first.size_in_bytes]);
             self.end = first.last_offset + 1;
             return Err(AppendError::Storage(anyhow::anyhow!(
                 "roll failed after the first batch"
             )));
         }
-        self.bytes.extend_from_slice(&data.records[v.range.clone()]);
-        if let Some(h) = v.headers.last() {
+        self.bytes.extend_from_slice(bytes);
+        if let Some(h) = headers.last() {
             self.end = h.last_offset + 1;
         }
         Ok(self.end)

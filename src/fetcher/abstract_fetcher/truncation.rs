@@ -11,7 +11,7 @@ use crate::fetcher::replica_ops::ReplicaOps;
 use crate::fetcher::shutdownable::ShutdownSignal;
 use crate::protocol::error::ErrorAction;
 use crate::protocol::fetch::DivergingEpoch;
-use anyhow::Result;
+use anyhow::{Result, anyhow};
 use std::time::{Duration, Instant};
 
 /// Whether an error came from the connection (an I/O error in its chain) rather than from
@@ -21,13 +21,17 @@ fn is_transport(e: &anyhow::Error) -> bool {
         .any(|c| c.downcast_ref::<std::io::Error>().is_some())
 }
 
-/// Marks an error as the local log's (not the leader's): the partition is failed.
-#[derive(Debug)]
-struct LocalFailure(&'static str);
+/// Why the local log could not be fitted to the leader's.
+enum FitError {
+    /// The leader's answer, or reaching it: retried.
+    Leader(anyhow::Error),
+    /// The local log's step `what` failed: the partition is failed.
+    Local(&'static str, anyhow::Error),
+}
 
-impl std::fmt::Display for LocalFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed", self.0)
+impl From<anyhow::Error> for FitError {
+    fn from(e: anyhow::Error) -> Self {
+        FitError::Leader(e)
     }
 }
 
@@ -175,11 +179,11 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 );
                 true
             }
-            Err(e) if e.downcast_ref::<LocalFailure>().is_some() => {
-                self.fail(map, tp, &format!("{e:#}"));
+            Err(FitError::Local(what, e)) => {
+                self.fail(map, tp, &format!("{what} failed: {e:#}"));
                 true
             }
-            Err(e) => {
+            Err(FitError::Leader(e)) => {
                 crate::log_warn!("{tp}: OFFSET_OUT_OF_RANGE at {local_end} unresolved: {e:#}");
                 self.close_leader();
                 self.resume_at_log_end(map, tp, local_end);
@@ -201,17 +205,17 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
         local_end: i64,
         unreachable: &mut bool,
         identity_changed: &mut bool,
-    ) -> Result<Option<(i64, &'static str)>> {
+    ) -> Result<Option<(i64, &'static str)>, FitError> {
         let latest = self.leader.fetch_latest_offset(tp, epoch);
         *unreachable = latest.is_err();
         let leader_end = match latest? {
-            Ok(o) if o < 0 => anyhow::bail!("ListOffsets latest answered offset {o}"),
+            Ok(o) if o < 0 => Err(anyhow!("ListOffsets latest answered offset {o}"))?,
             Ok(o) => o,
             Err(code) => {
                 if code.action() == ErrorAction::RefreshMetadata {
                     return Ok(None);
                 }
-                anyhow::bail!("ListOffsets latest answered {code}");
+                Err(anyhow!("ListOffsets latest answered {code}"))?
             }
         };
         if leader_end < local_end {
@@ -224,15 +228,15 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             );
             self.replica
                 .truncate(tp, leader_end, &reason)
-                .map_err(|e| e.context(LocalFailure("truncation")))?;
+                .map_err(|e| FitError::Local("truncation", e))?;
             return Ok(Some((leader_end, "truncated to the leader's end")));
         }
         let earliest = self.leader.fetch_earliest_offset(tp, epoch);
         *unreachable = earliest.is_err();
         let leader_start = match earliest? {
-            Ok(o) if o < 0 => anyhow::bail!("ListOffsets earliest answered offset {o}"),
+            Ok(o) if o < 0 => Err(anyhow!("ListOffsets earliest answered offset {o}"))?,
             Ok(o) => o,
-            Err(code) => anyhow::bail!("ListOffsets earliest answered {code}"),
+            Err(code) => Err(anyhow!("ListOffsets earliest answered {code}"))?,
         };
         if leader_start > local_end {
             if !self.same_identity(map, tp) {
@@ -241,7 +245,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             }
             self.replica
                 .skip_to(tp, leader_start)
-                .map_err(|e| e.context(LocalFailure("skipping past offsets lost upstream")))?;
+                .map_err(|e| FitError::Local("skipping past offsets lost upstream", e))?;
             return Ok(Some((
                 leader_start,
                 "the leader's log now starts above the local end; local data kept",

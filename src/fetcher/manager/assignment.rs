@@ -7,6 +7,7 @@ use super::{
     fetcher_name, log_figures, write_partition_list,
 };
 use crate::checkpoint::TopicPartition;
+use crate::client::cluster::MetadataError;
 use crate::config::{OnTopicRecreated, StartPosition};
 use crate::fetcher::abstract_fetcher::{AbstractFetcher, FetchParams};
 use crate::fetcher::partition_map::{FetchStatus, PartitionFetchState};
@@ -106,7 +107,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
 
     /// One round: refresh metadata, (re)assign partitions, stop idle fetchers. Returns whether
     /// every wanted partition has a fetcher.
-    pub(super) fn reconcile(&mut self) -> Result<bool> {
+    pub(super) fn reconcile(&mut self) -> Result<bool, MetadataError> {
         self.refresh_metadata()?;
         if !self.check_cluster() {
             return Ok(false);

@@ -3,7 +3,7 @@
 
 use super::stop::{StopHandle, TrackedConn};
 use crate::checkpoint::TopicPartition;
-use crate::client::cluster::{self, ClusterMetadata, OffsetAnswer};
+use crate::client::cluster::{self, ClusterMetadata, MetadataError, OffsetAnswer};
 use crate::config::Config;
 use crate::fetcher::broker_endpoint::BrokerEndPoint;
 use crate::fetcher::leader_endpoint::LeaderEndPoint;
@@ -24,7 +24,7 @@ pub type OffsetAnswers = BTreeMap<TopicPartition, std::result::Result<OffsetAnsw
 /// [`BrokerMetadata`]; tests put a scripted cluster here.
 pub trait MetadataSource: Send {
     /// The metadata of `topics`, from any broker that answers.
-    fn metadata(&mut self, topics: &[String]) -> Result<ClusterMetadata>;
+    fn metadata(&mut self, topics: &[String]) -> Result<ClusterMetadata, MetadataError>;
     /// ListOffsets on broker `broker` at `addr`: (partition, current leader epoch,
     /// timestamp -2 earliest / -1 latest / ms) each.
     fn list_offsets(
@@ -83,7 +83,7 @@ impl BrokerMetadata {
 }
 
 impl MetadataSource for BrokerMetadata {
-    fn metadata(&mut self, topics: &[String]) -> Result<ClusterMetadata> {
+    fn metadata(&mut self, topics: &[String]) -> Result<ClusterMetadata, MetadataError> {
         if let Some(conn) = self.conn.as_mut() {
             match conn.get().and_then(|c| cluster::fetch_metadata(c, topics)) {
                 Ok(md) => {
@@ -105,7 +105,7 @@ impl MetadataSource for BrokerMetadata {
         let mut errors = Vec::new();
         for a in &addrs {
             if self.stop.is_stopping() {
-                anyhow::bail!("shutting down");
+                return Err(anyhow::anyhow!("shutting down").into());
             }
             let got = StopHandle::connect(
                 &self.stop,
@@ -127,7 +127,9 @@ impl MetadataSource for BrokerMetadata {
                 Err(e) => errors.push(e),
             }
         }
-        Err(cluster::NoBrokerAnswered { errors }.into())
+        Err(MetadataError::NoBrokerAnswered(cluster::NoBrokerAnswered {
+            errors,
+        }))
     }
 
     fn list_offsets(

@@ -16,15 +16,13 @@
 //! appended meanwhile is not part of it); bytes that vanish under it (a concurrent truncation)
 //! are a read error naming the file.
 
+pub use crate::record::batch::MAX_BATCH_SIZE;
 use crate::record::batch::{CrcCheck, LOG_OVERHEAD, V2_HEADER_SIZE};
 use crate::record::{BatchError, BatchHeader, SetEnd};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-/// Largest batch accepted from disk or network (Kafka's int32 size field).
-pub const MAX_BATCH_SIZE: usize = i32::MAX as usize;
 
 /// Bytes read from the file at a time. Memory per reader: this, plus the bytes of one batch
 /// when a caller asks for a batch longer than it.
