@@ -111,19 +111,17 @@ impl ReplicaOps for ReplicaLogOps {
                 .admit(bytes.len() as u64)
                 .map_err(AppendError::DiskFull)?;
             match log.append(&v.batches) {
-                Err(AppendError::Storage(e)) if crate::log::resources::disk::is_no_space(&e) => {
+                Err(AppendError::DiskFull(why)) => {
                     // The write was cut back to its last whole batch; the disk pauses every
                     // partition of the data dir.
                     self.logs.disk().on_no_space();
-                    return Err(AppendError::DiskFull(format!("{e:#}")));
+                    return Err(AppendError::DiskFull(why));
                 }
-                Err(AppendError::Storage(e))
-                    if crate::log::resources::descriptors::is_exhausted(&e) =>
-                {
+                Err(AppendError::Exhausted(why)) => {
                     // A roll cut back for want of descriptors: the process's limit, not this
                     // partition's storage.
-                    crate::log::resources::descriptors::report(&format!("{tp}: {e:#}"));
-                    return Err(AppendError::Exhausted(format!("{e:#}")));
+                    crate::log::resources::descriptors::report(&format!("{tp}: {why}"));
+                    return Err(AppendError::Exhausted(why));
                 }
                 other => other?,
             }

@@ -17,6 +17,7 @@ use super::data_dir::DataDir;
 use super::identity;
 use super::loader::{self, CheckpointHints};
 use super::partition::{LogConfig, LogSummary, PartitionLog};
+use super::resources::Exhausted;
 use super::resources::disk::DiskSpace;
 use super::touched::{Pass, PerPass, Touched};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
@@ -458,12 +459,12 @@ impl LogManager {
     /// partition's fault), running out of descriptors is said once a minute and retried (the
     /// process's limit, not the partition's storage), anything else fails the partition.
     pub fn storage_error(&self, tp: &TopicPartition, what: &str, e: &anyhow::Error) {
-        if super::resources::disk::is_no_space(e) {
-            self.disk.on_no_space();
-        } else if super::resources::descriptors::is_exhausted(e) {
-            super::resources::descriptors::report(&format!("{tp}: {what}: {e:#}"));
-        } else {
-            self.mark_failed(tp, &format!("{what}: {e:#}"));
+        match Exhausted::of(e) {
+            Some(Exhausted::Disk) => self.disk.on_no_space(),
+            Some(Exhausted::Descriptors) => {
+                super::resources::descriptors::report(&format!("{tp}: {what}: {e:#}"));
+            }
+            None => self.mark_failed(tp, &format!("{what}: {e:#}")),
         }
     }
 

@@ -95,9 +95,15 @@ impl From<Unfollowable> for AppendError {
     }
 }
 
+/// A failed write: out of disk or descriptors (what the caller handles apart), or a
+/// failure of this partition's storage.
 impl From<anyhow::Error> for AppendError {
     fn from(e: anyhow::Error) -> Self {
-        AppendError::Storage(e)
+        match resources::Exhausted::of(&e) {
+            Some(resources::Exhausted::Disk) => AppendError::DiskFull(format!("{e:#}")),
+            Some(resources::Exhausted::Descriptors) => AppendError::Exhausted(format!("{e:#}")),
+            None => AppendError::Storage(e),
+        }
     }
 }
 

@@ -569,7 +569,10 @@ fn fetch_partition(
         Some(&ctx.fds),
     ) {
         Ok(r) => r,
-        Err(e) if crate::log::resources::descriptors::is_exhausted(&e) => {
+        Err(e)
+            if crate::log::resources::Exhausted::of(&e)
+                == Some(crate::log::resources::Exhausted::Descriptors) =>
+        {
             // Out of descriptors (other responses, the daemon's own files): no data this time,
             // and none for the rest of this response; the reader fetches again, without an
             // error to back off on.

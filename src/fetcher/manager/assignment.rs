@@ -17,7 +17,7 @@ use crate::fetcher::shutdownable::ShutdownableThread;
 use crate::log::data_dir::DataDir;
 use crate::log::identity;
 use crate::log::manager::lock_log;
-use crate::log::resources::descriptors;
+use crate::log::resources::{Exhausted, descriptors};
 use crate::protocol::error::ErrorCode;
 use anyhow::{Context, Result, anyhow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -298,7 +298,7 @@ impl<S: MetadataSource, E: EndpointFactory> FetcherManager<S, E> {
                         );
                         states.push((tp, st));
                     }
-                    Err(e) if descriptors::is_exhausted(&e) => {
+                    Err(e) if Exhausted::of(&e) == Some(Exhausted::Descriptors) => {
                         waiting += 1;
                         all_started = false;
                     }

@@ -6,7 +6,6 @@
 //! daemon can create is bounded by the limit: new logs are created only while [`RESERVE`]
 //! descriptors stay free for checkpoints, flushes and connections.
 
-use super::open_files::is_exhausted_io;
 
 /// Descriptors kept free for checkpoint files, index flushes and broker connections.
 pub const RESERVE: u64 = 64;
@@ -52,14 +51,6 @@ pub fn log_budget() -> u64 {
         }
         _ => u64::MAX,
     }
-}
-
-/// Whether `e` (anywhere in its chain) is the descriptor limit: EMFILE or ENFILE.
-pub fn is_exhausted(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(is_exhausted_io)
-    })
 }
 
 /// Says that the limit was reached: with `what` met it and how to raise it at most once a
@@ -126,13 +117,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_limit_and_the_open_count_are_read_and_emfile_is_recognised() {
+    fn the_limit_and_the_open_count_are_read() {
         let limit = soft_limit().expect("Linux reports a limit");
         let open = open_count().unwrap();
         assert!(open > 0 && open < limit, "{open} of {limit}");
-        let e = anyhow::Error::from(std::io::Error::from_raw_os_error(24)).context("opening");
-        assert!(is_exhausted(&e));
-        let other = anyhow::Error::from(std::io::Error::from_raw_os_error(5)).context("opening");
-        assert!(!is_exhausted(&other));
     }
 }

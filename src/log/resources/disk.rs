@@ -152,15 +152,6 @@ impl DiskSpace {
     }
 }
 
-/// Whether an error chain holds an ENOSPC.
-pub fn is_no_space(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
-            io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28)
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

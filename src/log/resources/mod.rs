@@ -5,3 +5,50 @@
 pub mod descriptors;
 pub mod disk;
 pub mod open_files;
+
+/// The resource a local operation ran out of: what callers branch on, since each is handled
+/// apart from a partition's own storage failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhausted {
+    /// The data dir's filesystem (ENOSPC): every partition pauses.
+    Disk,
+    /// The process's file descriptors (EMFILE, ENFILE): said once a minute, retried.
+    Descriptors,
+}
+
+impl Exhausted {
+    /// Which resource the operating system's error under `e` says ran out, if any: the one
+    /// place a log error is classified, where the log hands it out.
+    pub fn of(e: &anyhow::Error) -> Option<Exhausted> {
+        e.chain()
+            .filter_map(|c| c.downcast_ref::<std::io::Error>())
+            .find_map(|io| {
+                if io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28) {
+                    Some(Exhausted::Disk)
+                } else if open_files::is_exhausted_io(io) {
+                    Some(Exhausted::Descriptors)
+                } else {
+                    None
+                }
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enospc_emfile_and_enfile_are_told_apart_from_other_errors() {
+        let of = |code| {
+            Exhausted::of(
+                &anyhow::Error::from(std::io::Error::from_raw_os_error(code)).context("writing"),
+            )
+        };
+        assert_eq!(of(28), Some(Exhausted::Disk));
+        assert_eq!(of(24), Some(Exhausted::Descriptors));
+        assert_eq!(of(23), Some(Exhausted::Descriptors));
+        assert_eq!(of(5), None);
+        assert_eq!(Exhausted::of(&anyhow::anyhow!("no io error")), None);
+    }
+}
