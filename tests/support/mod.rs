@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub const PIP_PACKAGES: [&str; 4] = [
@@ -241,6 +242,14 @@ pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Held by a test that loads the machine (thousands of partitions, a 600 MB segment, an
+/// attack measured by its CPU and memory): each used to run alone as a test binary of its
+/// own, and in `tests/it` they run one at a time.
+pub fn heavy() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub fn bin() -> &'static str {
