@@ -38,21 +38,21 @@ fn repo(path: &str) -> PathBuf {
     support::manifest_dir().join(path)
 }
 
-/// A daemon following `follow` from `bootstrap` with its metrics on a free port: (its
-/// temp dir, the daemon, the metrics address).
-fn daemon(bootstrap: &str, follow: &str) -> (tempfile::TempDir, support::Daemon, String) {
+/// A daemon following what `follow` adds from `bootstrap` with its metrics on a free port:
+/// (its temp dir, the daemon, the metrics address).
+fn daemon(
+    bootstrap: &str,
+    follow: impl FnOnce(support::Config) -> support::Config,
+) -> (tempfile::TempDir, support::Daemon, String) {
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", support::free_port());
-    let cfg = support::write_config(
-        dir.path(),
-        &dir.path().join("data"),
-        bootstrap,
-        follow,
-        &format!(
-            "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n\
-             [metrics]\nlisten = \"{addr}\"\n"
-        ),
-    );
+    let cfg = support::Config::new(&dir.path().join("data"), bootstrap)
+        .apply(follow)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("metrics.listen", addr.as_str())
+        .write(dir.path());
     let d = support::Daemon::start(&cfg);
     (dir, d, addr)
 }
@@ -164,19 +164,17 @@ fn shipped_alert_rules_fire_on_what_real_daemons_export_and_name_only_exported_s
     let mut tansu = support::Leader::start("tansu", 1);
     tansu.create_topic("present", 1);
     tansu.produce("present", 0, 200, "none", 1);
-    let (_h, mut healthy, healthy_addr) =
-        daemon(&tansu.bootstrap, "[[follow]]\ntopic = \"present\"\n");
+    let (_h, mut healthy, healthy_addr) = daemon(&tansu.bootstrap, |c| c.follow("present"));
     let nowhere = format!("127.0.0.1:{}", support::free_port());
-    let (_w, mut wrong, wrong_addr) = daemon(
-        &nowhere,
-        "[[follow]]\ntopic = \"orders\"\npartitions = [0, 1]\n[[follow]]\ntopic = \"events\"\n",
-    );
+    let (_w, mut wrong, wrong_addr) = daemon(&nowhere, |c| {
+        c.follow("orders")
+            .with("partitions", vec![0, 1])
+            .follow("events")
+    });
     let leader = TestLeader::start("present", 1);
     leader.append(0, 100, 10);
-    let (_m, mut missing, missing_addr) = daemon(
-        &leader.addr(),
-        "[[follow]]\ntopic = \"present\"\n[[follow]]\ntopic = \"ghost\"\n",
-    );
+    let (_m, mut missing, missing_addr) =
+        daemon(&leader.addr(), |c| c.follow("present").follow("ghost"));
 
     let caught_up = &[
         ("topic", "present"),

@@ -44,13 +44,9 @@ fn a_data_dir_on_a_read_only_file_system_fails_check_config() {
     let config = |name: &str, data_dir: &Path| {
         let dir = tmp.path().join(name);
         std::fs::create_dir(&dir).unwrap();
-        support::write_config(
-            &dir,
-            data_dir,
-            "127.0.0.1:1",
-            "[[follow]]\ntopic = \"t\"\n",
-            "",
-        )
+        support::Config::new(data_dir, "127.0.0.1:1")
+            .follow("t")
+            .write(&dir)
     };
     // The data dir is the read-only mount itself.
     let cfg = config("existing", &ro);

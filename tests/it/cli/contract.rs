@@ -121,7 +121,8 @@ fn a_second_daemon_on_the_same_data_dir_is_refused() {
 
 #[test]
 fn status_into_a_reader_that_went_away_exits_quietly() {
-    let (_leader, _dir, data) = stopped_replica("piped", 3, "[checkpoint]\ninterval_ms = 100\n");
+    let (_leader, _dir, data) =
+        stopped_replica("piped", 3, |c| c.set("checkpoint.interval_ms", 100));
     for json in [false, true] {
         let mut cmd = std::process::Command::new(support::bin());
         cmd.args(["status", "--data-dir"]).arg(&data);
@@ -144,7 +145,7 @@ fn status_into_a_reader_that_went_away_exits_quietly() {
 
 #[test]
 fn verify_against_a_leader_that_answers_nothing_below_its_high_watermark_does_not_pass() {
-    let (leader, dir, _data) = stopped_replica("quiet", 30, "");
+    let (leader, dir, _data) = stopped_replica("quiet", 30, |c| c);
     let cfg = dir.path().join("follower.toml");
     let c = cfg.to_str().unwrap();
     // A busy leader: two empty answers, then the batches. Asked again, it is compared.
@@ -166,7 +167,8 @@ fn verify_against_a_leader_that_answers_nothing_below_its_high_watermark_does_no
 
 #[test]
 fn status_json_has_the_contract_fields() {
-    let (leader, _dir, data) = stopped_replica("audit", 30, "[checkpoint]\ninterval_ms = 100\n");
+    let (leader, _dir, data) =
+        stopped_replica("audit", 30, |c| c.set("checkpoint.interval_ms", 100));
     let st = support::status(&data);
     let parts = st["partitions"].as_array().expect("partitions array");
     assert_eq!(parts.len(), 1);
@@ -220,7 +222,9 @@ fn sigterm_ends_quickly_while_a_broker_accepts_but_never_answers() {
     });
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(dir.path(), &data, &addr, "[[follow]]\ntopic = \"t\"\n", "");
+    let cfg = support::Config::new(&data, &addr)
+        .follow("t")
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(10), "the daemon to start", || {
         d.log_text().contains("following")
@@ -240,11 +244,11 @@ fn sigterm_ends_quickly_while_a_broker_accepts_but_never_answers() {
 }
 
 /// A stopped replica of partition 0 of `topic`: 300 records in batches of `per_batch`,
-/// followed from the in-process leader with `extra` config until caught up.
+/// followed from the in-process leader, configured further by `tune`, until caught up.
 fn stopped_replica(
     topic: &str,
     per_batch: usize,
-    extra: &str,
+    tune: impl FnOnce(support::Config) -> support::Config,
 ) -> (
     support::test_leader::TestLeader,
     tempfile::TempDir,
@@ -254,8 +258,10 @@ fn stopped_replica(
     leader.append(0, 300, per_batch);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let follow = format!("[[follow]]\ntopic = \"{topic}\"\n");
-    let cfg = support::write_config(dir.path(), &data, &leader.addr(), &follow, extra);
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(topic)
+        .apply(tune)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(20), "catch-up", || {
         support::log_end(&data, topic, 0) == 300
@@ -288,7 +294,7 @@ fn version_and_inspection_edge_cases() {
     assert!(out.starts_with("replica-follower "), "{out}");
 
     let (_leader, _keep, data) =
-        stopped_replica("inspect", 10, "[log]\nindex_interval_bytes = 100\n");
+        stopped_replica("inspect", 10, |c| c.set("log.index_interval_bytes", 100));
     let d = data.to_str().unwrap();
     let (code, out, _) = dump_inspect(d, Some("295"));
     assert_eq!(code, Some(0));
@@ -337,13 +343,9 @@ fn a_new_partition_shows_in_the_checkpoints_without_waiting_for_the_interval() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     // Default checkpoint interval: 5 s.
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        "[[follow]]\ntopic = \"fresh\"\n",
-        "",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow("fresh")
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(10), "the log to be created", || {
         support::partition_status(&data, "fresh", 0).is_some()
@@ -365,13 +367,10 @@ fn verify_against_the_leader_and_repair_check_their_usage_and_name_an_unreachabl
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     // Nothing listens on port 1.
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        "127.0.0.1:1",
-        "[[follow]]\ntopic = \"t\"\n",
-        "[fetch]\nrequest_timeout_ms = 2000\n",
-    );
+    let cfg = support::Config::new(&data, "127.0.0.1:1")
+        .follow("t")
+        .set("fetch.request_timeout_ms", 2000)
+        .write(dir.path());
     let (d, c) = (data.to_str().unwrap(), cfg.to_str().unwrap());
     for args in [
         &["verify", "--against-leader"][..],
@@ -404,7 +403,7 @@ fn verify_against_the_leader_and_repair_check_their_usage_and_name_an_unreachabl
 
 #[test]
 fn verify_against_the_leader_names_a_partition_it_cannot_compare_once() {
-    let (_leader, _dir, data) = stopped_replica("audit", 10, "");
+    let (_leader, _dir, data) = stopped_replica("audit", 10, |c| c);
     // The leader has only partition 0: the local audit-1 has nothing to be compared with.
     std::fs::rename(data.join("audit-0"), data.join("audit-1")).unwrap();
     let cfg = data.parent().unwrap().join("follower.toml");
@@ -429,7 +428,9 @@ fn under_journald_lines_carry_the_priority_instead_of_a_timestamp() {
     leader.append(0, 10, 5);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::topic_config(dir.path(), &data, &leader.addr(), "j", "");
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow("j")
+        .write(dir.path());
     // The file the daemon's stderr goes to stands for the journal stream.
     let log = cfg.with_extension(format!("log.{}", std::process::id()));
     std::fs::write(&log, "").unwrap();
@@ -455,13 +456,9 @@ fn under_journald_lines_carry_the_priority_instead_of_a_timestamp() {
     }
     // Another stream than the journal's: timestamps as usual.
     let dir2 = tempfile::tempdir().unwrap();
-    let cfg2 = support::topic_config(
-        dir2.path(),
-        &dir2.path().join("data"),
-        &leader.addr(),
-        "j",
-        "",
-    );
+    let cfg2 = support::Config::new(&dir2.path().join("data"), &leader.addr())
+        .follow("j")
+        .write(dir2.path());
     let mut d2 = support::Daemon::start_with_env(&cfg2, &[("JOURNAL_STREAM", "1:2")]);
     support::wait_until(Duration::from_secs(10), "started", || {
         d2.log_text().contains("following")

@@ -51,14 +51,13 @@ impl Notify {
 }
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> std::path::PathBuf {
-    support::topic_config(
-        dir,
-        data,
-        &leader.addr(),
-        TOPIC,
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n\
-         [checkpoint]\ninterval_ms = 60000\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("checkpoint.interval_ms", 60000)
+        .write(dir)
 }
 
 /// A daemon following a 20-record partition of the in-process leader, with systemd's
@@ -200,15 +199,14 @@ fn status_with_the_config_lists_followed_partitions_without_a_log_and_missing_to
     let data = dir.path().join("data");
     let leader = TestLeader::start(TOPIC, 1);
     leader.append(0, 10, 5);
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!(
-            "[[follow]]\ntopic = \"{TOPIC}\"\npartitions = [0, 1]\n[[follow]]\ntopic = \"ghost\"\n"
-        ),
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .with("partitions", vec![0, 1])
+        .follow("ghost")
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     let status = || {
         let out = std::process::Command::new(support::bin())
@@ -269,13 +267,12 @@ fn brokers_that_never_answer_do_not_stop_the_watchdog_pings() {
         });
     }
     let dir = tempfile::tempdir().unwrap();
-    let cfg = support::topic_config(
-        dir.path(),
-        &dir.path().join("data"),
-        &addrs.join(","),
-        TOPIC,
-        "[fetch]\nrequest_timeout_ms = 2000\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
-    );
+    let cfg = support::Config::new(&dir.path().join("data"), &addrs.join(","))
+        .follow(TOPIC)
+        .set("fetch.request_timeout_ms", 2000)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .write(dir.path());
     let (mut notify, path) = Notify::bind(dir.path());
     let mut d = support::Daemon::start_with_env(
         &cfg,

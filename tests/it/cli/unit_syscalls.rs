@@ -133,19 +133,20 @@ fn assert_allowed(what: &str, calls: &BTreeSet<String>, allowed: &BTreeSet<Strin
     );
 }
 
-fn config(dir: &Path, data: &Path, leader: &TestLeader, partitions: &str, metrics: &str) {
-    support::write_config(
-        dir,
-        data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\npartitions = {partitions}\n"),
-        &format!(
-            "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\npartition_max_bytes = 2048\n\
-             [log]\nmin_free_bytes = 0\nsegment_bytes = 1024\nretention_bytes = 4096\n\
-             flush_interval_ms = 50\n[checkpoint]\ninterval_ms = 50\n\
-             [metrics]\nlisten = \"{metrics}\"\n"
-        ),
-    );
+fn config(dir: &Path, data: &Path, leader: &TestLeader, partitions: &[i32], metrics: &str) {
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .with("partitions", partitions.to_vec())
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("fetch.partition_max_bytes", 2048)
+        .set("log.min_free_bytes", 0)
+        .set("log.segment_bytes", 1024)
+        .set("log.retention_bytes", 4096)
+        .set("log.flush_interval_ms", 50)
+        .set("checkpoint.interval_ms", 50)
+        .set("metrics.listen", metrics)
+        .write(dir);
 }
 
 #[test]
@@ -163,7 +164,7 @@ fn the_daemon_and_verify_make_only_system_calls_the_units_allow() {
         .local_addr()
         .unwrap()
         .to_string();
-    config(dir.path(), &data, &leader, "[0]", &metrics);
+    config(dir.path(), &data, &leader, &[0], &metrics);
     let cfg = dir.path().join("follower.toml");
     let notify_path = dir.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
@@ -205,7 +206,7 @@ fn the_daemon_and_verify_make_only_system_calls_the_units_allow() {
         &["verify", "--config", cfg.to_str().unwrap()],
     );
 
-    config(dir.path(), &data, &leader, "[0, 1]", &metrics);
+    config(dir.path(), &data, &leader, &[0, 1], &metrics);
     let kill = traced_command(dir.path(), "kill", "/bin/kill", &["-HUP", &pid]);
     let end = leader.log_end(1);
     support::wait_until(

@@ -25,13 +25,12 @@ fn sigkill_and_a_torn_segment_recover_to_an_exact_copy() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     // Flush and checkpoint rarely: at the kill, nothing past the start is claimed durable.
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        "[[follow]]\ntopic = \"ledger\"\n",
-        "[log]\nsegment_bytes = 100000\nflush_interval_ms = 600000\n[checkpoint]\ninterval_ms = 600000\n",
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("ledger")
+        .set("log.segment_bytes", 100000)
+        .set("log.flush_interval_ms", 600000)
+        .set("checkpoint.interval_ms", 600000)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     for p in 0..2 {
         support::wait_until(Duration::from_secs(60), "catch-up", || {

@@ -122,15 +122,14 @@ fn sigkill_while_two_thousand_logs_are_made_leaves_whole_dirs_or_leftovers_and_a
     for p in 0..PARTITIONS {
         leader.append(p, 3, 2);
     }
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n\
-         [log]\nmin_free_bytes = 0\nflush_interval_ms = 200\n\
-         [checkpoint]\ninterval_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("log.flush_interval_ms", 200)
+        .set("checkpoint.interval_ms", 100)
+        .write(dir.path());
     // Killed while the directories are made, then while they are renamed into place.
     let (whole1, creating1) = kill_when(&cfg, &data, 0, any_dirs);
     let before = support::Daemon::logged_so_far(&cfg);

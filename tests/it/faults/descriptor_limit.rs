@@ -56,14 +56,14 @@ fn a_thousand_partitions_under_256_descriptors_wait_calmly_and_follow_once_raise
     for p in 0..PARTITIONS {
         leader.append(p, 3, 3);
     }
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\nmax_open_files = 100000\n\
-         [checkpoint]\ninterval_ms = 200\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("log.max_open_files", 100000)
+        .set("checkpoint.interval_ms", 200)
+        .write(dir.path());
     let mut d = support::Daemon::start_wrapped(&cfg, &[], &["prlimit", "--nofile=256:4096", "--"]);
     support::wait_until(Duration::from_secs(30), "the limit reported", || {
         d.log_text().contains("open-file limit (256")

@@ -54,14 +54,15 @@ fn a_full_disk_pauses_without_tearing_and_resumes_when_space_returns() {
     let data = mnt.join("data");
     let leader = TestLeader::start(TOPIC, 1);
     leader.append(0, 6000, 100); // about 300 KB: more than twice the tmpfs
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\npartition_max_bytes = 16384\n\
-         [log]\nmin_free_bytes = 0\nsegment_bytes = 32768\n[checkpoint]\ninterval_ms = 200\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("fetch.partition_max_bytes", 16384)
+        .set("log.min_free_bytes", 0)
+        .set("log.segment_bytes", 32768)
+        .set("checkpoint.interval_ms", 200)
+        .write(dir.path());
     // systemd's side of the notify protocol: the daemon's STATUS= lines arrive here.
     let sock_path = dir.path().join("notify.sock");
     let notify = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();

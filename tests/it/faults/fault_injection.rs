@@ -13,13 +13,14 @@ fn config(
     data: &std::path::Path,
     leader: &TestLeader,
 ) -> std::path::PathBuf {
-    support::write_config(
-        dir,
-        data,
-        &leader.addr(),
-        "[[follow]]\ntopic = \"faults\"\n",
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 300\npartition_max_bytes = 4096\n[log]\nsegment_bytes = 20000\n[checkpoint]\ninterval_ms = 100\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow("faults")
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 300)
+        .set("fetch.partition_max_bytes", 4096)
+        .set("log.segment_bytes", 20000)
+        .set("checkpoint.interval_ms", 100)
+        .write(dir)
 }
 
 fn assert_same(leader: &TestLeader, data: &std::path::Path, p: i32) {

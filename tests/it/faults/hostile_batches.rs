@@ -21,14 +21,13 @@ use std::time::Duration;
 const TOPIC: &str = "hostile";
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> PathBuf {
-    support::write_config(
-        dir,
-        data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[log]\nflush_interval_ms = 200\n\
-         [checkpoint]\ninterval_ms = 100\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("log.flush_interval_ms", 200)
+        .set("checkpoint.interval_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .write(dir)
 }
 
 /// An uncompressed v2 batch at `base` with records at offset deltas `0..n`, CRC correct.

@@ -66,18 +66,19 @@ fn seed(test: &str) -> u64 {
 fn write_config(rng: &mut Rng, dir: &Path, data: &Path, bootstrap: &str, topic: &str) -> PathBuf {
     let flush = [10, 100, 1000, 600_000][rng.range(0, 4) as usize];
     let checkpoint = [20, 100, 500][rng.range(0, 3) as usize];
-    support::write_config(
-        dir,
-        data,
-        bootstrap,
-        &format!("[[follow]]\ntopic = \"{topic}\"\n"),
-        &format!(
-            "[log]\nsegment_bytes = {}\nflush_interval_ms = {flush}\n\
-             [checkpoint]\ninterval_ms = {checkpoint}\n\
-             [fetch]\nmax_wait_ms = 100\nbackoff_ms = 50\nmax_bytes = 65536\npartition_max_bytes = 65536\n",
-            if topic == TANSU_TOPIC { 16384 } else { 4096 }
-        ),
-    )
+    support::Config::new(data, bootstrap)
+        .follow(topic)
+        .set(
+            "log.segment_bytes",
+            if topic == TANSU_TOPIC { 16384 } else { 4096 },
+        )
+        .set("log.flush_interval_ms", flush)
+        .set("checkpoint.interval_ms", checkpoint)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 50)
+        .set("fetch.max_bytes", 65536)
+        .set("fetch.partition_max_bytes", 65536)
+        .write(dir)
 }
 
 /// One daemon incarnation, and where its lines begin in the shared log file.

@@ -21,13 +21,13 @@ fn follows_a_partition_whose_leader_moves_and_whose_fetches_fail() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        "[[follow]]\ntopic = \"moves\"\n",
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\nfetchers_per_broker = 2\n[checkpoint]\ninterval_ms = 200\n",
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("moves")
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("fetch.fetchers_per_broker", 2)
+        .set("checkpoint.interval_ms", 200)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     for p in 0..2 {
         support::wait_until(Duration::from_secs(60), "first catch-up", || {
@@ -100,14 +100,15 @@ fn a_broker_down_for_30s_logs_a_handful_of_journal_lines() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        "[[follow]]\ntopic = \"outage\"\n",
-        // Short timeouts and backoffs: many retries fit in the outage.
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\nbackoff_max_ms = 2000\nrequest_timeout_ms = 1000\n[checkpoint]\ninterval_ms = 200\n",
-    );
+    // Short timeouts and backoffs: many retries fit in the outage.
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("outage")
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("fetch.backoff_max_ms", 2000)
+        .set("fetch.request_timeout_ms", 1000)
+        .set("checkpoint.interval_ms", 200)
+        .write(dir.path());
     // The file the daemon's stderr goes to stands for the journal stream.
     let log = support::Daemon::log_path_for(&cfg);
     std::fs::write(&log, "").unwrap();

@@ -14,14 +14,13 @@ const TOPIC: &str = "storm";
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> std::path::PathBuf {
-    support::topic_config(
-        dir,
-        data,
-        &leader.addr(),
-        TOPIC,
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n\
-         [checkpoint]\ninterval_ms = 500\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("checkpoint.interval_ms", 500)
+        .write(dir)
 }
 
 fn all_caught_up(data: &Path, leader: &TestLeader, partitions: i32) -> bool {

@@ -165,7 +165,12 @@ fn a_leader_that_does_not_answer_skips_the_hole_check_once_and_the_daemon_goes_o
     let (_dir, data, cfg) = support::follow_until(
         &leader.addr(),
         HUNG,
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\nrequest_timeout_ms = 1000\n[log]\nsegment_bytes = 2048\n",
+        |c| {
+            c.set("fetch.max_wait_ms", 100)
+                .set("fetch.backoff_ms", 200)
+                .set("fetch.request_timeout_ms", 1000)
+                .set("log.segment_bytes", 2048)
+        },
         300,
     );
     let pdir = data.join(format!("{HUNG}-0"));

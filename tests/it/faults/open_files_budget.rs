@@ -90,18 +90,15 @@ fn two_thousand_partitions_follow_under_256_descriptors_and_resume_after_a_resta
         leader.append(p, 4, 2);
     }
     let port = support::free_port();
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        &format!(
-            "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n\
-             [log]\nmin_free_bytes = 0\nflush_interval_ms = 200\n\
-             [checkpoint]\ninterval_ms = 300\n\
-             [serve]\nlisten = \"127.0.0.1:{port}\"\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("log.flush_interval_ms", 200)
+        .set("checkpoint.interval_ms", 300)
+        .set("serve.listen", format!("127.0.0.1:{port}"))
+        .write(dir.path());
     let mut d = start_limited(&cfg);
     let pid = d.pid();
     let (stop, peak) = watch_fds(pid);
@@ -198,13 +195,12 @@ fn two_thousand_partitions_follow_under_256_descriptors_and_resume_after_a_resta
     let chain_dir = dir.path().join("chain");
     std::fs::create_dir_all(&chain_dir).unwrap();
     let chained = chain_dir.join("data");
-    let cfg2 = support::write_config(
-        &chain_dir,
-        &chained,
-        &format!("127.0.0.1:{serve_port}"),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
-    );
+    let cfg2 = support::Config::new(&chained, &format!("127.0.0.1:{serve_port}"))
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .write(&chain_dir);
     let mut c = start_limited(&cfg2);
     support::wait_until(Duration::from_secs(60), "every partition chained", || {
         all_identical(&chained, &leader, 0..PARTITIONS)

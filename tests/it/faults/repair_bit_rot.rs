@@ -120,7 +120,10 @@ fn a_damaged_segment_the_leader_no_longer_holds_is_left_as_it_is_and_repair_exit
     let (_dir, data, cfg) = support::follow_until(
         &leader.addr(),
         TOPIC,
-        "[fetch]\nmax_wait_ms = 100\n[log]\nsegment_bytes = 2048\n",
+        |c| {
+            c.set("fetch.max_wait_ms", 100)
+                .set("log.segment_bytes", 2048)
+        },
         400,
     );
     let cfg_s = cfg.to_str().unwrap();

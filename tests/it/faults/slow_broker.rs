@@ -28,13 +28,13 @@ fn a_dripping_broker_times_out_within_the_request_deadline_with_bounded_memory()
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     // Two fetchers for the one broker: partitions 0 and 1 land on different ones.
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 300\nfetchers_per_broker = 2\nrequest_timeout_ms = 1500\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 300)
+        .set("fetch.fetchers_per_broker", 2)
+        .set("fetch.request_timeout_ms", 1500)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     for p in 0..2 {
         support::wait_until(Duration::from_secs(20), "catch-up", || {

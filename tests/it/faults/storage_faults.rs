@@ -13,15 +13,17 @@ use std::time::Duration;
 const TOPIC: &str = "storage";
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> std::path::PathBuf {
-    support::topic_config(
-        dir,
-        data,
-        &leader.addr(),
-        TOPIC,
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\npartition_max_bytes = 8192\n\
-         [log]\nmin_free_bytes = 0\nsegment_bytes = 20000\nindex_interval_bytes = 512\nflush_interval_ms = 100\n\
-         [checkpoint]\ninterval_ms = 100\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("fetch.partition_max_bytes", 8192)
+        .set("log.min_free_bytes", 0)
+        .set("log.segment_bytes", 20000)
+        .set("log.index_interval_bytes", 512)
+        .set("log.flush_interval_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .write(dir)
 }
 
 fn caught_up(data: &Path, leader: &TestLeader, p: i32) -> bool {

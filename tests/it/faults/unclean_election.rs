@@ -14,14 +14,14 @@ use std::time::Duration;
 const TOPIC: &str = "ue";
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> PathBuf {
-    support::write_config(
-        dir,
-        data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[log]\nsegment_bytes = 4096\nflush_interval_ms = 200\n\
-         [checkpoint]\ninterval_ms = 100\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("log.segment_bytes", 4096)
+        .set("log.flush_interval_ms", 200)
+        .set("checkpoint.interval_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .write(dir)
 }
 
 /// 300 records in batches of 25 (0..299), followed until the replica's HW checkpoint says 300.

@@ -14,15 +14,17 @@ fn verify_in_a_loop_on_a_replica_being_written_raises_no_false_alarm() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let leader = std::sync::Arc::new(TestLeader::start(TOPIC, 2));
-    let cfg = support::topic_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        TOPIC,
-        "[fetch]\nmax_wait_ms = 20\nbackoff_ms = 100\n[log]\nmin_free_bytes = 0\n\
-         segment_bytes = 65536\nretention_bytes = 262144\nindex_interval_bytes = 4096\nflush_interval_ms = 20\n\
-         [checkpoint]\ninterval_ms = 20\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 20)
+        .set("fetch.backoff_ms", 100)
+        .set("log.min_free_bytes", 0)
+        .set("log.segment_bytes", 65536)
+        .set("log.retention_bytes", 262144)
+        .set("log.index_interval_bytes", 4096)
+        .set("log.flush_interval_ms", 20)
+        .set("checkpoint.interval_ms", 20)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let producer = {

@@ -47,7 +47,7 @@ fn replica() -> &'static Replica {
         let data = root.join("data");
         let mut leader = Leader::start("tansu", 1);
         let mut r =
-            support::recreate_followed_topic(&mut leader, &root, &data, TOPIC, PARTITIONS, "");
+            support::recreate_followed_topic(&mut leader, &root, &data, TOPIC, PARTITIONS, |c| c);
         assert_eq!(r.daemon.stop().code(), Some(0), "{}", r.daemon.log_text());
         Replica {
             data,

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 const TOPIC: &str = "shared-name";
 
 fn config(dir: &std::path::Path, data: &std::path::Path, bootstrap: &str) -> std::path::PathBuf {
-    support::write_config(
-        dir,
-        data,
-        bootstrap,
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nflush_interval_ms = 100\n",
-    )
+    support::Config::new(data, bootstrap)
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.flush_interval_ms", 100)
+        .write(dir)
 }
 
 /// The daemon log written since `from` bytes.

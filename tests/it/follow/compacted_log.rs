@@ -32,14 +32,15 @@ fn append_round(leader: &TestLeader, round: i64) {
 }
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> std::path::PathBuf {
-    support::topic_config(
-        dir,
-        data,
-        &leader.addr(),
-        TOPIC,
-        "[log]\nsegment_bytes = 2048\nindex_interval_bytes = 256\nflush_interval_ms = 200\n\
-         [checkpoint]\ninterval_ms = 100\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("log.segment_bytes", 2048)
+        .set("log.index_interval_bytes", 256)
+        .set("log.flush_interval_ms", 200)
+        .set("checkpoint.interval_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .write(dir)
 }
 
 /// (base offset, last offset, record count) of every batch in `bytes`.

@@ -123,7 +123,10 @@ fn dump_records_shows_what_a_consumer_reads_for_every_codec() {
     let (_keep, data, _cfg) = support::follow_until(
         &leader.bootstrap,
         TOPIC,
-        "[fetch]\nmax_wait_ms = 100\n[log]\nsegment_bytes = 8192\n",
+        |c| {
+            c.set("fetch.max_wait_ms", 100)
+                .set("log.segment_bytes", 8192)
+        },
         end,
     );
     let d = data.to_str().unwrap();
@@ -259,7 +262,7 @@ fn abort_and_commit_markers_show_as_markers() {
     leader.append_batch(0, control_batch(8, 77, 2, false, 4, 0));
     leader.append_batch(0, txn_batch(9, 2, 77, 2, 0));
     leader.append_batch(0, control_batch(11, 77, 2, true, 5, 0));
-    let (_keep, data, _cfg) = support::follow_until(&leader.addr(), "txdump", "", 12);
+    let (_keep, data, _cfg) = support::follow_until(&leader.addr(), "txdump", |c| c, 12);
     let (code, out, err) = dump(data.to_str().unwrap(), "txdump", &["--records"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(

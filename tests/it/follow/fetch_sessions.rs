@@ -15,17 +15,13 @@ const TOPIC: &str = "sess";
 const WAIT: Duration = Duration::from_secs(20);
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader, partitions: &[i32]) -> PathBuf {
-    let list: Vec<String> = partitions.iter().map(i32::to_string).collect();
-    support::write_config(
-        dir,
-        data,
-        &leader.addr(),
-        &format!(
-            "[[follow]]\ntopic = \"{TOPIC}\"\npartitions = [{}]\n",
-            list.join(", ")
-        ),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .with("partitions", partitions.to_vec())
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .write(dir)
 }
 
 fn caught_up(data: &Path, leader: &TestLeader, partitions: &[i32]) -> bool {

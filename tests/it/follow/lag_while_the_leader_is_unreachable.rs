@@ -59,15 +59,12 @@ fn a_leader_refusing_connections_shows_the_last_known_lag_never_a_current_zero()
     let leader = TestLeader::start(TOPIC, 1);
     leader.append(0, 40, 5);
     let metrics = format!("127.0.0.1:{}", support::free_port());
-    let cfg = support::topic_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        TOPIC,
-        &format!(
-            "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[metrics]\nlisten = \"{metrics}\"\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("metrics.listen", metrics.to_string())
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(10), "caught up", || {
         let p = partition(&data);

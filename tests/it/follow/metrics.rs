@@ -23,16 +23,14 @@ fn metrics_parse_show_lag_falling_and_counters_growing() {
     let leader = TestLeader::start(TOPIC, 1);
     leader.append(0, 20_000, 50);
     let addr = format!("127.0.0.1:{}", support::free_port());
-    let cfg = support::topic_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        TOPIC,
-        &format!(
-            "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\npartition_max_bytes = 4096\n\
-             [log]\nmin_free_bytes = 0\n[metrics]\nlisten = \"{addr}\"\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("fetch.partition_max_bytes", 4096)
+        .set("log.min_free_bytes", 0)
+        .set("metrics.listen", addr.to_string())
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     let lag_key = format!("replica_follower_lag_records{{partition=0,topic={TOPIC}}}");
     let bytes_key = format!("replica_follower_bytes_appended_total{{partition=0,topic={TOPIC}}}");

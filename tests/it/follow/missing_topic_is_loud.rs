@@ -16,16 +16,15 @@ fn a_topic_missing_on_the_leader_shows_in_metrics_and_status() {
     let leader = TestLeader::start("present", 1);
     leader.append(0, 100, 10);
     let addr = format!("127.0.0.1:{}", support::free_port());
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        "[[follow]]\ntopic = \"present\"\npartitions = [0, 7]\n[[follow]]\ntopic = \"ghost\"\n",
-        &format!(
-            "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n\
-             [metrics]\nlisten = \"{addr}\"\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow("present")
+        .with("partitions", vec![0, 7])
+        .follow("ghost")
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("metrics.listen", addr.to_string())
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(10), "the endpoint", || {
         std::net::TcpStream::connect(&addr).is_ok()

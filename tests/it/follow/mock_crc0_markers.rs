@@ -50,13 +50,13 @@ fn a_crc0_marker_stops_its_partition_and_only_it() {
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nflush_interval_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.flush_interval_ms", 100)
+        .write(dir.path());
     let mut d = Daemon::start(&cfg);
     support::wait_until(
         Duration::from_secs(30),

@@ -16,13 +16,10 @@ fn keeps_every_batch_when_the_leaders_log_start_moved_past_its_end() {
     let end = leader.produce("trim", 0, 1000, "none", 1).1 + 1;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        "[[follow]]\ntopic = \"trim\"\n",
-        "[fetch]\nbackoff_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("trim")
+        .set("fetch.backoff_ms", 100)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(30), "catch-up", || {
         support::log_end(&data, "trim", 0) == end
@@ -83,13 +80,12 @@ fn the_leaders_deleted_records_stay_in_the_local_log() {
     let end = leader.produce("keep", 0, 1000, "lz4", 3).1 + 1;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        "[[follow]]\ntopic = \"keep\"\n",
-        "[fetch]\nbackoff_ms = 100\nmax_wait_ms = 100\n[checkpoint]\ninterval_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("keep")
+        .set("fetch.backoff_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(30), "catch-up", || {
         support::log_end(&data, "keep", 0) == end

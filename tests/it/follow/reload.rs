@@ -12,14 +12,14 @@ use std::time::Duration;
 
 const TOPIC: &str = "hup";
 
-fn write(dir: &Path, data: &Path, leader: &TestLeader, partitions: &str) -> std::path::PathBuf {
-    support::write_config(
-        dir,
-        data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\npartitions = {partitions}\n"),
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n",
-    )
+fn write(dir: &Path, data: &Path, leader: &TestLeader, partitions: &[i32]) -> std::path::PathBuf {
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .with("partitions", partitions.to_vec())
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .write(dir)
 }
 
 fn caught_up(data: &Path, leader: &TestLeader, p: i32) -> bool {
@@ -44,7 +44,7 @@ fn sighup_adds_and_removes_partitions_and_refuses_a_broken_config() {
     let sock_path = dir.path().join("notify.sock");
     let notify = UnixDatagram::bind(&sock_path).unwrap();
     notify.set_nonblocking(true).unwrap();
-    let cfg = write(dir.path(), &data, &leader, "[0]");
+    let cfg = write(dir.path(), &data, &leader, &[0]);
     let mut d =
         support::Daemon::start_with_env(&cfg, &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())]);
     support::wait_until(Duration::from_secs(10), "partition 0", || {
@@ -53,7 +53,7 @@ fn sighup_adds_and_removes_partitions_and_refuses_a_broken_config() {
     assert!(!data.join(format!("{TOPIC}-1")).exists());
 
     // Follow 1 instead of 0.
-    write(dir.path(), &data, &leader, "[1]");
+    write(dir.path(), &data, &leader, &[1]);
     hup(&d);
     support::wait_until(
         Duration::from_secs(10),

@@ -14,13 +14,13 @@ fn follow(
     start: &str,
 ) -> (support::Daemon, std::path::PathBuf) {
     let data = dir.join("data");
-    let cfg = support::write_config(
-        dir,
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"s\"\nstart = {start}\n"),
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 100\n[checkpoint]\ninterval_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow("s")
+        .with("start", start)
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .write(dir);
     (support::Daemon::start(&cfg), data)
 }
 
@@ -29,7 +29,7 @@ fn start_latest_begins_at_the_leaders_end() {
     let leader = TestLeader::start("s", 1);
     leader.append(0, 100, 10);
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, data) = follow(dir.path(), &leader, "\"latest\"");
+    let (mut d, data) = follow(dir.path(), &leader, "latest");
     support::wait_until(Duration::from_secs(20), "the log to be created", || {
         support::partition_status(&data, "s", 0).is_some()
     });
@@ -51,11 +51,7 @@ fn start_at_a_timestamp_begins_at_the_first_record_at_or_after_it() {
     leader.append(0, 100, 10);
     let dir = tempfile::tempdir().unwrap();
     // Record 45 has timestamp FIRST_TIMESTAMP + 45; it sits in the batch 40..49.
-    let (mut d, data) = follow(
-        dir.path(),
-        &leader,
-        &format!("\"{}\"", FIRST_TIMESTAMP + 45),
-    );
+    let (mut d, data) = follow(dir.path(), &leader, &(FIRST_TIMESTAMP + 45).to_string());
     support::wait_until(Duration::from_secs(20), "catch-up", || {
         support::log_end(&data, "s", 0) == 100
     });
@@ -87,7 +83,7 @@ fn an_old_leader_without_fetch_v12_is_reconciled_with_offset_for_leader_epoch() 
     leader.set_fetch_versions(4, 11);
     leader.append(0, 300, 25);
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, data) = follow(dir.path(), &leader, "\"earliest\"");
+    let (mut d, data) = follow(dir.path(), &leader, "earliest");
     support::wait_until(Duration::from_secs(20), "catch-up", || {
         support::log_end(&data, "s", 0) == 300
     });
@@ -96,7 +92,7 @@ fn an_old_leader_without_fetch_v12_is_reconciled_with_offset_for_leader_epoch() 
     // While the follower is down, the leader loses offsets 200.. and a new epoch writes others.
     leader.truncate_and_bump_epoch(0, 200);
     leader.append(0, 150, 25);
-    let (mut d, data) = follow(dir.path(), &leader, "\"earliest\"");
+    let (mut d, data) = follow(dir.path(), &leader, "earliest");
     support::wait_until(Duration::from_secs(20), "the new history", || {
         support::local_log_bytes(&data, &TopicPartition::new("s", 0)) == leader.log_bytes(0)
     });
@@ -118,7 +114,7 @@ fn sigterm_ends_quickly_while_offset_for_leader_epoch_hangs() {
         leader.append(p, 100, 20);
     }
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, data) = follow(dir.path(), &leader, "\"earliest\"");
+    let (mut d, data) = follow(dir.path(), &leader, "earliest");
     for p in 0..3 {
         support::wait_until(Duration::from_secs(20), "catch-up", || {
             support::log_end(&data, "s", p) == 100
@@ -129,13 +125,12 @@ fn sigterm_ends_quickly_while_offset_for_leader_epoch_hangs() {
     // never answers: the fetcher waits under its partition-map lock. Partition 3 does not
     // exist, so the manager keeps refreshing every backoff and soon blocks on that lock too.
     leader.silence_api(Some(23));
-    let cfg = support::write_config(
-        dir.path(),
-        &dir.path().join("data"),
-        &leader.addr(),
-        "[[follow]]\ntopic = \"s\"\npartitions = [0, 1, 2, 3]\n",
-        "[fetch]\nmax_wait_ms = 50\nbackoff_ms = 100\n",
-    );
+    let cfg = support::Config::new(&dir.path().join("data"), &leader.addr())
+        .follow("s")
+        .with("partitions", vec![0, 1, 2, 3])
+        .set("fetch.max_wait_ms", 50)
+        .set("fetch.backoff_ms", 100)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(20), "the fetcher to connect", || {
         d.log_text().contains("connected to broker")
@@ -156,7 +151,7 @@ fn retrying_a_failing_list_offsets_does_not_leak_connections() {
     leader.append(0, 10, 5);
     leader.close_on_api(Some(2)); // ListOffsets: the connection is closed, every time
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, _) = follow(dir.path(), &leader, "\"earliest\"");
+    let (mut d, _) = follow(dir.path(), &leader, "earliest");
     let pid = d.pid();
     let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |r| r.count());
     support::wait_until(Duration::from_secs(10), "retries to begin", || {

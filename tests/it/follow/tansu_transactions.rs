@@ -34,13 +34,14 @@ fn transactions_are_replicated_byte_for_byte_markers_included() {
     let tp = TopicPartition::new(TOPIC, 0);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.segment_bytes", 16384)
+        .set("log.flush_interval_ms", 100)
+        .write(dir.path());
 
     leader.produce(TOPIC, 0, 120, "none", 1);
     let mut d = Daemon::start(&cfg);

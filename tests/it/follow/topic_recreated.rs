@@ -58,7 +58,7 @@ fn follow_fresh_topic(
     dir: &Path,
     data: &Path,
     per_partition: usize,
-    extra_follow: &str,
+    tune: impl FnOnce(support::Config) -> support::Config,
 ) -> Daemon {
     leader.create_topic(TOPIC, PARTITIONS);
     let mut ends = Vec::new();
@@ -70,13 +70,15 @@ fn follow_fresh_topic(
                 + 1,
         );
     }
-    let cfg = support::write_config(
-        dir,
-        data,
-        &leader.bootstrap,
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n{extra_follow}"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n",
-    );
+    let cfg = support::Config::new(data, &leader.bootstrap)
+        .follow(TOPIC)
+        .apply(tune)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.segment_bytes", 16384)
+        .set("log.flush_interval_ms", 100)
+        .write(dir);
     let d = Daemon::start(&cfg);
     for p in 0..PARTITIONS {
         let want = ends[p as usize];
@@ -109,7 +111,7 @@ fn a_recreated_topic_archives_the_old_history_intact_and_follows_the_new_one() {
     let mut leader = Leader::start("tansu", 1);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut d = follow_fresh_topic(&mut leader, dir.path(), &data, 500, "");
+    let mut d = follow_fresh_topic(&mut leader, dir.path(), &data, 500, |c| c);
     let old_id = leader.topic_id(TOPIC).unwrap();
 
     let mut old_trees = Vec::new();
@@ -240,13 +242,9 @@ fn on_topic_recreated_stop_keeps_the_old_data_in_place() {
     let mut leader = Leader::start("tansu", 1);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut d = follow_fresh_topic(
-        &mut leader,
-        dir.path(),
-        &data,
-        400,
-        "on_topic_recreated = \"stop\"\n",
-    );
+    let mut d = follow_fresh_topic(&mut leader, dir.path(), &data, 400, |c| {
+        c.with("on_topic_recreated", "stop")
+    });
     let old_id = leader.topic_id(TOPIC).unwrap();
     let before: Vec<_> = (0..PARTITIONS)
         .map(|p| support::hash_tree(&data.join(format!("{TOPIC}-{p}"))))
@@ -336,7 +334,7 @@ fn a_topic_recreated_past_the_replica_end_never_mixes_into_the_old_history() {
     let mut leader = Leader::start("tansu", 1);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut d = follow_fresh_topic(&mut leader, dir.path(), &data, 5, "");
+    let mut d = follow_fresh_topic(&mut leader, dir.path(), &data, 5, |c| c);
     let before: Vec<Vec<u8>> = (0..PARTITIONS)
         .map(|p| support::local_log_bytes(&data, &TopicPartition::new(TOPIC, p)))
         .collect();

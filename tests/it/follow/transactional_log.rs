@@ -18,14 +18,14 @@ const TOPIC: &str = "txn";
 type Entry = (i64, i64, i64, i64);
 
 fn config(dir: &Path, data: &Path, leader: &TestLeader) -> PathBuf {
-    support::write_config(
-        dir,
-        data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[log]\nsegment_bytes = 1024\nflush_interval_ms = 200\n\
-         [checkpoint]\ninterval_ms = 100\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("log.segment_bytes", 1024)
+        .set("log.flush_interval_ms", 200)
+        .set("checkpoint.interval_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .write(dir)
 }
 
 fn be_i64(b: &[u8], at: usize) -> i64 {
@@ -217,14 +217,14 @@ fn recovery_after_a_crash_rebuilds_a_lost_txnindex_exactly() {
     // Never fsync on its own — neither a flush nor a checkpoint (which flushes first) comes
     // due — so at the kill the recovery point is still 0, and the next start scans every
     // segment, however long the checks before the kill take.
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[log]\nsegment_bytes = 1024\nflush_interval_ms = 600000\n\
-         [checkpoint]\ninterval_ms = 600000\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("log.segment_bytes", 1024)
+        .set("log.flush_interval_ms", 600000)
+        .set("checkpoint.interval_ms", 600000)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     wait_caught_up(&leader, &data, "catch-up");
     assert_state(&leader, &data, &aborted, 62, "catch-up");
@@ -268,13 +268,12 @@ fn verify_finds_a_txnindex_entry_that_disagrees_with_the_log() {
     leader.append(0, 2, 2);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[checkpoint]\ninterval_ms = 100\n",
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     support::wait_until(Duration::from_secs(20), "catch-up", || {
         support::log_end(&data, TOPIC, 0) == leader.log_end(0)

@@ -14,15 +14,14 @@ fn a_wrong_broker_address_shows_in_metrics_and_status() {
     let data = dir.path().join("data");
     let nowhere = format!("127.0.0.1:{}", support::free_port());
     let addr = format!("127.0.0.1:{}", support::free_port());
-    let cfg = support::write_config(
-        dir.path(),
-        &data,
-        &nowhere,
-        "[[follow]]\ntopic = \"orders\"\npartitions = [0, 1]\n[[follow]]\ntopic = \"events\"\n",
-        &format!(
-            "[fetch]\nbackoff_ms = 200\n[log]\nmin_free_bytes = 0\n[metrics]\nlisten = \"{addr}\"\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &nowhere)
+        .follow("orders")
+        .with("partitions", vec![0, 1])
+        .follow("events")
+        .set("fetch.backoff_ms", 200)
+        .set("log.min_free_bytes", 0)
+        .set("metrics.listen", addr.to_string())
+        .write(dir.path());
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -24,7 +24,11 @@ const USER: &str = "replica";
 const PASSWORD: &str = "pw-Replica-91c4e";
 const WRONG: &str = "pw-Wrong-5d0a7";
 const MECHANISMS: [&str; 3] = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"];
-const QUICK: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\nbackoff_max_ms = 1000\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n";
+
+/// The TLS tests' quick settings, with backoffs capped at 1 s.
+fn quick(c: support::Config) -> support::Config {
+    super::tls::quick(c).set("fetch.backoff_max_ms", 1000)
+}
 
 /// `check-config`, `status --config` and `status --config --json` on `cfg`: each must
 /// succeed; their output goes into `logs`.
@@ -66,13 +70,11 @@ fn a_replica_over_sasl_plaintext_is_byte_identical_with_each_mechanism() {
         let dir = tmp.path().join(mech);
         std::fs::create_dir_all(&dir).unwrap();
         let data = dir.join("data");
-        let cfg = support::topic_config(
-            &dir,
-            &data,
-            &proxy.addr,
-            &topic,
-            &format!("{}{QUICK}", sasl_plaintext(mech, USER, &pw)),
-        );
+        let cfg = support::Config::new(&data, &proxy.addr)
+            .follow(&topic)
+            .apply(|c| sasl_plaintext(c, mech, USER, &pw))
+            .apply(quick)
+            .write(&dir);
         let daemon = Daemon::start_with_env(&cfg, &[("RF_LOG", "debug")]);
         followers.push(Follower {
             topic,
@@ -138,13 +140,11 @@ fn re_authentication_before_the_session_lifetime_keeps_the_connections_open() {
     leader.create_topic("reauth", 1);
     let mut end = leader.produce("reauth", 0, 100, "none", 1).1 + 1;
     let data = tmp.path().join("data");
-    let cfg = support::topic_config(
-        tmp.path(),
-        &data,
-        &proxy.addr,
-        "reauth",
-        &format!("{}{QUICK}", sasl_plaintext("SCRAM-SHA-512", USER, &pw)),
-    );
+    let cfg = support::Config::new(&data, &proxy.addr)
+        .follow("reauth")
+        .apply(|c| sasl_plaintext(c, "SCRAM-SHA-512", USER, &pw))
+        .apply(quick)
+        .write(tmp.path());
     let mut d = Daemon::start_with_env(&cfg, &[("RF_LOG", "debug")]);
     wait_until(Duration::from_secs(30), "catch-up over SASL", || {
         log_end(&data, "reauth", 0) == end
@@ -205,13 +205,11 @@ fn refused_at_start(
     std::fs::create_dir_all(dir).unwrap();
     let pw = password_file(dir, "pw", password);
     let data = dir.join("data");
-    let cfg = support::topic_config(
-        dir,
-        &data,
-        &bootstrap.join(","),
-        "t",
-        &format!("{}{QUICK}", sasl_plaintext(mechanism, USER, &pw)),
-    );
+    let cfg = support::Config::new(&data, &bootstrap.join(","))
+        .follow("t")
+        .apply(|c| sasl_plaintext(c, mechanism, USER, &pw))
+        .apply(quick)
+        .write(dir);
     let started = Instant::now();
     let log = support::assert_refused_at_start(&cfg, &data, bootstrap, |b| {
         let mut all = vec![format!("broker {b}")];
@@ -313,16 +311,15 @@ fn a_password_refused_while_running_is_retried_with_backoff_never_in_a_loop() {
     leader.create_topic("rotate", 1);
     let end = leader.produce("rotate", 0, 100, "none", 1).1 + 1;
     let data = tmp.path().join("data");
-    let cfg = support::topic_config(
-        tmp.path(),
-        &data,
-        &addr,
-        "rotate",
-        &format!(
-            "{}[fetch]\nmax_wait_ms = 100\nbackoff_ms = 500\nbackoff_max_ms = 4000\n[checkpoint]\ninterval_ms = 200\n[log]\nflush_interval_ms = 100\n",
-            sasl_plaintext("SCRAM-SHA-256", USER, &pw)
-        ),
-    );
+    let cfg = support::Config::new(&data, &addr)
+        .follow("rotate")
+        .apply(|c| sasl_plaintext(c, "SCRAM-SHA-256", USER, &pw))
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 500)
+        .set("fetch.backoff_max_ms", 4000)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.flush_interval_ms", 100)
+        .write(tmp.path());
     let mut d = Daemon::start(&cfg);
     wait_until(Duration::from_secs(30), "catch-up over SASL", || {
         log_end(&data, "rotate", 0) == end
@@ -382,13 +379,11 @@ fn a_password_file_readable_by_others_is_a_bad_configuration() {
     std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();
     let data = tmp.path().join("data");
     let nowhere = format!("127.0.0.1:{}", support::free_port());
-    let cfg = support::topic_config(
-        tmp.path(),
-        &data,
-        &nowhere,
-        "t",
-        &format!("{}{QUICK}", sasl_plaintext("PLAIN", USER, &pw)),
-    );
+    let cfg = support::Config::new(&data, &nowhere)
+        .follow("t")
+        .apply(|c| sasl_plaintext(c, "PLAIN", USER, &pw))
+        .apply(quick)
+        .write(tmp.path());
     let c = cfg.to_str().unwrap();
     let mut logs = Logs::default();
     for cmd in ["check-config", "run"] {

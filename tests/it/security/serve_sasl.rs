@@ -108,21 +108,6 @@ fn add_user_from_stdin(users: &Path, user: &str, password: &str) -> String {
     text
 }
 
-/// A config serving `data` (a replica of `topic` from `bootstrap`) on `listen` with `serve`
-/// lines (protocol, files) added to `[serve]`.
-fn serve_config(dir: &Path, data: &Path, bootstrap: &str, topic: &str, serve: &str) -> PathBuf {
-    let cfg = dir.join("serve.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{}\"\nbootstrap_servers = [\"{bootstrap}\"]\n[[follow]]\ntopic = \"{topic}\"\n[serve]\n{serve}",
-            data.display()
-        ),
-    )
-    .expect("write serve config");
-    cfg
-}
-
 /// clients.py consume of partition 0 of `topic` at `bootstrap` with librdkafka settings
 /// `conf`, for at most `timeout` seconds (spawned, so several can run at once).
 fn spawn_consumer(bootstrap: &str, topic: &str, conf: &Value, timeout: u32) -> Child {
@@ -166,18 +151,13 @@ fn serve_over_sasl_ssl_admits_scram_clients_and_refuses_the_rest() {
     logs.add("users file", std::fs::read_to_string(&users).unwrap());
 
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = serve_config(
-        tmp.path(),
-        &data,
-        &leader.bootstrap,
-        "served",
-        &format!(
-            "listen = \"{listen}\"\nprotocol = \"SASL_SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\nsasl_users_file = \"{}\"\n",
-            pki.path("server.pem").display(),
-            pki.path("server.key").display(),
-            users.display()
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("served")
+        .set("serve.listen", listen.as_str())
+        .set("serve.protocol", "SASL_SSL")
+        .apply(|c| pki.server_files(c))
+        .set("serve.sasl_users_file", users.display().to_string())
+        .write(tmp.path());
     let serve = Serve::start(&cfg, &listen);
 
     // confluent-kafka over SASL_SSL with SCRAM-SHA-512: every record, as Tansu serves it.
@@ -265,17 +245,22 @@ fn serve_over_sasl_ssl_admits_scram_clients_and_refuses_the_rest() {
     std::fs::create_dir_all(&b).unwrap();
     let b_data = b.join("data");
     let chain_pw = password_file(&b, "pw", CHAIN_PW);
-    let b_cfg = support::topic_config(
-        &b,
-        &b_data,
-        &listen,
-        "served",
-        &format!(
-            "[security]\nprotocol = \"SASL_SSL\"\nssl_ca_file = \"{}\"\nsasl_mechanism = \"SCRAM-SHA-256\"\nsasl_username = \"chain\"\nsasl_password_file = \"{}\"\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 4096\nflush_interval_ms = 100\n",
-            ca.display(),
-            chain_pw.display()
-        ),
-    );
+    let b_cfg = support::Config::new(&b_data, &listen)
+        .follow("served")
+        .set("security.protocol", "SASL_SSL")
+        .set("security.ssl_ca_file", ca.display().to_string())
+        .set("security.sasl_mechanism", "SCRAM-SHA-256")
+        .set("security.sasl_username", "chain")
+        .set(
+            "security.sasl_password_file",
+            chain_pw.display().to_string(),
+        )
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.segment_bytes", 4096)
+        .set("log.flush_interval_ms", 100)
+        .write(&b);
     let mut d = Daemon::start_with_env(&b_cfg, &[("RF_LOG", "debug")]);
     wait_until(
         Duration::from_secs(30),
@@ -332,16 +317,12 @@ fn a_sasl_plaintext_listener_answers_only_sasl_before_authentication() {
     let mut logs = Logs::default();
     logs.add("add-user", add_user(&users, "raw", &["SCRAM-SHA-256"], &pw));
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = serve_config(
-        tmp.path(),
-        &data,
-        &leader.bootstrap,
-        "raw",
-        &format!(
-            "listen = \"{listen}\"\nprotocol = \"SASL_PLAINTEXT\"\nsasl_users_file = \"{}\"\n",
-            users.display()
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("raw")
+        .set("serve.listen", listen.as_str())
+        .set("serve.protocol", "SASL_PLAINTEXT")
+        .set("serve.sasl_users_file", users.display().to_string())
+        .write(tmp.path());
     let serve = Serve::start(&cfg, &listen);
     let connect = || BrokerConnection::connect(&listen, "raw-test", 1 << 20);
 

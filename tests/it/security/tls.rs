@@ -18,7 +18,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const QUICK: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n";
+/// Short fetch waits and backoffs, frequent checkpoints, small segments.
+pub(super) fn quick(c: support::Config) -> support::Config {
+    c.set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.segment_bytes", 16384)
+        .set("log.flush_interval_ms", 100)
+}
 
 fn client_security(pki: &Pki, client_cert: bool) -> Arc<ClientSecurity> {
     let (cert, key) = if client_cert {
@@ -74,13 +81,11 @@ fn a_replica_of_tansu_over_tls_is_byte_identical() {
         end = leader.produce("tls", 0, 300, codec, i as u64).1 + 1;
     }
     let data = tmp.path().join("data");
-    let cfg = support::topic_config(
-        tmp.path(),
-        &data,
-        &term.addr,
-        "tls",
-        &format!("{}{QUICK}", pki.security("")),
-    );
+    let cfg = support::Config::new(&data, &term.addr)
+        .follow("tls")
+        .apply(|c| pki.security(c))
+        .apply(quick)
+        .write(tmp.path());
     let mut d = Daemon::start(&cfg);
     wait_until(Duration::from_secs(30), "catch-up over TLS", || {
         log_end(&data, "tls", 0) == end
@@ -125,13 +130,11 @@ fn a_replica_of_the_mock_cluster_over_tls_is_byte_identical() {
     }
     let bootstrap: Vec<&str> = terms.iter().map(|t| t.addr.as_str()).collect();
     let data = tmp.path().join("data");
-    let cfg = support::topic_config(
-        tmp.path(),
-        &data,
-        &bootstrap.join(","),
-        "tlsmock",
-        &format!("{}{QUICK}", pki.security("")),
-    );
+    let cfg = support::Config::new(&data, &bootstrap.join(","))
+        .follow("tlsmock")
+        .apply(|c| pki.security(c))
+        .apply(quick)
+        .write(tmp.path());
     let mut d = Daemon::start(&cfg);
     wait_until(Duration::from_secs(30), "catch-up over TLS", || {
         (0..2).all(|p| log_end(&data, "tlsmock", p) == ends[p as usize])
@@ -158,15 +161,13 @@ fn a_replica_of_the_mock_cluster_over_tls_is_byte_identical() {
 
 /// Starts the daemon against `bootstrap` (terminators that refuse it) and asserts it exits 1
 /// at start-up with one ERROR per broker containing every one of `says`, and wrote no data.
-fn refused_at_start(tmp: &Path, pki: &Pki, bootstrap: &[&str], more: &str, says: &[&str]) {
+fn refused_at_start(tmp: &Path, pki: &Pki, bootstrap: &[&str], says: &[&str]) {
     let data = tmp.join("data");
-    let cfg = support::topic_config(
-        tmp,
-        &data,
-        &bootstrap.join(","),
-        "t",
-        &format!("{}{QUICK}", pki.security(more)),
-    );
+    let cfg = support::Config::new(&data, &bootstrap.join(","))
+        .follow("t")
+        .apply(|c| pki.security(c))
+        .apply(quick)
+        .write(tmp);
     support::assert_refused_at_start(&cfg, &data, bootstrap, |b| {
         let mut all = vec![format!("broker {b}: ")];
         all.extend(says.iter().map(|s| s.to_string()));
@@ -193,7 +194,6 @@ fn certificate_refusals_at_start_up_exit_1_naming_broker_subject_and_what_to_che
         &dir,
         &pki,
         &addrs,
-        "",
         &[
             "TLS handshake failed: its certificate (subject CN=rogue, issued by CN=Other CA)",
             &format!("is not signed by a CA in `ssl_ca_file` `{ca}`"),
@@ -207,7 +207,6 @@ fn certificate_refusals_at_start_up_exit_1_naming_broker_subject_and_what_to_che
         &dir,
         &pki,
         &[&wrong.addr],
-        "",
         &[
             "its certificate (subject CN=wrong.example, issued by CN=Test CA)",
             "is not valid for `127.0.0.1`, the host connected to (it is for wrong.example)",
@@ -221,7 +220,6 @@ fn certificate_refusals_at_start_up_exit_1_naming_broker_subject_and_what_to_che
         &dir,
         &pki,
         &[&mtls.addr],
-        "",
         &[
             "the broker requires a client certificate",
             "set `ssl_cert_file` and `ssl_key_file` in [security]",
@@ -237,13 +235,11 @@ fn a_certificate_refused_while_running_is_an_error_retried_with_backoff() {
     leader.create_topic("swap", 1);
     let end = leader.produce("swap", 0, 100, "none", 1).1 + 1;
     let data = tmp.path().join("data");
-    let cfg = support::topic_config(
-        tmp.path(),
-        &data,
-        &term.addr,
-        "swap",
-        &format!("{}{QUICK}", pki.security("")),
-    );
+    let cfg = support::Config::new(&data, &term.addr)
+        .follow("swap")
+        .apply(|c| pki.security(c))
+        .apply(quick)
+        .write(tmp.path());
     let mut d = Daemon::start_with_env(&cfg, &[("RF_LOG", "debug")]);
     wait_until(Duration::from_secs(30), "catch-up over TLS", || {
         log_end(&data, "swap", 0) == end
@@ -279,22 +275,28 @@ fn a_certificate_refused_while_running_is_an_error_retried_with_backoff() {
     );
 }
 
-/// A daemon following `topic` from `bootstrap` into `dir/data` with `extra` configuration
-/// after the topic: its data dir and the daemon.
-fn follower(dir: &Path, bootstrap: &str, topic: &str, extra: &str) -> (PathBuf, Daemon) {
+/// A daemon following `topic` from `bootstrap` into `dir/data`, configured further by
+/// `tune`: its data dir and the daemon.
+fn follower(
+    dir: &Path,
+    bootstrap: &str,
+    topic: &str,
+    tune: impl FnOnce(support::Config) -> support::Config,
+) -> (PathBuf, Daemon) {
     std::fs::create_dir_all(dir).unwrap();
     let data = dir.join("data");
-    let cfg = support::topic_config(dir, &data, bootstrap, topic, extra);
+    let cfg = support::Config::new(&data, bootstrap)
+        .follow(topic)
+        .apply(tune)
+        .write(dir);
     (data, Daemon::start(&cfg))
 }
 
 /// `[serve]` over TLS on `listen` with the test PKI's server certificate.
-fn tls_serve_section(pki: &Pki, listen: &str) -> String {
-    format!(
-        "[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
-        pki.path("server.pem").display(),
-        pki.path("server.key").display()
-    )
+fn tls_serve(c: support::Config, pki: &Pki, listen: &str) -> support::Config {
+    pki.server_files(c)
+        .set("serve.listen", listen)
+        .set("serve.protocol", "SSL")
 }
 
 #[test]
@@ -306,12 +308,9 @@ fn the_serve_listener_speaks_tls_to_a_chained_follower_and_confluent_kafka() {
     let end = leader.produce("chain", 0, 400, "snappy", 3).1 + 1;
     // Follower A: plaintext from Tansu, serving over TLS.
     let listen = format!("127.0.0.1:{}", free_port());
-    let (a_data, mut a) = follower(
-        &tmp.path().join("a"),
-        &leader.bootstrap,
-        "chain",
-        &format!("{QUICK}{}", tls_serve_section(&pki, &listen)),
-    );
+    let (a_data, mut a) = follower(&tmp.path().join("a"), &leader.bootstrap, "chain", |c| {
+        tls_serve(quick(c), &pki, &listen)
+    });
     wait_until(Duration::from_secs(30), "A to catch up", || {
         log_end(&a_data, "chain", 0) == end
     });
@@ -324,12 +323,9 @@ fn the_serve_listener_speaks_tls_to_a_chained_follower_and_confluent_kafka() {
     );
     assert!(e.contains("it is a TLS listener"), "{e}");
     // Follower B: over TLS from A's listener.
-    let (b_data, mut b) = follower(
-        &tmp.path().join("b"),
-        &listen,
-        "chain",
-        &format!("{}{QUICK}", pki.security("")),
-    );
+    let (b_data, mut b) = follower(&tmp.path().join("b"), &listen, "chain", |c| {
+        quick(pki.security(c))
+    });
     wait_until(Duration::from_secs(30), "B to catch up over TLS", || {
         log_end(&b_data, "chain", 0) == end
     });
@@ -365,19 +361,14 @@ fn serve_with_client_certificates_required_refuses_a_client_without_one() {
     let (_dir, data, _cfg, end) = support::stopped_replica_of(&mut leader, "mtls", 2);
     // `serve --config`: the data dir and [serve] from a daemon configuration.
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = tmp.path().join("serve.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{}\"\nbootstrap_servers = [\"{}\"]\n[[follow]]\ntopic = \"mtls\"\n[serve]\nlisten = \"{listen}\"\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\nssl_client_ca_file = \"{}\"\n",
-            data.display(),
-            leader.bootstrap,
-            pki.path("server.pem").display(),
-            pki.path("server.key").display(),
-            pki.path("ca.pem").display()
-        ),
-    )
-    .unwrap();
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("mtls")
+        .apply(|c| tls_serve(c, &pki, &listen))
+        .set(
+            "serve.ssl_client_ca_file",
+            pki.path("ca.pem").display().to_string(),
+        )
+        .write(tmp.path());
     let mut serve = ServeGuard::start(&cfg, &listen);
     let connect = |with_cert: bool| {
         BrokerConnection::connect_secured(
@@ -453,27 +444,15 @@ fn the_tls_listener_sends_ranges_larger_than_its_chunk_byte_for_byte() {
         "partitions": 1, "count": 600, "value_size": 10_000, "batch_records": 50}));
     let end = r["ends"][0].as_i64().expect("end");
     let listen = format!("127.0.0.1:{}", free_port());
-    let (a_data, mut a) = follower(
-        &tmp.path().join("a"),
-        &leader.bootstrap,
-        "big",
-        &format!(
-            "[log]\nsegment_bytes = 8388608\n{}",
-            tls_serve_section(&pki, &listen)
-        ),
-    );
+    let (a_data, mut a) = follower(&tmp.path().join("a"), &leader.bootstrap, "big", |c| {
+        tls_serve(c.set("log.segment_bytes", 8388608), &pki, &listen)
+    });
     wait_until(Duration::from_secs(30), "A to catch up", || {
         log_end(&a_data, "big", 0) == end
     });
-    let (b_data, mut b) = follower(
-        &tmp.path().join("b"),
-        &listen,
-        "big",
-        &format!(
-            "{}[fetch]\npartition_max_bytes = 1048576\n",
-            pki.security("")
-        ),
-    );
+    let (b_data, mut b) = follower(&tmp.path().join("b"), &listen, "big", |c| {
+        pki.security(c).set("fetch.partition_max_bytes", 1048576)
+    });
     wait_until(Duration::from_secs(30), "B to catch up over TLS", || {
         log_end(&b_data, "big", 0) == end
     });
@@ -500,18 +479,11 @@ fn a_tls_client_dripping_bytes_is_closed_at_the_listeners_deadlines() {
     let mut leader = Leader::start("tansu", 1);
     let (_dir, data, _cfg, _end) = support::stopped_replica_of(&mut leader, "drip", 1);
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = tmp.path().join("serve.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{}\"\nbootstrap_servers = [\"{}\"]\n[[follow]]\ntopic = \"drip\"\n[serve]\nlisten = \"{listen}\"\nidle_timeout_ms = 1500\nprotocol = \"SSL\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
-            data.display(),
-            leader.bootstrap,
-            pki.path("server.pem").display(),
-            pki.path("server.key").display(),
-        ),
-    )
-    .unwrap();
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow("drip")
+        .apply(|c| tls_serve(c, &pki, &listen))
+        .set("serve.idle_timeout_ms", 1500)
+        .write(tmp.path());
     let mut serve = ServeGuard::start(&cfg, &listen);
     // Sends `bytes` one every 100 ms until the listener closes; how long that took.
     let drip = |sock: &mut std::net::TcpStream, bytes: &[u8]| -> Duration {

@@ -69,17 +69,15 @@ fn after_kill9_and_the_leader_gone_every_whole_batch_is_served_and_no_torn_tail(
     let listen = format!("127.0.0.1:{}", support::free_port());
     // Nothing is fsynced or checkpointed before the kill: the checkpoints keep what the
     // start wrote, and every fetched batch lies past the recovery point.
-    let cfg = support::topic_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        TOPIC,
-        &format!(
-            "[log]\nsegment_bytes = 65536\nflush_interval_ms = 3600000\n\
-             [checkpoint]\ninterval_ms = 3600000\n\
-             [fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[serve]\nlisten = \"{listen}\"\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.bootstrap)
+        .follow(TOPIC)
+        .set("log.segment_bytes", 65536)
+        .set("log.flush_interval_ms", 3600000)
+        .set("checkpoint.interval_ms", 3600000)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("serve.listen", listen.to_string())
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     let from_leader = support::caught_up_records(&leader.bootstrap, &data, TOPIC, &ends);
     d.kill9();

@@ -16,14 +16,9 @@ fn the_daemons_listener_serves_an_archived_history_made_while_it_runs() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let listen = format!("127.0.0.1:{}", support::free_port());
-    let mut r = support::recreate_followed_topic(
-        &mut leader,
-        dir.path(),
-        &data,
-        TOPIC,
-        1,
-        &format!("[serve]\nlisten = \"{listen}\"\n"),
-    );
+    let mut r = support::recreate_followed_topic(&mut leader, dir.path(), &data, TOPIC, 1, |c| {
+        c.set("serve.listen", listen.as_str())
+    });
     let name = format!("{TOPIC}.{}.archived", r.old_id);
 
     let md = support::clients_py(&["metadata", "--bootstrap", &listen]);

@@ -24,7 +24,10 @@ fn a_chained_follower_fetches_in_a_session_and_recovers_when_it_is_evicted() {
         fetch_session::serving(
             &leader,
             TOPIC,
-            "max_fetch_sessions = 1\nfollower_addresses = [\"127.0.0.1\"]\n",
+            |c| {
+                c.set("serve.max_fetch_sessions", 1)
+                    .set("serve.follower_addresses", vec!["127.0.0.1"])
+            },
         );
     let caught_up = |data: &std::path::Path| {
         (0..PARTITIONS).all(|p| log_end(data, TOPIC, i64::from(p)) == leader.log_end(p))
@@ -35,13 +38,12 @@ fn a_chained_follower_fetches_in_a_session_and_recovers_when_it_is_evicted() {
     });
     let tmp = tempfile::tempdir().unwrap();
     let b_data = tmp.path().join("data");
-    let b_cfg = support::topic_config(
-        tmp.path(),
-        &b_data,
-        &addr,
-        TOPIC,
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[checkpoint]\ninterval_ms = 100\n",
-    );
+    let b_cfg = support::Config::new(&b_data, &addr)
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .write(tmp.path());
     let mut b = Daemon::start(&b_cfg);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !(caught_up(&a_data) && caught_up(&b_data)) {

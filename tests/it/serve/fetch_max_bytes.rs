@@ -32,8 +32,9 @@ fn a_fetch_asking_for_everything_gets_at_most_serve_fetch_max_bytes() {
         "the partition holds {} bytes",
         log.len()
     );
-    let (_dir, _data, addr, mut d) =
-        fetch_session::serving(&leader, TOPIC, &format!("fetch_max_bytes = {CEILING}\n"));
+    let (_dir, _data, addr, mut d) = fetch_session::serving(&leader, TOPIC, |c| {
+        c.set("serve.fetch_max_bytes", CEILING as i64)
+    });
     let mut conn = fetch_session::connect(&addr);
     fetch_session::wait_for_high_watermarks(&mut conn, &leader, TOPIC, &[0]);
     let id = Uuid(leader.topic_id());

@@ -30,7 +30,7 @@
 
 use crate::support;
 use crate::support::hostile::{self, Attackers, Monitor, Producer, Sample, Tail};
-use crate::support::{Daemon, Leader};
+use crate::support::{Config, Daemon, Leader};
 use replica_follower::protocol::ApiKey;
 use replica_follower::protocol::codec::Reader;
 use replica_follower::protocol::error::ErrorCode;
@@ -101,18 +101,22 @@ struct Fixture {
 
 impl Fixture {
     /// Tansu with `preload` records in `hostile-0` (about 200 bytes each), a daemon with
-    /// `serve` lines in `[serve]` (and `issue19` ones unless [`old_config`]) caught up with
-    /// it, the producer and the consumer running; the daemon's address space limited.
-    fn start(serve: &str, issue19: &str, preload: usize) -> Fixture {
+    /// `serve` settings (and `issue19` ones unless [`old_config`]) caught up with it, the
+    /// producer and the consumer running; the daemon's address space limited.
+    fn start(
+        serve: impl FnOnce(Config) -> Config,
+        issue19: impl FnOnce(Config) -> Config,
+        preload: usize,
+    ) -> Fixture {
         Fixture::start_with_segments(serve, issue19, preload, 1 << 20)
     }
 
     /// [`Fixture::start`] with segments of `segment_bytes`.
     fn start_with_segments(
-        serve: &str,
-        issue19: &str,
+        serve: impl FnOnce(Config) -> Config,
+        issue19: impl FnOnce(Config) -> Config,
         preload: usize,
-        segment_bytes: u64,
+        segment_bytes: i64,
     ) -> Fixture {
         let mut leader = Leader::start("tansu", 1);
         leader.create_topic(TOPIC, 1);
@@ -128,18 +132,21 @@ impl Fixture {
         let addr: SocketAddr = format!("127.0.0.1:{}", support::free_port())
             .parse()
             .expect("address");
-        let keys = if old_config() { "" } else { issue19 };
-        let cfg = support::topic_config(
-            dir.path(),
-            &data,
-            &leader.bootstrap,
-            TOPIC,
-            &format!(
-                "[log]\nsegment_bytes = {segment_bytes}\nflush_interval_ms = 100\n\
-                 [checkpoint]\ninterval_ms = 200\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n\
-                 [serve]\nlisten = \"{addr}\"\n{serve}\n{keys}\n"
-            ),
-        );
+        let cfg = Config::new(&data, &leader.bootstrap)
+            .follow(TOPIC)
+            .set("log.segment_bytes", segment_bytes)
+            .set("log.flush_interval_ms", 100)
+            .set("checkpoint.interval_ms", 200)
+            .set("fetch.max_wait_ms", 100)
+            .set("fetch.backoff_ms", 100)
+            .set("serve.listen", addr.to_string())
+            .apply(serve);
+        let cfg = if old_config() {
+            cfg
+        } else {
+            cfg.apply(issue19)
+        }
+        .write(dir.path());
         // MALLOC_ARENA_MAX: glibc reserves 64 MiB of address space per malloc arena, up to 8
         // per core, as threads first allocate; two arenas keep that reservation small and
         // fixed, so that the address-space limit measures memory used, not arenas reserved.
@@ -568,8 +575,8 @@ fn assert_none(what: &str, failures: &[String]) {
 }
 
 /// The `[serve]` keys of the attacks on memory, descriptors and CPU.
-fn budget_keys() -> String {
-    format!("max_memory_bytes = {MAX_MEMORY}\n")
+fn budget_keys(c: Config) -> Config {
+    c.set("serve.max_memory_bytes", MAX_MEMORY as i64)
 }
 
 fn resource_attack(name: &str, preload: usize, count: usize, request: Vec<u8>, hold: Duration) {
@@ -580,14 +587,14 @@ fn resource_attack(name: &str, preload: usize, count: usize, request: Vec<u8>, h
 fn resource_attack_on(
     name: &str,
     preload: usize,
-    segment_bytes: u64,
+    segment_bytes: i64,
     count: usize,
     request: Vec<u8>,
     hold: Duration,
 ) {
     let mut f = Fixture::start_with_segments(
-        &format!("max_connections = {MAX_CONNECTIONS}"),
-        &budget_keys(),
+        |c| c.set("serve.max_connections", MAX_CONNECTIONS as i64),
+        budget_keys,
         preload,
         segment_bytes,
     );
@@ -659,8 +666,8 @@ fn a_fetch_repeating_one_partition_gets_one_answer_within_the_ceiling() {
     let _heavy = support::heavy();
     // About 4 MB in the partition, each item asking for up to 8 MiB.
     let mut f = Fixture::start(
-        "",
-        &format!("fetch_max_bytes = {FETCH_MAX_BYTES}\n"),
+        |c| c,
+        |c| c.set("serve.fetch_max_bytes", FETCH_MAX_BYTES as i64),
         20_000,
     );
     let mut failures = Vec::new();
@@ -710,7 +717,7 @@ fn a_fetch_repeating_one_partition_gets_one_answer_within_the_ceiling() {
 #[test]
 fn sasl_on_a_plaintext_listener_is_answered_illegal_sasl_state() {
     let _heavy = support::heavy();
-    let mut f = Fixture::start("", "", 0);
+    let mut f = Fixture::start(|c| c, |c| c, 0);
     let mut failures = Vec::new();
     let mut s = TcpStream::connect(f.addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -750,7 +757,7 @@ fn fetch_v12(isolation_level: i8) -> Vec<u8> {
 #[test]
 fn an_invalid_isolation_level_is_answered_invalid_request() {
     let _heavy = support::heavy();
-    let mut f = Fixture::start("", "", 0);
+    let mut f = Fixture::start(|c| c, |c| c, 0);
     let mut failures = Vec::new();
     let mut s = TcpStream::connect(f.addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -817,7 +824,7 @@ fn an_invalid_isolation_level_is_answered_invalid_request() {
 #[test]
 fn a_client_dripping_a_request_is_closed_by_the_idle_timeout() {
     let _heavy = support::heavy();
-    let mut f = Fixture::start("idle_timeout_ms = 2000", "", 0);
+    let mut f = Fixture::start(|c| c.set("serve.idle_timeout_ms", 2000), |c| c, 0);
     let mut failures = Vec::new();
     let request = hostile::api_versions();
     let mut s = TcpStream::connect(f.addr).expect("connect");
@@ -900,8 +907,8 @@ fn only_configured_followers_evict_consumer_sessions() {
     let _heavy = support::heavy();
     let trusted = Ipv4Addr::new(127, 0, 0, 3);
     let mut f = Fixture::start(
-        "max_fetch_sessions = 1",
-        &format!("follower_addresses = [\"{trusted}\"]\n"),
+        |c| c.set("serve.max_fetch_sessions", 1),
+        |c| c.set("serve.follower_addresses", vec![trusted.to_string()]),
         0,
     );
     let mut failures = Vec::new();
@@ -949,10 +956,12 @@ const PER_IP: usize = 64;
 fn idle_sockets_from_one_address_do_not_lock_out_another() {
     let _heavy = support::heavy();
     let metrics = format!("127.0.0.1:{}", support::free_port());
-    // The [metrics] table comes after the [serve] keys, last in the file.
     let mut f = Fixture::start(
-        "max_connections = 256",
-        &format!("max_connections_per_ip = {PER_IP}\n[metrics]\nlisten = \"{metrics}\"\n"),
+        |c| c.set("serve.max_connections", 256),
+        |c| {
+            c.set("serve.max_connections_per_ip", PER_IP as i64)
+                .set("metrics.listen", metrics.as_str())
+        },
         0,
     );
     let mut failures = Vec::new();

@@ -19,7 +19,7 @@ const TOPIC: &str = "isolation";
 #[test]
 fn an_invalid_isolation_level_is_invalid_request() {
     let leader = fetch_session::leader_of(TOPIC, 2, 50, 5);
-    let (_dir, _data, addr, mut d) = fetch_session::serving(&leader, TOPIC, "");
+    let (_dir, _data, addr, mut d) = fetch_session::serving(&leader, TOPIC, |c| c);
     let mut conn = fetch_session::connect(&addr);
     fetch_session::wait_for_high_watermarks(&mut conn, &leader, TOPIC, &[0, 1]);
     let id = Uuid(leader.topic_id());

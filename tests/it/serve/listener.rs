@@ -92,18 +92,20 @@ fn list_offset(conn: &mut BrokerConnection, version: i16, timestamp: i64) -> (i6
 }
 
 fn serve_config(dir: &Path, data: &Path, leader: &TestLeader, port: u16) -> std::path::PathBuf {
-    support::topic_config(
-        dir,
-        data,
-        &leader.addr(),
-        TOPIC,
-        &format!(
-            "[log]\nsegment_bytes = 4096\nindex_interval_bytes = 512\nflush_interval_ms = 100\n\
-             [checkpoint]\ninterval_ms = 100\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n\
-             [serve]\nlisten = \"127.0.0.1:{port}\"\nnode_id = 7\nmax_connections = 8\n\
-             max_request_bytes = 65536\nidle_timeout_ms = 3000\n"
-        ),
-    )
+    support::Config::new(data, &leader.addr())
+        .follow(TOPIC)
+        .set("log.segment_bytes", 4096)
+        .set("log.index_interval_bytes", 512)
+        .set("log.flush_interval_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("serve.listen", format!("127.0.0.1:{port}"))
+        .set("serve.node_id", 7)
+        .set("serve.max_connections", 8)
+        .set("serve.max_request_bytes", 65536)
+        .set("serve.idle_timeout_ms", 3000)
+        .write(dir)
 }
 
 /// A leader holding `records` in batches of `per_batch`, and a daemon following it with

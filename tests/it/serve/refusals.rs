@@ -329,16 +329,13 @@ fn writes_groups_and_admin_are_refused_with_kafka_errors() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let port = support::free_port();
-    let cfg = support::topic_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        TOPIC,
-        &format!(
-            "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n\
-             [serve]\nlisten = \"127.0.0.1:{port}\"\nnode_id = 7\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("serve.listen", format!("127.0.0.1:{port}"))
+        .set("serve.node_id", 7)
+        .write(dir.path());
     let mut d = support::Daemon::start(&cfg);
     let end = leader.log_end(0);
     support::wait_until(Duration::from_secs(30), "catch-up", || {

@@ -75,7 +75,7 @@ fn lo(partition: i32, timestamp: i64) -> ListOffsetsPartition {
 #[test]
 fn repeated_partitions_are_answered_as_kafka_answers_them() {
     let leader = fetch_session::leader_of(TOPIC, 3, 200, 2);
-    let (_dir, _data, addr, mut d) = fetch_session::serving(&leader, TOPIC, "");
+    let (_dir, _data, addr, mut d) = fetch_session::serving(&leader, TOPIC, |c| c);
     let mut conn = fetch_session::connect(&addr);
     fetch_session::wait_for_high_watermarks(&mut conn, &leader, TOPIC, &[0, 1, 2]);
     let id = Uuid(leader.topic_id());

@@ -26,7 +26,10 @@ fn a_full_cache_evicts_per_kafkas_policy_and_evicted_clients_recover() {
         fetch_session::serving(
             &leader,
             TOPIC,
-            "max_fetch_sessions = 2\nfollower_addresses = [\"127.0.0.1\"]\n",
+            |c| {
+                c.set("serve.max_fetch_sessions", 2)
+                    .set("serve.follower_addresses", vec!["127.0.0.1"])
+            },
         );
     let id = Uuid(leader.topic_id());
     let v = 12;

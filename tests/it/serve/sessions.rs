@@ -24,7 +24,7 @@ fn incremental_fetches_answer_only_what_changed_and_session_errors_are_kafkas() 
     let t0 = Instant::now();
     let leader = fetch_session::leader_of(TOPIC, PARTITIONS, 20, 4);
     let (_dir, data, addr, mut d) =
-        fetch_session::serving(&leader, TOPIC, "max_fetch_sessions = 4\n");
+        fetch_session::serving(&leader, TOPIC, |c| c.set("serve.max_fetch_sessions", 4));
     let all: Vec<i32> = (0..PARTITIONS).collect();
     let id = Uuid(leader.topic_id());
     let req = |parts: &[(i32, i64)], forgotten: &[i32], session: i32, epoch: i32, wait: i32| {
