@@ -53,7 +53,7 @@ const FRESH_DEBIAN_12_DIRS: &[&str] = &[
 const BASE_PASSWD: &str = "/usr/share/base-passwd";
 
 /// The line right before the block in the README.
-const MARKER: &str = "<!-- install-block: tests/install_block.rs runs the lines of this block into a temporary root -->";
+const MARKER: &str = "<!-- install-block: tests/it/cli/install_block.rs runs the lines of this block into a temporary root -->";
 
 /// The brokers and topic the `editor` step writes in.
 const BROKERS: &str = "kafka-1.example.net:9092";
@@ -219,7 +219,7 @@ fn translate(words: &[&str], root: &Path, tree: &Path) -> Result<Option<String>,
         }
         _ => panic!(
             "the install block has a command this test does not know how to run in a \
-             temporary root: `{}`; teach tests/install_block.rs what it does",
+             temporary root: `{}`; teach tests/it/cli/install_block.rs what it does",
             words.join(" ")
         ),
     }

@@ -1,4 +1,5 @@
-//! The command line, the shipped files (units, man page, example config, alert rules) and the README checked against the binary and the sources.
+//! The command line, the shipped files (units, man page, example config, alert rules) and the
+//! README checked against the binary and the sources.
 
 mod alert_rules;
 mod bad_input;

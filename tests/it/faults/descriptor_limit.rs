@@ -1,9 +1,9 @@
 //! Out of file descriptors: 1,000 partitions under an open-file limit of 256, with
 //! `log.max_open_files` set far above it (so each log keeps its active segment open, as when
-//! the budget is misconfigured; tests/open_files_budget.rs covers the default). The daemon
-//! creates only the logs the limit allows, leaves no
-//! half-made partition directory, says so once with the limit and how to raise it, and once
-//! the limit is raised (`prlimit --pid`) creates and follows every partition by itself.
+//! the budget is misconfigured; tests/it/faults/open_files_budget.rs covers the default). The
+//! daemon creates only the logs the limit allows, leaves no half-made partition directory,
+//! says so once with the limit and how to raise it, and once the limit is raised
+//! (`prlimit --pid`) creates and follows every partition by itself.
 
 use crate::support;
 use crate::support::test_leader::TestLeader;

@@ -367,7 +367,8 @@ fn thread_ticks(pid: &str) -> Vec<(String, u64)> {
 
 /// The idle cost with and without sessions: 2,000 partitions caught up, then 20 s with no new
 /// data; prints the daemon's CPU (and the leader's, in this process) per second. A
-/// measurement, not a check: `cargo test --test fetch_sessions -- --ignored --nocapture`.
+/// measurement, not a check:
+/// `cargo test --test it follow::fetch_sessions -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn idle_cpu_with_and_without_sessions() {

@@ -1,4 +1,5 @@
-//! Following real leaders (Tansu, librdkafka's mock cluster) and the in-process test leader, and self-tests of both.
+//! Following real leaders (Tansu, librdkafka's mock cluster) and the in-process test leader, and
+//! self-tests of both.
 
 mod archived_history_read;
 mod cluster_identity;

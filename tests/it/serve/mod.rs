@@ -1,4 +1,5 @@
-//! The serve listener: the replica read as a Kafka broker by clients, by chained followers and by hostile ones.
+//! The serve listener: the replica read as a Kafka broker by clients, by chained followers and by
+//! hostile ones.
 
 mod after_kill9;
 mod archived_history_served_live;
