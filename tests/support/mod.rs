@@ -259,7 +259,6 @@ pub fn bin() -> &'static str {
 
 /// A follower's configuration file, built key by key: `data_dir`, `bootstrap_servers`, the
 /// `[[follow]]` entries and any other key by its dotted name.
-#[derive(Clone)]
 pub struct Config {
     table: Table,
 }
@@ -323,15 +322,10 @@ impl Config {
         f(self)
     }
 
-    /// The TOML text.
-    pub fn text(&self) -> String {
-        self.table.to_string()
-    }
-
     /// Writes `dir/follower.toml` and returns its path.
     pub fn write(&self, dir: &Path) -> PathBuf {
         let p = dir.join("follower.toml");
-        std::fs::write(&p, self.text()).expect("write config");
+        std::fs::write(&p, self.table.to_string()).expect("write config");
         p
     }
 }
