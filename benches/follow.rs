@@ -36,7 +36,7 @@ mod support;
 mod common;
 
 use common::{
-    FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, open_fds, opt, proc_figures,
+    Sample, clk_tck, fetch_8mb, follow_until_caught_up, median, open_fds, opt, proc_figures,
     produce_spread, raw_args, raw_summary, spawn_follower, timed, write_follower_config,
 };
 use serde_json::json;
@@ -130,7 +130,7 @@ fn main() {
         );
 
         let follow = |bin: &Path| {
-            let (cfg, data) = write_follower_config(&work, &leader.bootstrap, "bench", FETCH_8MB);
+            let (cfg, data) = write_follower_config(&work, &leader.bootstrap, "bench", fetch_8mb);
             settle();
             follow_until_caught_up(bin, &cfg, &data, "bench", total, end, tck)
         };
@@ -231,7 +231,7 @@ fn scale(
     tck: f64,
 ) -> String {
     std::fs::create_dir_all(sdir).expect("scale dir");
-    let (cfg, data) = write_follower_config(sdir, &leader.bootstrap, "scale", "");
+    let (cfg, data) = write_follower_config(sdir, &leader.bootstrap, "scale", |c| c);
     let t0 = Instant::now();
     let mut child = spawn_follower(bin, &cfg);
     loop {

@@ -91,7 +91,7 @@ fn follow(
     name: &str,
     dir: &Path,
     bootstrap: &str,
-    fetch: &str,
+    fetch: impl FnOnce(support::Config) -> support::Config,
     ends: &[i64],
     idle_secs: u64,
     tck: f64,
@@ -206,7 +206,10 @@ fn main() {
     let idle_secs = opt(&args, "--idle-secs", 30) as u64;
     let max_bytes = opt(&args, "--max-bytes", 1 << 20);
     let fetchers = opt(&args, "--fetchers", 1);
-    let fetch = format!("[fetch]\nmax_bytes = {max_bytes}\nfetchers_per_broker = {fetchers}\n");
+    let fetch = |c: support::Config| {
+        c.set("fetch.max_bytes", max_bytes as i64)
+            .set("fetch.fetchers_per_broker", fetchers as i64)
+    };
     let work = support::manifest_dir().join("target/bench/partitions");
     // The last run's data dirs are removed only once this run is measured: on ext4 without
     // a journal, creating files while tens of thousands were deleted in the last minutes
@@ -228,7 +231,7 @@ fn main() {
         "A (Tansu)",
         &work.join("a"),
         &leader.bootstrap,
-        &fetch,
+        fetch,
         &ends,
         idle_secs,
         tck,
@@ -264,7 +267,7 @@ fn main() {
         "B (serve)",
         &work.join("b"),
         &addr,
-        &fetch,
+        fetch,
         &ends,
         idle_secs,
         tck,

@@ -280,16 +280,12 @@ fn scenario(work: &Path, size_mb: u64, segment_mib: u64, opts: &Opts, rss: bool)
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scenario dir");
     let data = dir.join("data");
-    let cfg = support::write_config(
-        &dir,
-        &data,
-        &leader.addr(),
-        &format!("[[follow]]\ntopic = \"{TOPIC}\"\n"),
-        &format!(
-            "[log]\nsegment_bytes = {}\n[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n",
-            segment_mib << 20
-        ),
-    );
+    let cfg = support::Config::new(&data, &leader.addr())
+        .follow(TOPIC)
+        .set("log.segment_bytes", (segment_mib << 20) as i64)
+        .set("fetch.max_bytes", 8388608)
+        .set("fetch.partition_max_bytes", 8388608)
+        .write(&dir);
     let d = Daemon::start(&cfg);
     wait_caught_up(&data, leader.log_end(0));
     let daemon_following = d.peak_rss_mb();

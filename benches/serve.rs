@@ -37,7 +37,7 @@ mod support;
 mod common;
 
 use common::{
-    FETCH_8MB, Sample, clk_tck, follow_until_caught_up, median, opt, proc_figures, raw_args,
+    Sample, clk_tck, fetch_8mb, follow_until_caught_up, median, opt, proc_figures, raw_args,
     raw_summary, terminate, timed, write_follower_config,
 };
 use serde_json::json;
@@ -189,7 +189,7 @@ fn main() {
     );
 
     let (cfg_a, data_a) =
-        write_follower_config(&work.join("a"), &tansu.bootstrap, TOPIC, FETCH_8MB);
+        write_follower_config(&work.join("a"), &tansu.bootstrap, TOPIC, fetch_8mb);
     let a = follow_until_caught_up(
         Path::new(support::bin()),
         &cfg_a,
@@ -239,7 +239,7 @@ fn main() {
                 .env("LD_LIBRARY_PATH", &lib_dir);
             timed(c, None)
         }));
-        let (cfg_b, data_b) = write_follower_config(&work.join("b"), &addr, TOPIC, FETCH_8MB);
+        let (cfg_b, data_b) = write_follower_config(&work.join("b"), &addr, TOPIC, fetch_8mb);
         runs[3].push(measure(&mut || {
             follow_until_caught_up(
                 Path::new(support::bin()),

@@ -1,9 +1,9 @@
 //! replica-follower: keeps an exact, crash-safe local replica of Kafka topic-partitions.
 //!
 //! # Layout
-//! Each module uses only the ones listed before it (`tests/layers.rs` checks this list
-//! against the `crate::` paths of the production code, and that no module's files depend on
-//! each other in a cycle):
+//! Each module uses only the ones listed before it (`tests/it/cli/layers.rs` checks this
+//! list against the `crate::` paths of the production code, and that no module's files depend
+//! on each other in a cycle):
 //! 1. [`protocol`] — the Kafka wire codec: primitives, headers, one module per API.
 //! 2. [`record`] — record batches: headers, CRC-32C / CRC-32 checks, walking a record set.
 //! 3. [`clock`] — wall-clock milliseconds.

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Shaped for `help2man` (tests/man_page.rs builds systemd/replica-follower.1 from it):
+/// Shaped for `help2man` (tests/it/cli/man_page.rs builds systemd/replica-follower.1 from it):
 /// `Usage:` and `or:` lines become the SYNOPSIS, `Commands:` and `Exit codes:` lists become
 /// tagged paragraphs.
 const USAGE: &str = "\

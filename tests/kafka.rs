@@ -2,6 +2,9 @@
 //! from Maven Central, shared by every scenario of this binary (here, and in `kafka/archive.rs`
 //! and `kafka/protocol.rs`). Each scenario compares the replica with Kafka's own partition
 //! directories, batch by batch, byte for byte.
+//!
+//! A test binary of its own, not a module of `tests/it`: the cluster lives as long as the
+//! process (a static), and in `tests/it` its three JVMs would stay up through every other test.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,5 +1,8 @@
 //! Compatibility with the last Apache Kafka 3.x line (3.9): following, a leader killed with
 //! SIGKILL under load, and transactions, each byte-identical to Kafka's own directories.
+//!
+//! A test binary of its own, as `tests/kafka.rs` is: the 3.9 cluster lives as long as the
+//! process (a static), and one process shares one cluster.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

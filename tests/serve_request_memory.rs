@@ -9,6 +9,9 @@
 //! the frame itself, the decoded request, the work, the response. The shapes are the worst
 //! a client can send per byte: the most items of the fewest bytes each, distinct (repeats are
 //! answered once), for every API the listener decodes item by item.
+//!
+//! A test binary of its own, not a module of `tests/it`: its counting allocator is the
+//! process's global allocator.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

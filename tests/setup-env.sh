@@ -14,14 +14,15 @@ if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$(printf '%s
     printf '%s\n' "${packages[@]}" > "$venv/.installed"
 fi
 
-# tests/units.rs judges the shipped units with systemd's own tools (systemd-analyze verify and
-# security, systemd-sysusers); `verify` also wants every command a unit names, /bin/kill
-# (procps) included; tests/unit_syscalls.rs traces the daemon with strace; tests/serve_clients.rs
-# reads the replica's listener with kcat; tests/tls.rs puts socat's OPENSSL-LISTEN in front of
-# the leaders (stunnel4 is the alternative terminator) with certificates the openssl CLI makes;
-# tests/man_page.rs rebuilds the man page with help2man and renders it with man (man-db);
-# tests/alert_rules.rs checks and tests the shipped alert rules with promtool (prometheus; the
-# service the package may start is stopped and disabled: the tests run promtool alone).
+# tests/it/cli/units.rs judges the shipped units with systemd's own tools (systemd-analyze
+# verify and security, systemd-sysusers); `verify` also wants every command a unit names,
+# /bin/kill (procps) included; tests/it/cli/unit_syscalls.rs traces the daemon with strace;
+# tests/it/serve/clients.rs reads the replica's listener with kcat; tests/it/security/tls.rs
+# puts socat's OPENSSL-LISTEN in front of the leaders (stunnel4 is the alternative terminator)
+# with certificates the openssl CLI makes; tests/it/cli/man_page.rs rebuilds the man page with
+# help2man and renders it with man (man-db); tests/it/cli/alert_rules.rs checks and tests the
+# shipped alert rules with promtool (prometheus; the service the package may start is stopped
+# and disabled: the tests run promtool alone).
 # Installed from
 # Debian when missing and when we may (root, as in CI); otherwise those tests fail saying what
 # is missing.
@@ -30,13 +31,13 @@ if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command 
     || ! command -v openssl >/dev/null || ! command -v help2man >/dev/null || ! command -v man >/dev/null \
     || ! command -v promtool >/dev/null; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing systemd, procps, strace, kcat, socat, stunnel4, openssl, help2man, man-db and prometheus (promtool) from Debian (for tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/man_page.rs, tests/install_block.rs, tests/alert_rules.rs)"
+    echo "== installing systemd, procps, strace, kcat, socat, stunnel4, openssl, help2man, man-db and prometheus (promtool) from Debian (for tests/it: cli::units, cli::unit_syscalls, serve::clients, security::tls, cli::man_page, cli::install_block, cli::alert_rules)"
     { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl help2man man-db >/dev/null \
         && if ! command -v promtool >/dev/null; then
             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
                 && { systemctl disable --now prometheus >/dev/null 2>&1 || true; }
         fi; } \
-        || echo "== could not install them: tests/units.rs, tests/unit_syscalls.rs, tests/serve_clients.rs, tests/tls.rs, tests/man_page.rs, tests/install_block.rs and tests/alert_rules.rs will say what is missing"
+        || echo "== could not install them: tests/it's cli::units, cli::unit_syscalls, serve::clients, security::tls, cli::man_page, cli::install_block and cli::alert_rules will say what is missing"
 fi
 
 # Apache Kafka itself (tests/kafka.rs with tests/kafka/, and tests/kafka_3_9.rs): the jars

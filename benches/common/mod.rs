@@ -244,18 +244,21 @@ pub fn log_bytes_on_disk(dir: &Path) -> u64 {
         .sum()
 }
 
-/// `dir/follower.toml` following `topic` into `dir/data` (emptied first).
+/// `dir/follower.toml` following `topic` into `dir/data` (emptied first), configured further
+/// by `tune`.
 pub fn write_follower_config(
     dir: &Path,
     bootstrap: &str,
     topic: &str,
-    fetch: &str,
+    tune: impl FnOnce(support::Config) -> support::Config,
 ) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(dir).expect("bench dir");
     let data = dir.join("data");
     let _ = std::fs::remove_dir_all(&data);
-    let cfg = dir.join("follower.toml");
-    std::fs::write(&cfg, format!("data_dir = \"{}\"\nbootstrap_servers = [\"{bootstrap}\"]\n[[follow]]\ntopic = \"{topic}\"\n{fetch}\n", data.display())).expect("config");
+    let cfg = support::Config::new(&data, bootstrap)
+        .follow(topic)
+        .apply(tune)
+        .write(dir);
     (cfg, data)
 }
 
@@ -275,7 +278,10 @@ pub fn produce_spread(leader: &mut support::Leader, topic: &str, partitions: usi
 }
 
 /// The fetch settings every timed follower uses: 8 MB fetches, as the raw loop's.
-pub const FETCH_8MB: &str = "[fetch]\nmax_bytes = 8388608\npartition_max_bytes = 8388608\n";
+pub fn fetch_8mb(c: support::Config) -> support::Config {
+    c.set("fetch.max_bytes", 8388608)
+        .set("fetch.partition_max_bytes", 8388608)
+}
 
 /// The daemon binary `bin` (this build's is `support::bin()`; another build's, to compare
 /// side by side) on `cfg`, quiet but for warnings.

@@ -7,7 +7,7 @@
 use crate::support;
 
 use crate::support::kafka::{self, DirBatch, Shared};
-use crate::support::{Daemon, log_end, partition_status, topic_config, wait_until};
+use crate::support::{Config, Daemon, log_end, partition_status, wait_until};
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::record::{BatchHeader, records::decode_records};
 use serde_json::{Value, json};
@@ -15,10 +15,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::cluster;
-
-/// Fast follower settings with small segments (several per partition).
-const FAST: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = \
-                    200\n[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n";
 
 fn tp(topic: &str) -> TopicPartition {
     TopicPartition {
@@ -61,7 +57,12 @@ fn tombstones(batches: &[DirBatch]) -> usize {
 fn new_replica(c: &Shared, topic: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = topic_config(dir.path(), &data, &c.bootstrap, topic, FAST);
+    // Fast follower settings with small segments (several per partition).
+    let cfg = Config::new(&data, &c.bootstrap)
+        .follow(topic)
+        .apply(kafka::fast)
+        .set("log.segment_bytes", 16384)
+        .write(dir.path());
     (dir, data, cfg)
 }
 

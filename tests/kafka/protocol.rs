@@ -5,8 +5,8 @@
 
 use crate::support;
 
-use crate::support::kafka::{self, FAST, Shared};
-use crate::support::{Daemon, free_port, topic_config, wait_until};
+use crate::support::kafka::{self, Shared, fast};
+use crate::support::{Config, Daemon, free_port, wait_until};
 use replica_follower::checkpoint::TopicPartition;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,13 +98,11 @@ fn interleaved_transactions_give_kafkas_txnindex_and_read_committed() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = topic_config(
-        dir.path(),
-        &data,
-        &c.bootstrap,
-        topic,
-        &format!("{FAST}[serve]\nlisten = \"{listen}\"\n"),
-    );
+    let cfg = Config::new(&data, &c.bootstrap)
+        .follow(topic)
+        .apply(fast)
+        .set("serve.listen", listen.as_str())
+        .write(dir.path());
     let mut d = Daemon::start(&cfg);
     let end = c.ok(
         json!({"cmd": "transaction_steps", "topic": topic, "partition": 0,
@@ -193,20 +191,18 @@ fn sasl_ssl_follower(c: &Shared, dir: &Path, topic: &str, password: &str) -> (Pa
     std::fs::create_dir_all(dir).unwrap();
     let pw = support::sasl::password_file(dir, "password", password);
     let data = dir.join("data");
-    let security = format!(
-        "[security]\nprotocol = \"SASL_SSL\"\nssl_ca_file = \"{}\"\nsasl_mechanism = \
-         \"SCRAM-SHA-512\"\nsasl_username = \"{}\"\nsasl_password_file = \"{}\"\n",
-        tls_file(c, "ca"),
-        c.info["scram"]["username"].as_str().unwrap(),
-        pw.display()
-    );
-    let cfg = topic_config(
-        dir,
-        &data,
-        &listeners(c, "sasl_ssl"),
-        topic,
-        &format!("{FAST}{security}"),
-    );
+    let cfg = Config::new(&data, &listeners(c, "sasl_ssl"))
+        .follow(topic)
+        .apply(fast)
+        .set("security.protocol", "SASL_SSL")
+        .set("security.ssl_ca_file", tls_file(c, "ca"))
+        .set("security.sasl_mechanism", "SCRAM-SHA-512")
+        .set(
+            "security.sasl_username",
+            c.info["scram"]["username"].as_str().unwrap(),
+        )
+        .set("security.sasl_password_file", pw.display().to_string())
+        .write(dir);
     (cfg, data)
 }
 
@@ -236,19 +232,14 @@ fn the_daemon_follows_through_kafkas_sasl_ssl_scram_and_mutual_tls_listeners() {
     let mtls_dir = tmp.path().join("mtls");
     std::fs::create_dir_all(&mtls_dir).unwrap();
     let mtls_data = mtls_dir.join("data");
-    let mtls_cfg = topic_config(
-        &mtls_dir,
-        &mtls_data,
-        &listeners(c, "ssl"),
-        topic,
-        &format!(
-            "{FAST}[security]\nprotocol = \"SSL\"\nssl_ca_file = \"{}\"\nssl_cert_file = \
-             \"{}\"\nssl_key_file = \"{}\"\n",
-            tls_file(c, "ca"),
-            tls_file(c, "client_cert"),
-            tls_file(c, "client_key")
-        ),
-    );
+    let mtls_cfg = Config::new(&mtls_data, &listeners(c, "ssl"))
+        .follow(topic)
+        .apply(fast)
+        .set("security.protocol", "SSL")
+        .set("security.ssl_ca_file", tls_file(c, "ca"))
+        .set("security.ssl_cert_file", tls_file(c, "client_cert"))
+        .set("security.ssl_key_file", tls_file(c, "client_key"))
+        .write(&mtls_dir);
     let mut daemons = [
         ("SASL_SSL", Daemon::start(&sasl_cfg), &sasl_data),
         ("mTLS", Daemon::start(&mtls_cfg), &mtls_data),
@@ -297,16 +288,12 @@ fn the_daemon_follows_through_kafkas_sasl_ssl_scram_and_mutual_tls_listeners() {
     let nocert_dir = tmp.path().join("nocert");
     std::fs::create_dir_all(&nocert_dir).unwrap();
     let nocert_data = nocert_dir.join("data");
-    let nocert_cfg = topic_config(
-        &nocert_dir,
-        &nocert_data,
-        &listeners(c, "ssl"),
-        topic,
-        &format!(
-            "{FAST}[security]\nprotocol = \"SSL\"\nssl_ca_file = \"{}\"\n",
-            tls_file(c, "ca")
-        ),
-    );
+    let nocert_cfg = Config::new(&nocert_data, &listeners(c, "ssl"))
+        .follow(topic)
+        .apply(fast)
+        .set("security.protocol", "SSL")
+        .set("security.ssl_ca_file", tls_file(c, "ca"))
+        .write(&nocert_dir);
     let addrs = listeners(c, "ssl");
     let addrs: Vec<&str> = addrs.split(',').collect();
     support::assert_refused_at_start(&nocert_cfg, &nocert_data, &addrs, |b| {
@@ -431,16 +418,14 @@ fn kafka_grants_fetch_sessions_and_steady_state_fetches_of_2000_partitions_are_i
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let client_id = "kp-sessions-follower";
-    let cfg = topic_config(
-        dir.path(),
-        &data,
-        &c.bootstrap,
-        topic,
-        &format!(
-            "client_id = \"{client_id}\"\n[fetch]\nmax_wait_ms = 500\nbackoff_ms = 200\n\
-             [checkpoint]\ninterval_ms = 1000\n[log]\nflush_interval_ms = 1000\n"
-        ),
-    );
+    let cfg = support::Config::new(&data, &c.bootstrap)
+        .follow(topic)
+        .set("client_id", client_id.to_string())
+        .set("fetch.max_wait_ms", 500)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 1000)
+        .set("log.flush_interval_ms", 1000)
+        .write(dir.path());
     let t = Instant::now();
     let mut d = Daemon::start(&cfg);
     wait_until(

@@ -38,26 +38,26 @@ pub fn stop_calmly(d: &mut super::Daemon) {
     assert!(loud.is_empty(), "{loud:?}");
 }
 
-/// A daemon following `leader`'s `topic` with `[serve]` on a free loopback port, its
-/// `serve_extra` lines added to `[serve]`: (temp dir, data dir, listener address, daemon).
+/// A daemon following `leader`'s `topic` with `[serve]` on a free loopback port, configured
+/// further by `tune`: (temp dir, data dir, listener address, daemon).
 pub fn serving(
     leader: &super::test_leader::TestLeader,
     topic: &str,
-    serve_extra: &str,
+    tune: impl FnOnce(super::Config) -> super::Config,
 ) -> (tempfile::TempDir, PathBuf, String, super::Daemon) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let addr = format!("127.0.0.1:{}", super::free_port());
-    let cfg = super::topic_config(
-        dir.path(),
-        &data,
-        &leader.addr(),
-        topic,
-        &format!(
-            "[log]\nsegment_bytes = 4096\nflush_interval_ms = 100\n[checkpoint]\ninterval_ms = 100\n\
-             [fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[serve]\nlisten = \"{addr}\"\n{serve_extra}"
-        ),
-    );
+    let cfg = super::Config::new(&data, &leader.addr())
+        .follow(topic)
+        .set("log.segment_bytes", 4096)
+        .set("log.flush_interval_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("serve.listen", addr.as_str())
+        .apply(tune)
+        .write(dir.path());
     let d = super::Daemon::start(&cfg);
     (dir, data, addr, d)
 }

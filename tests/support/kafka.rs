@@ -282,15 +282,23 @@ pub fn high_watermark(cluster: &Shared, tp: &TopicPartition) -> i64 {
 
 /// Follower settings for the Kafka scenarios: short fetch waits, frequent checkpoints, small
 /// segments (so the replica's segments split where Kafka's do not: the comparison is by batch).
-pub const FAST: &str = "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\n\
-                        interval_ms = 200\n[log]\nsegment_bytes = 65536\nflush_interval_ms = 100\n";
+pub fn fast(c: super::Config) -> super::Config {
+    c.set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.segment_bytes", 65536)
+        .set("log.flush_interval_ms", 100)
+}
 
-/// A daemon following every partition of `topic` from `cluster` with [`FAST`] settings, in a new
+/// A daemon following every partition of `topic` from `cluster` with [`fast`] settings, in a new
 /// temporary directory: (temporary directory, data dir, daemon).
 pub fn follow(cluster: &Shared, topic: &str) -> (tempfile::TempDir, PathBuf, super::Daemon) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let cfg = super::topic_config(dir.path(), &data, &cluster.bootstrap, topic, FAST);
+    let cfg = super::Config::new(&data, &cluster.bootstrap)
+        .follow(topic)
+        .apply(fast)
+        .write(dir.path());
     let daemon = super::Daemon::start(&cfg);
     (dir, data, daemon)
 }

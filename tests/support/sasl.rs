@@ -121,12 +121,20 @@ pub fn set_password(path: &Path, password: &str) {
         .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
 }
 
-/// The `[security]` section for SASL_PLAINTEXT with `mechanism` as `user`.
-pub fn sasl_plaintext(mechanism: &str, user: &str, password_file: &Path) -> String {
-    format!(
-        "[security]\nprotocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"{mechanism}\"\nsasl_username = \"{user}\"\nsasl_password_file = \"{}\"\n",
-        password_file.display()
-    )
+/// `[security]` for SASL_PLAINTEXT with `mechanism` as `user`.
+pub fn sasl_plaintext(
+    c: super::Config,
+    mechanism: &str,
+    user: &str,
+    password_file: &Path,
+) -> super::Config {
+    c.set("security.protocol", "SASL_PLAINTEXT")
+        .set("security.sasl_mechanism", mechanism)
+        .set("security.sasl_username", user)
+        .set(
+            "security.sasl_password_file",
+            password_file.display().to_string(),
+        )
 }
 
 /// Every log line a test produced, by where it came from, to be searched for secrets.

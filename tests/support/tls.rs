@@ -133,11 +133,23 @@ impl Pki {
         self.dir.join(name)
     }
 
-    /// The `[security]` section for protocol SSL with the test CA (and `more` lines).
-    pub fn security(&self, more: &str) -> String {
-        format!(
-            "[security]\nprotocol = \"SSL\"\nssl_ca_file = \"{}\"\n{more}",
-            self.path("ca.pem").display()
+    /// The serve listener's certificate and key: `server`.pem/.key.
+    pub fn server_files(&self, c: super::Config) -> super::Config {
+        c.set(
+            "serve.ssl_cert_file",
+            self.path("server.pem").display().to_string(),
+        )
+        .set(
+            "serve.ssl_key_file",
+            self.path("server.key").display().to_string(),
+        )
+    }
+
+    /// `[security]` for protocol SSL with the test CA.
+    pub fn security(&self, c: super::Config) -> super::Config {
+        c.set("security.protocol", "SSL").set(
+            "security.ssl_ca_file",
+            self.path("ca.pem").display().to_string(),
         )
     }
 
