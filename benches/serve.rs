@@ -28,7 +28,9 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    reason = "a benchmark fails by panicking"
+    clippy::indexing_slicing,
+    clippy::cast_possible_truncation,
+    reason = "a benchmark fails by panicking, and indexes its own fixtures freely"
 )]
 
 #[path = "../tests/support/mod.rs"]

@@ -7,7 +7,9 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    reason = "a test fails by panicking"
+    clippy::indexing_slicing,
+    clippy::cast_possible_truncation,
+    reason = "a test fails by panicking, and indexes its own fixtures freely"
 )]
 
 mod support;

@@ -16,7 +16,9 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    reason = "a test fails by panicking"
+    clippy::indexing_slicing,
+    clippy::cast_possible_truncation,
+    reason = "a test fails by panicking, and indexes its own fixtures freely"
 )]
 #![allow(unsafe_code, reason = "the counting allocator implements GlobalAlloc")]
 

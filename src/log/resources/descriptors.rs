@@ -6,7 +6,6 @@
 //! daemon can create is bounded by the limit: new logs are created only while [`RESERVE`]
 //! descriptors stay free for checkpoints, flushes and connections.
 
-
 /// Descriptors kept free for checkpoint files, index flushes and broker connections.
 pub const RESERVE: u64 = 64;
 
