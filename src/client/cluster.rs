@@ -2,7 +2,7 @@
 //! Also the request helpers that carry partition lists: ListOffsets and OffsetForLeaderEpoch.
 
 use super::connection::{BrokerConnection, DEFAULT_REQUEST_TIMEOUT};
-use super::error::{ConnectionError, FailedContext};
+use super::error::{ConnectionError, FailedContext, fail};
 use crate::protocol::TopicPartition;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::list_offsets::{self, ListOffsetsPartition};
@@ -10,7 +10,7 @@ use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset, EpochReques
 use crate::protocol::uuid::Uuid;
 use crate::protocol::{ApiKey, metadata};
 use crate::security::ClientSecurity;
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -222,9 +222,9 @@ pub fn list_offset(
         isolation_level,
         &[(tp.clone(), current_leader_epoch, timestamp)],
     )?;
-    answers.remove(tp).ok_or_else(|| {
-        ConnectionError::failed(anyhow!("{}: ListOffsets response lacks {tp}", conn.name()))
-    })
+    answers
+        .remove(tp)
+        .failed_with(|| format!("{}: ListOffsets response lacks {tp}", conn.name()))
 }
 
 /// ListOffsets for many partitions in one request: (partition, current leader epoch,
@@ -301,9 +301,7 @@ pub fn epoch_end_offset(
         .flat_map(|(_, ps)| ps.into_iter())
         .find(|p| p.partition == tp.partition)
     else {
-        return Err(ConnectionError::failed(anyhow!(
-            "{name}: OffsetForLeaderEpoch response lacks {tp}"
-        )));
+        fail!("{name}: OffsetForLeaderEpoch response lacks {tp}");
     };
     Ok(Some(p))
 }

@@ -16,12 +16,11 @@
 //! buffer is reused across requests, so a fetch response's records are borrowed from it
 //! without a copy. Frame sizes are bounded; a bad frame is an error, never a panic.
 
-use super::error::{ConnectionError, FailedContext};
+use super::error::{ConnectionError, FailedContext, IoContext, fail};
 use crate::protocol::codec::{Reader, Writer};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{ApiKey, api_versions, decode_response_header, encode_request_header};
 use crate::security::{ClientSecurity, Stream, TlsFailure};
-use anyhow::anyhow;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -155,7 +154,7 @@ impl BrokerConnection {
         let connect_timeout = DEFAULT_CONNECT_TIMEOUT.min(request_timeout);
         let addrs: Vec<_> = addr
             .to_socket_addrs()
-            .map_err(|e| ConnectionError::io(e, format!("{name}: cannot resolve address")))?
+            .io_with(|| format!("{name}: cannot resolve address"))?
             .collect();
         let mut last_err = None;
         let mut stream = None;
@@ -172,23 +171,16 @@ impl BrokerConnection {
         let stream = match (stream, last_err) {
             (Some(s), _) => s,
             (None, Some(e)) => {
-                return Err(ConnectionError::io(
-                    plain(e),
-                    format!("{name}: connect failed"),
-                ));
+                return Err(plain(e)).io_with(|| format!("{name}: connect failed"));
             }
-            (None, None) => {
-                return Err(ConnectionError::failed(anyhow!(
-                    "{name}: address resolves to nothing"
-                )));
-            }
+            (None, None) => fail!("{name}: address resolves to nothing"),
         };
         stream
             .set_nodelay(true)
-            .map_err(|e| ConnectionError::io(e, format!("{name}: set_nodelay")))?;
+            .io_with(|| format!("{name}: set_nodelay"))?;
         stream
             .set_write_timeout(Some(request_timeout))
-            .map_err(|e| ConnectionError::io(e, format!("{name}: set timeout")))?;
+            .io_with(|| format!("{name}: set timeout"))?;
         register(&stream);
         let stream = match security.tls() {
             None => Stream::Plain(stream),
@@ -211,7 +203,7 @@ impl BrokerConnection {
                             plain(e)
                         }
                     })
-                    .map_err(|e| ConnectionError::io(e, format!("{name}: TLS handshake failed")))?
+                    .io_with(|| format!("{name}: TLS handshake failed"))?
             }
         };
         let mut conn = BrokerConnection {
@@ -277,11 +269,7 @@ impl BrokerConnection {
             let resp = api_versions::decode_response(body, version)
                 .failed_with(|| format!("{}: bad ApiVersions v{version} response", self.name))?;
             if !resp.error.is_ok() {
-                return Err(ConnectionError::failed(anyhow!(
-                    "{}: ApiVersions failed with {}",
-                    self.name,
-                    resp.error
-                )));
+                fail!("{}: ApiVersions failed with {}", self.name, resp.error);
             }
             break resp;
         };
@@ -304,14 +292,14 @@ impl BrokerConnection {
 
     /// The negotiated version, or an error naming the broker and API.
     pub fn require_version(&self, api: ApiKey) -> Result<i16> {
-        self.version(api).ok_or_else(|| {
-            ConnectionError::failed(anyhow!(
+        self.version(api).failed_with(|| {
+            format!(
                 "{}: no common version of {} (we speak v{}–v{})",
                 self.name,
                 api.name(),
                 api.supported().0,
                 api.supported().1
-            ))
+            )
         })
     }
 
@@ -360,12 +348,8 @@ impl BrokerConnection {
         }
         let sent = self.stream.write_all(&w.buf);
         self.send_buf = w.buf;
-        sent.map_err(|e| {
-            ConnectionError::io(
-                plain(e),
-                format!("{}: sending {} failed", self.name, api.name()),
-            )
-        })?;
+        sent.map_err(plain)
+            .io_with(|| format!("{}: sending {} failed", self.name, api.name()))?;
         self.awaiting += 1;
         Ok(correlation_id)
     }
@@ -426,7 +410,7 @@ impl BrokerConnection {
         self.stream
             .tcp()
             .set_read_timeout(Some(timeout))
-            .map_err(|e| ConnectionError::io(e, format!("{}: set timeout", self.name)))?;
+            .io_with(|| format!("{}: set timeout", self.name))?;
         let mut size = [0u8; 4];
         let mut got = 0;
         while let Some(rest) = size.get_mut(got..).filter(|rest| !rest.is_empty()) {
@@ -434,26 +418,24 @@ impl BrokerConnection {
         }
         if !self.stream.is_tls() && matches!(size, [0x15 | 0x16, 0x03, 0..=0x04, _]) {
             // A TLS record header (an alert or a handshake) where a response size should be.
-            return Err(ConnectionError::io(
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "the broker answered with TLS",
-                ),
-                format!(
-                    "{}: {} answered with TLS: it is a TLS listener (set security.protocol to SSL or SASL_SSL)",
-                    self.name,
-                    api.name()
-                ),
+            let tls = std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the broker answered with TLS",
+            );
+            return Err(tls).io_with(|| format!(
+                "{}: {} answered with TLS: it is a TLS listener (set security.protocol to SSL or SASL_SSL)",
+                self.name,
+                api.name()
             ));
         }
         let size = i32::from_be_bytes(size);
         if size < 4 || size as usize > self.max_response_bytes {
-            return Err(ConnectionError::failed(anyhow!(
+            fail!(
                 "{}: {} response frame of {size} bytes is out of bounds (limit {})",
                 self.name,
                 api.name(),
                 self.max_response_bytes
-            )));
+            );
         }
         // The buffer only grows, and only as bytes arrive (a chunk at a time): a broker that
         // announces a huge frame and sends little pins little memory. A response is read into
@@ -488,11 +470,11 @@ impl BrokerConnection {
         let got = decode_response_header(&mut r, api, version)
             .failed_with(|| format!("{}: bad {} response header", self.name, api.name()))?;
         if got != correlation_id {
-            return Err(ConnectionError::failed(anyhow!(
+            fail!(
                 "{}: {} response has correlation id {got}, expected {correlation_id}",
                 self.name,
                 api.name()
-            )));
+            );
         }
         Ok(r.position()..size)
     }
@@ -550,17 +532,15 @@ impl BrokerConnection {
             self.stream
                 .tcp()
                 .set_read_timeout(Some(left))
-                .map_err(|e| ConnectionError::io(e, format!("{}: set timeout", self.name)))?;
+                .io_with(|| format!("{}: set timeout", self.name))?;
         }
         match self.stream.read(buf) {
             // A transport failure, worded for people: not "unexpected end of file".
-            Ok(0) => Err(ConnectionError::io(
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "connection closed by the broker",
-                ),
-                format!("{}: {}", self.name, what()),
-            )),
+            Ok(0) => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed by the broker",
+            ))
+            .io_with(|| format!("{}: {}", self.name, what())),
             Ok(n) => Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
             Err(e)
@@ -571,10 +551,7 @@ impl BrokerConnection {
             {
                 Err(timed_out())
             }
-            Err(e) => Err(ConnectionError::io(
-                plain(e),
-                format!("{}: {}", self.name, what()),
-            )),
+            Err(e) => Err(plain(e)).io_with(|| format!("{}: {}", self.name, what())),
         }
     }
 

@@ -86,14 +86,48 @@ impl std::error::Error for ConnectionError {
     }
 }
 
-/// `with_context` for a failure that is not the connection's: the broker's answer could not
-/// be used, or what it needs is missing.
+/// `bail!` for a failure that is not the connection's: a [`ConnectionError`] of kind
+/// [`ConnectionErrorKind::Failed`].
+macro_rules! fail {
+    ($($arg:tt)*) => {
+        return Err($crate::client::ConnectionError::failed(anyhow::anyhow!($($arg)*)))
+    };
+}
+pub(crate) use fail;
+
+/// `with_context` for a failure that is not the connection's (the broker's answer could not
+/// be used, or what the request needs is missing): kind [`ConnectionErrorKind::Failed`].
 pub trait FailedContext<T> {
-    fn failed_with(self, context: impl FnOnce() -> String) -> Result<T, ConnectionError>;
+    fn failed_with<C>(self, context: impl FnOnce() -> C) -> Result<T, ConnectionError>
+    where
+        C: std::fmt::Display + Send + Sync + 'static;
 }
 
 impl<T, E: Into<anyhow::Error>> FailedContext<T> for Result<T, E> {
-    fn failed_with(self, context: impl FnOnce() -> String) -> Result<T, ConnectionError> {
+    fn failed_with<C>(self, context: impl FnOnce() -> C) -> Result<T, ConnectionError>
+    where
+        C: std::fmt::Display + Send + Sync + 'static,
+    {
         self.map_err(|e| ConnectionError::failed(e.into().context(context())))
+    }
+}
+
+impl<T> FailedContext<T> for Option<T> {
+    fn failed_with<C>(self, context: impl FnOnce() -> C) -> Result<T, ConnectionError>
+    where
+        C: std::fmt::Display + Send + Sync + 'static,
+    {
+        self.ok_or_else(|| ConnectionError::failed(anyhow::anyhow!("{}", context())))
+    }
+}
+
+/// `with_context` for an I/O error seen on the connection (see [`ConnectionError::io`]).
+pub trait IoContext<T> {
+    fn io_with(self, context: impl FnOnce() -> String) -> Result<T, ConnectionError>;
+}
+
+impl<T> IoContext<T> for Result<T, io::Error> {
+    fn io_with(self, context: impl FnOnce() -> String) -> Result<T, ConnectionError> {
+        self.map_err(|e| ConnectionError::io(e, context()))
     }
 }

@@ -205,8 +205,7 @@ mod tests {
         }
 
         fn require_version(&self, api: ApiKey) -> Result<i16> {
-            self.version(api)
-                .ok_or_else(|| ConnectionError::failed(anyhow!("no version")))
+            self.version(api).failed_with(|| "no version")
         }
 
         fn send(
@@ -221,7 +220,7 @@ mod tests {
             self.last = self
                 .answers
                 .pop_front()
-                .ok_or_else(|| ConnectionError::failed(anyhow!("no answer scripted")))?;
+                .failed_with(|| "no answer scripted")?;
             Ok(&self.last)
         }
     }

@@ -5,6 +5,7 @@ use super::shared::FetcherShared;
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
 use crate::client::cluster;
+use crate::client::error::{FailedContext, fail};
 use crate::client::{BrokerConnection, ConnectionError, ConnectionErrorKind};
 use crate::log::identity;
 use crate::protocol::ApiKey;
@@ -83,7 +84,7 @@ impl BrokerEndPoint {
         if self.conn.is_none() {
             // No new connection once shutdown has begun: its socket could not be interrupted.
             if self.shared.as_ref().is_some_and(|s| !s.is_running()) {
-                return Err(ConnectionError::failed(anyhow!("shutting down")));
+                fail!("shutting down");
             }
             // The socket is registered before the handshake, so shutdown can interrupt it.
             let shared = self.shared.clone();
@@ -115,9 +116,7 @@ impl BrokerEndPoint {
             }
             self.conn = Some(c);
         }
-        self.conn
-            .as_mut()
-            .ok_or_else(|| ConnectionError::failed(anyhow!("connection vanished")))
+        self.conn.as_mut().failed_with(|| "connection vanished")
     }
 
     /// A new connection must lead to the cluster this data dir replicates: another cluster
@@ -184,11 +183,12 @@ impl LeaderEndPoint for BrokerEndPoint {
         let (corr, v, wait, topic_names) = self
             .pending
             .pop_front()
-            .ok_or_else(|| ConnectionError::failed(anyhow!("no fetch in flight")))?;
+            .failed_with(|| "no fetch in flight")?;
         let spare = self.spare.pop().unwrap_or_default();
-        let conn = self.conn.as_mut().ok_or_else(|| {
-            ConnectionError::failed(anyhow!("connection closed with a fetch in flight"))
-        })?;
+        let conn = self
+            .conn
+            .as_mut()
+            .failed_with(|| "connection closed with a fetch in flight")?;
         let body = conn.receive_response(ApiKey::Fetch, v, corr, wait)?;
         let buf = conn.swap_recv_buffer(spare);
         Ok(FetchFrame {

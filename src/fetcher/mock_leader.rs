@@ -7,6 +7,7 @@
 //! through the real codec, as a broker's would.
 
 use crate::checkpoint::TopicPartition;
+use crate::client::error::{FailedContext, fail};
 use crate::client::{ConnectionError, ConnectionErrorKind};
 use crate::fetcher::leader_endpoint::{FetchFrame, Identity, LeaderEndPoint};
 use crate::protocol::error::ErrorCode;
@@ -173,10 +174,7 @@ impl LeaderEndPoint for MockLeader {
     }
     fn recycle(&mut self, _frame: FetchFrame) {}
     fn receive_fetch(&mut self) -> Result<FetchFrame> {
-        let req = self
-            .sent
-            .pop_front()
-            .ok_or_else(|| ConnectionError::failed(anyhow!("no fetch in flight")))?;
+        let req = self.sent.pop_front().failed_with(|| "no fetch in flight")?;
         if !self.latency.is_zero() {
             std::thread::sleep(self.latency);
         }
@@ -192,7 +190,7 @@ impl LeaderEndPoint for MockLeader {
         }
         if self.fail_next > 0 {
             self.fail_next -= 1;
-            return Err(ConnectionError::failed(anyhow!("connection reset")));
+            fail!("connection reset");
         }
         let error = self
             .errors
@@ -201,7 +199,7 @@ impl LeaderEndPoint for MockLeader {
             .unwrap_or(ErrorCode::NONE);
         let answered = self.answered(&req);
         if answered.is_empty() && !self.every_partition {
-            return Err(ConnectionError::failed(anyhow!("a fetch of nothing")));
+            fail!("a fetch of nothing");
         }
         let served: Vec<(String, i32, ErrorCode, Vec<u8>)> = answered
             .into_iter()

@@ -1,10 +1,10 @@
 //! Stopping the fetching side from any thread.
 
 use super::ManagerEvent;
+use crate::client::error::{FailedContext, fail};
 use crate::client::{BrokerConnection, ConnectionError};
 use crate::fetcher::shared::FetcherShared;
 use crate::security::ClientSecurity;
-use anyhow::anyhow;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
@@ -93,7 +93,7 @@ impl StopHandle {
         request_timeout: Duration,
     ) -> Result<TrackedConn, ConnectionError> {
         if this.is_stopping() {
-            return Err(ConnectionError::failed(anyhow!("shutting down")));
+            fail!("shutting down");
         }
         let mut key = None;
         let conn = BrokerConnection::connect_secured(
@@ -143,9 +143,7 @@ pub(super) struct TrackedConn {
 
 impl TrackedConn {
     pub(super) fn get(&mut self) -> Result<&mut BrokerConnection, ConnectionError> {
-        self.conn
-            .as_mut()
-            .ok_or_else(|| ConnectionError::failed(anyhow!("connection closed")))
+        self.conn.as_mut().failed_with(|| "connection closed")
     }
 }
 
