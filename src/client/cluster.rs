@@ -2,6 +2,7 @@
 //! Also the request helpers that carry partition lists: ListOffsets and OffsetForLeaderEpoch.
 
 use super::connection::{BrokerConnection, DEFAULT_REQUEST_TIMEOUT};
+use super::error::{ConnectionError, FailedContext, fail};
 use crate::protocol::TopicPartition;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::list_offsets::{self, ListOffsetsPartition};
@@ -9,7 +10,7 @@ use crate::protocol::offset_for_leader_epoch::{self, EpochEndOffset, EpochReques
 use crate::protocol::uuid::Uuid;
 use crate::protocol::{ApiKey, metadata};
 use crate::security::ClientSecurity;
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -43,14 +44,17 @@ impl ClusterMetadata {
 }
 
 /// Asks `conn` for the metadata of `topics`.
-pub fn fetch_metadata(conn: &mut BrokerConnection, topics: &[String]) -> Result<ClusterMetadata> {
+pub fn fetch_metadata(
+    conn: &mut BrokerConnection,
+    topics: &[String],
+) -> Result<ClusterMetadata, ConnectionError> {
     let v = conn.require_version(ApiKey::Metadata)?;
     let name = conn.name().to_string();
     let body = conn.send(ApiKey::Metadata, v, Duration::ZERO, |w| {
         metadata::encode_request(w, v, topics)
     })?;
     let resp = metadata::decode_response(body, v)
-        .with_context(|| format!("{name}: bad Metadata v{v} response"))?;
+        .failed_with(|| format!("{name}: bad Metadata v{v} response"))?;
     let mut out = ClusterMetadata {
         cluster_id: resp.cluster_id.filter(|c| !c.is_empty()),
         ..ClusterMetadata::default()
@@ -102,7 +106,7 @@ pub fn bootstrap_metadata(
 /// security refusals from unreachable brokers by them).
 #[derive(Debug)]
 pub struct NoBrokerAnswered {
-    pub errors: Vec<anyhow::Error>,
+    pub errors: Vec<ConnectionError>,
 }
 
 impl std::fmt::Display for NoBrokerAnswered {
@@ -119,13 +123,11 @@ impl std::fmt::Display for NoBrokerAnswered {
 impl std::error::Error for NoBrokerAnswered {}
 
 impl NoBrokerAnswered {
-    /// How many refused our security settings ([`crate::security::is_refusal`]) rather than
-    /// being unreachable or failing otherwise.
+    /// How many refused our security settings (see
+    /// [`super::ConnectionErrorKind::is_refusal`]) rather than being unreachable or failing
+    /// otherwise.
     pub fn refused(&self) -> usize {
-        self.errors
-            .iter()
-            .filter(|e| crate::security::is_refusal(e))
-            .count()
+        self.errors.iter().filter(|e| e.kind().is_refusal()).count()
     }
 }
 
@@ -214,7 +216,7 @@ pub fn list_offset(
     tp: &TopicPartition,
     current_leader_epoch: i32,
     timestamp: i64,
-) -> Result<std::result::Result<OffsetAnswer, ErrorCode>> {
+) -> Result<Result<OffsetAnswer, ErrorCode>, ConnectionError> {
     let mut answers = list_offsets(
         conn,
         isolation_level,
@@ -222,7 +224,7 @@ pub fn list_offset(
     )?;
     answers
         .remove(tp)
-        .with_context(|| format!("{}: ListOffsets response lacks {tp}", conn.name()))
+        .failed_with(|| format!("{}: ListOffsets response lacks {tp}", conn.name()))
 }
 
 /// ListOffsets for many partitions in one request: (partition, current leader epoch,
@@ -231,7 +233,7 @@ pub fn list_offsets(
     conn: &mut BrokerConnection,
     isolation_level: i8,
     asks: &[(TopicPartition, i32, i64)],
-) -> Result<BTreeMap<TopicPartition, std::result::Result<OffsetAnswer, ErrorCode>>> {
+) -> Result<BTreeMap<TopicPartition, Result<OffsetAnswer, ErrorCode>>, ConnectionError> {
     let v = conn.require_version(ApiKey::ListOffsets)?;
     let name = conn.name().to_string();
     let mut req: Vec<(String, Vec<ListOffsetsPartition>)> = Vec::new();
@@ -250,7 +252,7 @@ pub fn list_offsets(
         list_offsets::encode_request(w, v, isolation_level, &req)
     })?;
     let resp = list_offsets::decode_response(body, v)
-        .with_context(|| format!("{name}: bad ListOffsets v{v} response"))?;
+        .failed_with(|| format!("{name}: bad ListOffsets v{v} response"))?;
     let mut out = BTreeMap::new();
     for (topic, parts) in resp {
         for p in parts {
@@ -275,7 +277,7 @@ pub fn epoch_end_offset(
     tp: &TopicPartition,
     current_leader_epoch: i32,
     epoch: i32,
-) -> Result<Option<EpochEndOffset>> {
+) -> Result<Option<EpochEndOffset>, ConnectionError> {
     let Some(v) = conn.version(ApiKey::OffsetForLeaderEpoch) else {
         return Ok(None);
     };
@@ -292,14 +294,14 @@ pub fn epoch_end_offset(
         offset_for_leader_epoch::encode_request(w, v, &req)
     })?;
     let resp = offset_for_leader_epoch::decode_response(body, v)
-        .with_context(|| format!("{name}: bad OffsetForLeaderEpoch v{v} response"))?;
+        .failed_with(|| format!("{name}: bad OffsetForLeaderEpoch v{v} response"))?;
     let Some(p) = resp
         .into_iter()
         .filter(|(t, _)| *t == tp.topic)
         .flat_map(|(_, ps)| ps.into_iter())
         .find(|p| p.partition == tp.partition)
     else {
-        bail!("{name}: OffsetForLeaderEpoch response lacks {tp}");
+        fail!("{name}: OffsetForLeaderEpoch response lacks {tp}");
     };
     Ok(Some(p))
 }

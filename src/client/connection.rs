@@ -16,16 +16,18 @@
 //! buffer is reused across requests, so a fetch response's records are borrowed from it
 //! without a copy. Frame sizes are bounded; a bad frame is an error, never a panic.
 
+use super::error::{ConnectionError, FailedContext, IoContext, fail};
 use crate::protocol::codec::{Reader, Writer};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{ApiKey, api_versions, decode_response_header, encode_request_header};
-use crate::security::{ClientSecurity, Stream};
-use anyhow::{Context, Result, anyhow, bail};
+use crate::security::{ClientSecurity, Stream, TlsFailure};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::time::{Duration, Instant};
+
+type Result<T> = std::result::Result<T, ConnectionError>;
 
 /// Short enough that a shutdown waiting on a connect attempt still ends in seconds.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -65,10 +67,7 @@ pub struct BrokerConnection {
 fn plain(e: std::io::Error) -> std::io::Error {
     // Out of descriptors keeps its OS error, which the descriptor budget looks for.
     // A TLS failure keeps its inner error, which says whether retrying can help.
-    if crate::log::resources::open_files::is_exhausted_io(&e)
-        || e.get_ref()
-            .is_some_and(|i| i.is::<crate::security::TlsFailure>())
-    {
+    if crate::log::resources::open_files::is_exhausted_io(&e) || TlsFailure::of(&e).is_some() {
         return e;
     }
     std::io::Error::new(e.kind(), crate::logging::plain_io_error(&e))
@@ -141,9 +140,8 @@ impl BrokerConnection {
     }
 
     /// [`Self::connect_named`] with `security`: TLS after the TCP connect when the protocol
-    /// uses it, its handshake within `request_timeout` (a TLS failure is an I/O error in the
-    /// chain, as other connection failures are, with a [`crate::security::TlsFailure`] saying
-    /// what to check).
+    /// uses it, its handshake within `request_timeout` (a TLS failure says what to check, and
+    /// its kind whether retrying can help).
     pub fn connect_secured(
         addr: &str,
         name: &str,
@@ -156,7 +154,7 @@ impl BrokerConnection {
         let connect_timeout = DEFAULT_CONNECT_TIMEOUT.min(request_timeout);
         let addrs: Vec<_> = addr
             .to_socket_addrs()
-            .with_context(|| format!("{name}: cannot resolve address"))?
+            .io_with(|| format!("{name}: cannot resolve address"))?
             .collect();
         let mut last_err = None;
         let mut stream = None;
@@ -173,16 +171,16 @@ impl BrokerConnection {
         let stream = match (stream, last_err) {
             (Some(s), _) => s,
             (None, Some(e)) => {
-                return Err(plain(e)).with_context(|| format!("{name}: connect failed"));
+                return Err(plain(e)).io_with(|| format!("{name}: connect failed"));
             }
-            (None, None) => bail!("{name}: address resolves to nothing"),
+            (None, None) => fail!("{name}: address resolves to nothing"),
         };
         stream
             .set_nodelay(true)
-            .with_context(|| format!("{name}: set_nodelay"))?;
+            .io_with(|| format!("{name}: set_nodelay"))?;
         stream
             .set_write_timeout(Some(request_timeout))
-            .with_context(|| format!("{name}: set timeout"))?;
+            .io_with(|| format!("{name}: set timeout"))?;
         register(&stream);
         let stream = match security.tls() {
             None => Stream::Plain(stream),
@@ -205,7 +203,7 @@ impl BrokerConnection {
                             plain(e)
                         }
                     })
-                    .with_context(|| format!("{name}: TLS handshake failed"))?
+                    .io_with(|| format!("{name}: TLS handshake failed"))?
             }
         };
         let mut conn = BrokerConnection {
@@ -269,9 +267,9 @@ impl BrokerConnection {
                 continue;
             }
             let resp = api_versions::decode_response(body, version)
-                .with_context(|| format!("{}: bad ApiVersions v{version} response", self.name))?;
+                .failed_with(|| format!("{}: bad ApiVersions v{version} response", self.name))?;
             if !resp.error.is_ok() {
-                bail!("{}: ApiVersions failed with {}", self.name, resp.error);
+                fail!("{}: ApiVersions failed with {}", self.name, resp.error);
             }
             break resp;
         };
@@ -294,8 +292,8 @@ impl BrokerConnection {
 
     /// The negotiated version, or an error naming the broker and API.
     pub fn require_version(&self, api: ApiKey) -> Result<i16> {
-        self.version(api).ok_or_else(|| {
-            anyhow!(
+        self.version(api).failed_with(|| {
+            format!(
                 "{}: no common version of {} (we speak v{}–v{})",
                 self.name,
                 api.name(),
@@ -351,7 +349,7 @@ impl BrokerConnection {
         let sent = self.stream.write_all(&w.buf);
         self.send_buf = w.buf;
         sent.map_err(plain)
-            .with_context(|| format!("{}: sending {} failed", self.name, api.name()))?;
+            .io_with(|| format!("{}: sending {} failed", self.name, api.name()))?;
         self.awaiting += 1;
         Ok(correlation_id)
     }
@@ -412,7 +410,7 @@ impl BrokerConnection {
         self.stream
             .tcp()
             .set_read_timeout(Some(timeout))
-            .with_context(|| format!("{}: set timeout", self.name))?;
+            .io_with(|| format!("{}: set timeout", self.name))?;
         let mut size = [0u8; 4];
         let mut got = 0;
         while let Some(rest) = size.get_mut(got..).filter(|rest| !rest.is_empty()) {
@@ -420,19 +418,19 @@ impl BrokerConnection {
         }
         if !self.stream.is_tls() && matches!(size, [0x15 | 0x16, 0x03, 0..=0x04, _]) {
             // A TLS record header (an alert or a handshake) where a response size should be.
-            return Err(anyhow::Error::new(std::io::Error::new(
+            let tls = std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 "the broker answered with TLS",
-            ))
-            .context(format!(
+            );
+            return Err(tls).io_with(|| format!(
                 "{}: {} answered with TLS: it is a TLS listener (set security.protocol to SSL or SASL_SSL)",
                 self.name,
                 api.name()
-            )));
+            ));
         }
         let size = i32::from_be_bytes(size);
         if size < 4 || size as usize > self.max_response_bytes {
-            bail!(
+            fail!(
                 "{}: {} response frame of {size} bytes is out of bounds (limit {})",
                 self.name,
                 api.name(),
@@ -470,9 +468,9 @@ impl BrokerConnection {
         let frame = self.recv_buf.get(..size).unwrap_or_default();
         let mut r = Reader::new(frame);
         let got = decode_response_header(&mut r, api, version)
-            .with_context(|| format!("{}: bad {} response header", self.name, api.name()))?;
+            .failed_with(|| format!("{}: bad {} response header", self.name, api.name()))?;
         if got != correlation_id {
-            bail!(
+            fail!(
                 "{}: {} response has correlation id {got}, expected {correlation_id}",
                 self.name,
                 api.name()
@@ -506,19 +504,21 @@ impl BrokerConnection {
                 )
             }
         };
-        // An I/O error in the chain, as for any connection failure, but worded for people:
-        // not "Resource temporarily unavailable (os error 11)".
+        // A transport failure, worded for people: not "Resource temporarily unavailable (os
+        // error 11)".
         let timed_out = || {
-            anyhow::Error::new(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("{got} of {total} bytes arrived"),
-            ))
-            .context(format!(
-                "{}: {} response not complete within the request deadline of {} ms",
-                self.name,
-                api.name(),
-                wait.as_millis()
-            ))
+            ConnectionError::io(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{got} of {total} bytes arrived"),
+                ),
+                format!(
+                    "{}: {} response not complete within the request deadline of {} ms",
+                    self.name,
+                    api.name(),
+                    wait.as_millis()
+                ),
+            )
         };
         if left.is_zero() {
             return Err(timed_out());
@@ -532,16 +532,15 @@ impl BrokerConnection {
             self.stream
                 .tcp()
                 .set_read_timeout(Some(left))
-                .with_context(|| format!("{}: set timeout", self.name))?;
+                .io_with(|| format!("{}: set timeout", self.name))?;
         }
         match self.stream.read(buf) {
-            // An I/O error in the chain (connection errors are told apart by it), worded
-            // for people: not "unexpected end of file".
-            Ok(0) => Err(anyhow::Error::new(std::io::Error::new(
+            // A transport failure, worded for people: not "unexpected end of file".
+            Ok(0) => Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "connection closed by the broker",
             ))
-            .context(format!("{}: {}", self.name, what()))),
+            .io_with(|| format!("{}: {}", self.name, what())),
             Ok(n) => Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
             Err(e)
@@ -552,9 +551,7 @@ impl BrokerConnection {
             {
                 Err(timed_out())
             }
-            Err(e) => {
-                Err(anyhow::Error::new(plain(e)).context(format!("{}: {}", self.name, what())))
-            }
+            Err(e) => Err(plain(e)).io_with(|| format!("{}: {}", self.name, what())),
         }
     }
 
@@ -601,9 +598,11 @@ impl super::sasl::Transport for BrokerConnection {
 #[cfg(test)]
 mod tests {
     use super::BrokerConnection;
+    use crate::client::ConnectionErrorKind::Transport;
     use std::time::Duration;
 
-    /// An I/O error must stay in the chain: the fetcher tells connection failures apart by it.
+    /// The I/O error stays in the chain: the descriptor budget finds running out of
+    /// descriptors by it.
     fn io_kind(e: &anyhow::Error) -> Option<std::io::ErrorKind> {
         e.chain()
             .find_map(|c| c.downcast_ref::<std::io::Error>())
@@ -630,6 +629,8 @@ mod tests {
             format!("{e:#}"),
             format!("broker 7 ({addr}): connect failed: Connection refused")
         );
+        assert_eq!(e.kind(), Transport(std::io::ErrorKind::ConnectionRefused));
+        let e = anyhow::Error::new(e);
         assert_eq!(io_kind(&e), Some(std::io::ErrorKind::ConnectionRefused));
     }
 
@@ -647,6 +648,8 @@ mod tests {
                 "broker {addr}: ApiVersions response not complete within the request deadline of 200 ms: 0 of 4 bytes arrived"
             )
         );
+        assert_eq!(e.kind(), Transport(std::io::ErrorKind::TimedOut));
+        let e = anyhow::Error::new(e);
         assert_eq!(io_kind(&e), Some(std::io::ErrorKind::TimedOut));
     }
 }

@@ -9,13 +9,16 @@
 //! The password is read from its file at each authentication (so a rotated password is
 //! picked up by the next connection) and appears in no message.
 
+use super::error::{ConnectionError, ConnectionErrorKind, FailedContext};
 use crate::protocol::codec::Writer;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{ApiKey, sasl};
+use crate::security::SaslCredentials;
 use crate::security::scram::{ScramClient, ScramError, ScramHash};
-use crate::security::{AuthenticationFailed, SaslCredentials};
-use anyhow::{Context, Result};
+use anyhow::anyhow;
 use std::time::Duration;
+
+type Result<T> = std::result::Result<T, ConnectionError>;
 
 /// What the exchange needs of a connection: how it names the broker, the versions
 /// negotiated with it, and one request answered.
@@ -43,7 +46,9 @@ pub fn authenticate(
 ) -> Result<Option<Duration>> {
     let name = conn.name().to_string();
     let mech = creds.mechanism.name();
-    let refused = |what: String| anyhow::Error::new(AuthenticationFailed(what));
+    let refused = |what: String| {
+        ConnectionError::new(ConnectionErrorKind::AuthenticationRefused, anyhow!(what))
+    };
     if conn.version(ApiKey::SaslHandshake).is_none() {
         return Err(refused(format!(
             "{name} offers no SaslHandshake v1: it is not a SASL listener (check security.protocol, and the port)"
@@ -55,7 +60,7 @@ pub fn authenticate(
         })
         .and_then(|body| {
             sasl::decode_handshake_response(body)
-                .with_context(|| format!("{name}: bad SaslHandshake response"))
+                .failed_with(|| format!("{name}: bad SaslHandshake response"))
         })?;
     if hs.error == ErrorCode::UNSUPPORTED_SASL_MECHANISM && hs.mechanisms.iter().any(|m| m == mech)
     {
@@ -83,7 +88,7 @@ pub fn authenticate(
         )));
     }
     let version = conn.require_version(ApiKey::SaslAuthenticate)?;
-    let password = crate::security::read_secret(&creds.password_file).with_context(|| {
+    let password = crate::security::read_secret(&creds.password_file).failed_with(|| {
         format!(
             "the SASL password for {mech} as `{}` (security.sasl_password_file)",
             creds.username
@@ -102,7 +107,7 @@ pub fn authenticate(
             sasl::encode_authenticate_request(w, version, bytes)
         })?;
         let resp = sasl::decode_authenticate_response(body, version)
-            .with_context(|| format!("{name}: bad SaslAuthenticate v{version} response"))?;
+            .failed_with(|| format!("{name}: bad SaslAuthenticate v{version} response"))?;
         if !resp.error.is_ok() {
             return Err(refused(format!(
                 "{name} refused {mech} authentication as `{}`: {}{}; {}",
@@ -132,7 +137,10 @@ pub fn authenticate(
                 ScramError::ServerError(_) | ScramError::BadServerSignature => {
                     refused(format!("{name}: {mech} as `{}`: {e}", creds.username))
                 }
-                other => anyhow::anyhow!("{name}: {mech} as `{}`: {other}", creds.username),
+                other => ConnectionError::failed(anyhow!(
+                    "{name}: {mech} as `{}`: {other}",
+                    creds.username
+                )),
             };
             let (client, first) =
                 ScramClient::start(hash, &creds.username, &password).map_err(scram)?;
@@ -197,7 +205,7 @@ mod tests {
         }
 
         fn require_version(&self, api: ApiKey) -> Result<i16> {
-            self.version(api).context("no version")
+            self.version(api).failed_with(|| "no version")
         }
 
         fn send(
@@ -209,7 +217,10 @@ mod tests {
             let mut w = Writer::new();
             encode(&mut w);
             self.sent.push((api, w.buf));
-            self.last = self.answers.pop_front().context("no answer scripted")?;
+            self.last = self
+                .answers
+                .pop_front()
+                .failed_with(|| "no answer scripted")?;
             Ok(&self.last)
         }
     }
@@ -280,7 +291,11 @@ mod tests {
         let creds = plain_credentials(dir.path());
         let mut broker = scripted(&["SCRAM-SHA-512"], ErrorCode::UNSUPPORTED_SASL_MECHANISM, 0);
         let e = authenticate(&mut broker, &creds).unwrap_err();
-        assert!(crate::security::is_authentication_failure(&e), "{e:#}");
+        assert_eq!(
+            e.kind(),
+            ConnectionErrorKind::AuthenticationRefused,
+            "{e:#}"
+        );
         let e = format!("{e:#}");
         assert!(
             e.contains(

@@ -19,12 +19,13 @@
 
 use super::backoff::{FailureBackoff, delay};
 use super::fetch_session::{FetchSessionHandler, WantedPartition};
-use super::leader_endpoint::{FetchFrame, IdentityMismatch, LeaderEndPoint};
+use super::leader_endpoint::{FetchFrame, LeaderEndPoint};
 use super::partition_map::{PartitionFetchState, PartitionMap};
 use super::replica_ops::ReplicaOps;
 use super::shared::{FetcherEvent, FetcherShared};
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
+use crate::client::{ConnectionError, ConnectionErrorKind};
 use crate::live::Live;
 use crate::protocol::fetch::{FetchPartition, FetchRequest};
 use anyhow::Result;
@@ -61,7 +62,7 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     in_flight: Option<FetchRequest>,
     /// The response to `in_flight`, already received (while the last response was being
     /// appended), and when it arrived.
-    prefetched: Option<(Result<FetchFrame>, Instant)>,
+    prefetched: Option<(Result<FetchFrame, ConnectionError>, Instant)>,
     /// When the request in flight was sent (for the fetch latency histogram).
     sent_at: Option<Instant>,
     /// Counts partitions that brought data, to order requests (see `last_data_round`).
@@ -370,12 +371,12 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
 
     /// A fetch that got no usable response: every partition in it backs off, and the
     /// connection is dropped (with any request pipelined on it).
-    fn fetch_failed(&mut self, req: &FetchRequest, e: &anyhow::Error) {
+    fn fetch_failed(&mut self, req: &FetchRequest, e: &ConnectionError) {
         self.prefetched = None;
         let shared = self.shared.clone();
         // Taken before the session goes with the connection.
         let fetched = self.fetched_by(req);
-        if let Some(m) = e.chain().find_map(|c| c.downcast_ref::<IdentityMismatch>()) {
+        if e.kind() == ConnectionErrorKind::IdentityMismatch {
             // Another cluster answers at this address: every partition goes back to the
             // manager at once, which stops fetching for the data dir (one ERROR there).
             self.close_leader();
@@ -383,7 +384,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             let mut map = shared.lock();
             for tp in &fetched {
                 if map.contains_key(tp) {
-                    self.hand_back(&mut map, tp, format!("identity changed: {}", m.0));
+                    self.hand_back(&mut map, tp, format!("identity changed: {e}"));
                 }
             }
             return;

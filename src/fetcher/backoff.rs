@@ -3,6 +3,7 @@
 
 use super::partition_map::PartitionMap;
 use crate::checkpoint::TopicPartition;
+use crate::client::ConnectionError;
 use crate::logging::Human;
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ impl FailureBackoff {
     /// (an ERROR for a TLS refusal) when failures start, when their kind changes and once a
     /// minute; debug in between; nothing once the fetcher is no longer `running`.
     /// Returns how long to wait before the next try (doubling, see [`Self::wait`]).
-    pub fn failed(&mut self, what: &str, e: &anyhow::Error, running: bool) -> Duration {
+    pub fn failed(&mut self, what: &str, e: &ConnectionError, running: bool) -> Duration {
         self.failures += 1;
         let wait = self.wait();
         if !running {
@@ -77,7 +78,7 @@ impl FailureBackoff {
                 Human(wait)
             );
             // A refused certificate needs an operator; an unreachable broker may come back.
-            if crate::security::is_refusal(e) {
+            if e.kind().is_refusal() {
                 crate::log_error!("{line}");
             } else {
                 crate::log_warn!("{line}");
@@ -121,7 +122,7 @@ mod tests {
     fn each_failure_in_a_row_doubles_the_wait_up_to_the_maximum_and_success_starts_over() {
         let ms = Duration::from_millis;
         let mut b = FailureBackoff::new(ms(100), ms(1000));
-        let e = anyhow::anyhow!("connection refused");
+        let e = ConnectionError::failed(anyhow::anyhow!("connection refused"));
         let first = b.failed("fetch", &e, false);
         assert!(first >= ms(80) && first <= ms(120), "{first:?}");
         let second = b.failed("fetch", &e, false);

@@ -1,11 +1,12 @@
 //! The real [`LeaderEndPoint`]: a lazily (re)connected broker connection.
 
-use super::leader_endpoint::{FetchFrame, Identity, IdentityMismatch, LeaderEndPoint};
+use super::leader_endpoint::{FetchFrame, Identity, LeaderEndPoint};
 use super::shared::FetcherShared;
 use super::shutdownable::ShutdownSignal;
 use crate::checkpoint::TopicPartition;
-use crate::client::BrokerConnection;
 use crate::client::cluster;
+use crate::client::error::{FailedContext, fail};
+use crate::client::{BrokerConnection, ConnectionError, ConnectionErrorKind};
 use crate::log::identity;
 use crate::protocol::ApiKey;
 use crate::protocol::error::ErrorCode;
@@ -13,11 +14,13 @@ use crate::protocol::fetch::{self, FetchRequest};
 use crate::protocol::list_offsets::{EARLIEST, LATEST};
 use crate::protocol::uuid::Uuid;
 use crate::security::ClientSecurity;
-use anyhow::{Context, Result};
+use anyhow::anyhow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+type Result<T> = std::result::Result<T, ConnectionError>;
 
 pub struct BrokerEndPoint {
     addr: String,
@@ -81,7 +84,7 @@ impl BrokerEndPoint {
         if self.conn.is_none() {
             // No new connection once shutdown has begun: its socket could not be interrupted.
             if self.shared.as_ref().is_some_and(|s| !s.is_running()) {
-                anyhow::bail!("shutting down");
+                fail!("shutting down");
             }
             // The socket is registered before the handshake, so shutdown can interrupt it.
             let shared = self.shared.clone();
@@ -113,7 +116,7 @@ impl BrokerEndPoint {
             }
             self.conn = Some(c);
         }
-        self.conn.as_mut().context("connection vanished")
+        self.conn.as_mut().failed_with(|| "connection vanished")
     }
 
     /// A new connection must lead to the cluster this data dir replicates: another cluster
@@ -124,18 +127,21 @@ impl BrokerEndPoint {
         let Some(dir) = &self.data_dir else {
             return Ok(());
         };
-        let Some(expected) = identity::read_cluster_id(dir)? else {
+        let Some(expected) = identity::read_cluster_id(dir).map_err(ConnectionError::failed)?
+        else {
             return Ok(());
         };
         let md = cluster::fetch_metadata(c, &[])?;
         match md.cluster_id {
-            Some(seen) if seen != expected => Err(IdentityMismatch(format!(
-                "broker {} ({}) reports cluster id {seen}, but data dir `{}` replicates cluster {expected}; not fetching from it",
-                self.broker_id,
-                self.addr,
-                dir.display()
-            ))
-            .into()),
+            Some(seen) if seen != expected => Err(ConnectionError::new(
+                ConnectionErrorKind::IdentityMismatch,
+                anyhow!(
+                    "broker {} ({}) reports cluster id {seen}, but data dir `{}` replicates cluster {expected}; not fetching from it",
+                    self.broker_id,
+                    self.addr,
+                    dir.display()
+                ),
+            )),
             _ => Ok(()),
         }
     }
@@ -174,13 +180,15 @@ impl LeaderEndPoint for BrokerEndPoint {
     }
 
     fn receive_fetch(&mut self) -> Result<FetchFrame> {
-        let (corr, v, wait, topic_names) =
-            self.pending.pop_front().context("no fetch in flight")?;
+        let (corr, v, wait, topic_names) = self
+            .pending
+            .pop_front()
+            .failed_with(|| "no fetch in flight")?;
         let spare = self.spare.pop().unwrap_or_default();
         let conn = self
             .conn
             .as_mut()
-            .context("connection closed with a fetch in flight")?;
+            .failed_with(|| "connection closed with a fetch in flight")?;
         let body = conn.receive_response(ApiKey::Fetch, v, corr, wait)?;
         let buf = conn.swap_recv_buffer(spare);
         Ok(FetchFrame {

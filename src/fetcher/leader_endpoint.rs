@@ -3,10 +3,10 @@
 //! put a scripted leader here.
 
 use crate::checkpoint::TopicPartition;
+use crate::client::ConnectionError;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use crate::protocol::uuid::Uuid;
-use anyhow::Result;
 use std::collections::BTreeMap;
 
 /// can send (and later receive) the next request meanwhile; then it goes back with
@@ -22,7 +22,7 @@ pub struct FetchFrame {
 }
 
 impl FetchFrame {
-    pub fn decode(&self) -> Result<FetchResponse<'_>> {
+    pub fn decode(&self) -> anyhow::Result<FetchResponse<'_>> {
         Ok(crate::protocol::fetch::decode_response_named(
             self.buf.get(self.body.clone()).unwrap_or_default(),
             self.version,
@@ -31,26 +31,29 @@ impl FetchFrame {
     }
 }
 
-/// The leader side of the loop (Kafka's `LeaderEndPoint`).
+/// The leader side of the loop (Kafka's `LeaderEndPoint`). Its failures say what failed
+/// ([`crate::client::ConnectionErrorKind`]); one of kind `IdentityMismatch` refuses a broker
+/// that is not the source of the local logs (another cluster id): the loop hands every
+/// partition back instead of retrying.
 pub trait LeaderEndPoint: Send {
     fn describe(&self) -> String;
     /// Sends a Fetch request without waiting for its response; responses come back in the
     /// order requests were sent.
-    fn send_fetch(&mut self, req: &FetchRequest) -> Result<()>;
+    fn send_fetch(&mut self, req: &FetchRequest) -> Result<(), ConnectionError>;
     /// Receives the response to the oldest Fetch sent.
-    fn receive_fetch(&mut self) -> Result<FetchFrame>;
+    fn receive_fetch(&mut self) -> Result<FetchFrame, ConnectionError>;
     /// Hands a processed frame's buffer back for reuse.
     fn recycle(&mut self, frame: FetchFrame);
     fn fetch_earliest_offset(
         &mut self,
         tp: &TopicPartition,
         current_leader_epoch: i32,
-    ) -> Result<std::result::Result<i64, ErrorCode>>;
+    ) -> Result<Result<i64, ErrorCode>, ConnectionError>;
     fn fetch_latest_offset(
         &mut self,
         tp: &TopicPartition,
         current_leader_epoch: i32,
-    ) -> Result<std::result::Result<i64, ErrorCode>>;
+    ) -> Result<Result<i64, ErrorCode>, ConnectionError>;
     /// OffsetForLeaderEpoch: the leader's (epoch, end offset) for `epoch`; `Ok(None)` when the
     /// leader does not offer the API.
     fn fetch_epoch_end_offset(
@@ -58,29 +61,16 @@ pub trait LeaderEndPoint: Send {
         tp: &TopicPartition,
         current_leader_epoch: i32,
         epoch: i32,
-    ) -> Result<Option<(ErrorCode, i32, i64)>>;
+    ) -> Result<Option<(ErrorCode, i32, i64)>, ConnectionError>;
     /// Whether Fetch responses report diverging epochs (Fetch v12+).
-    fn supports_diverging_epoch(&mut self) -> Result<bool>;
+    fn supports_diverging_epoch(&mut self) -> Result<bool, ConnectionError>;
     /// The cluster id and the topic's id as this leader reports them (each `None` when it
     /// reports none), asked before a truncation: a re-created topic or another cluster behind
     /// the same address must never truncate the history of the old one.
-    fn identity(&mut self, topic: &str) -> Result<Identity>;
+    fn identity(&mut self, topic: &str) -> Result<Identity, ConnectionError>;
     /// Drops the connection; the next call reconnects.
     fn close(&mut self);
 }
-
-/// An endpoint's refusal to fetch from a broker that is not the source of the local logs
-/// (another cluster id); the loop hands every partition back instead of retrying.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdentityMismatch(pub String);
-
-impl std::fmt::Display for IdentityMismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for IdentityMismatch {}
 
 /// Which cluster and topic a log belongs to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -7,14 +7,18 @@
 //! through the real codec, as a broker's would.
 
 use crate::checkpoint::TopicPartition;
-use crate::fetcher::leader_endpoint::{FetchFrame, Identity, IdentityMismatch, LeaderEndPoint};
+use crate::client::error::{FailedContext, fail};
+use crate::client::{ConnectionError, ConnectionErrorKind};
+use crate::fetcher::leader_endpoint::{FetchFrame, Identity, LeaderEndPoint};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::fetch::{FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse};
 use crate::record::records::{NewRecord, build_v2_batch};
-use anyhow::Result;
+use anyhow::anyhow;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+type Result<T> = std::result::Result<T, ConnectionError>;
 
 /// The error a leader answers every partition with while it is set (none: no error).
 pub type StandingError = Box<dyn Fn() -> Option<ErrorCode> + Send>;
@@ -170,10 +174,7 @@ impl LeaderEndPoint for MockLeader {
     }
     fn recycle(&mut self, _frame: FetchFrame) {}
     fn receive_fetch(&mut self) -> Result<FetchFrame> {
-        let req = self
-            .sent
-            .pop_front()
-            .ok_or_else(|| anyhow::anyhow!("no fetch in flight"))?;
+        let req = self.sent.pop_front().failed_with(|| "no fetch in flight")?;
         if !self.latency.is_zero() {
             std::thread::sleep(self.latency);
         }
@@ -182,14 +183,14 @@ impl LeaderEndPoint for MockLeader {
             .unwrap()
             .push(std::thread::current().id());
         if std::mem::take(&mut self.wrong_cluster) {
-            return Err(anyhow::Error::new(IdentityMismatch(
-                "broker 1 reports cluster id b".into(),
-            ))
-            .context("broker 1 (mock)"));
+            return Err(ConnectionError::new(
+                ConnectionErrorKind::IdentityMismatch,
+                anyhow!("broker 1 reports cluster id b"),
+            ));
         }
         if self.fail_next > 0 {
             self.fail_next -= 1;
-            anyhow::bail!("connection reset");
+            fail!("connection reset");
         }
         let error = self
             .errors
@@ -198,7 +199,7 @@ impl LeaderEndPoint for MockLeader {
             .unwrap_or(ErrorCode::NONE);
         let answered = self.answered(&req);
         if answered.is_empty() && !self.every_partition {
-            anyhow::bail!("a fetch of nothing");
+            fail!("a fetch of nothing");
         }
         let served: Vec<(String, i32, ErrorCode, Vec<u8>)> = answered
             .into_iter()

@@ -100,34 +100,6 @@ pub struct SaslServerConfig {
     pub users: users::Users,
 }
 
-/// The broker refused these credentials, or cannot authenticate them as configured (it does
-/// not offer the mechanism, or is not a SASL listener): retrying cannot help until the
-/// configuration or the broker changes. In an error's chain, so that start-up can tell it
-/// from a broker that is down.
-#[derive(Debug)]
-pub struct AuthenticationFailed(pub String);
-
-impl std::fmt::Display for AuthenticationFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for AuthenticationFailed {}
-
-/// Whether `e` is an authentication refusal (see [`AuthenticationFailed`]).
-pub fn is_authentication_failure(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<AuthenticationFailed>().is_some())
-}
-
-/// Whether `e` is a security refusal that retrying cannot mend (a certificate refused
-/// either way, a peer that does not speak TLS, credentials refused): an ERROR, and at
-/// start-up fatal once every bootstrap broker refused.
-pub fn is_refusal(e: &anyhow::Error) -> bool {
-    TlsFailure::find(e).is_some_and(|f| f.fatal) || is_authentication_failure(e)
-}
-
 /// Whether `a` and `b` are equal, in a time that depends only on their lengths (keys and
 /// signatures are compared with it, so a timing does not tell how many leading bytes match).
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {

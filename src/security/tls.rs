@@ -12,11 +12,12 @@
 //! and what to check.
 //!
 //! # Errors
-//! A TLS failure reaches callers as an `io::Error` (its kind kept: the fetcher tells
-//! connection failures apart by an I/O error in the chain and retries them with its backoff)
-//! whose inner error is a [`TlsFailure`]. [`TlsFailure::fatal`] marks what retrying cannot
-//! mend without a change of certificate or configuration (unknown CA, wrong name, expired,
-//! a client certificate required or refused, a peer that does not speak TLS).
+//! A TLS failure reaches callers as an `io::Error` (its kind kept; the stream's `Read` and
+//! `Write` can return nothing else) whose inner error is a [`TlsFailure`], which the
+//! connection turns into its typed error (`client::ConnectionError`).
+//! [`TlsFailure::fatal`] marks what retrying cannot mend without a change of certificate or
+//! configuration (unknown CA, wrong name, expired, a client certificate required or
+//! refused, a peer that does not speak TLS).
 
 use super::SecuritySection;
 use super::cert_info::{self, CertInfo};
@@ -441,15 +442,10 @@ impl std::fmt::Display for TlsFailure {
 impl std::error::Error for TlsFailure {}
 
 impl TlsFailure {
-    /// The [`TlsFailure`] an error chain carries, if any.
-    pub fn find(e: &anyhow::Error) -> Option<&TlsFailure> {
-        e.chain().find_map(|c| {
-            c.downcast_ref::<TlsFailure>().or_else(|| {
-                c.downcast_ref::<io::Error>()
-                    .and_then(io::Error::get_ref)
-                    .and_then(|i| i.downcast_ref::<TlsFailure>())
-            })
-        })
+    /// The [`TlsFailure`] an I/O error from a TLS stream carries, if any: the stream's
+    /// `Read` and `Write` can only return `io::Error`, so this is where it is told apart.
+    pub fn of(e: &io::Error) -> Option<&TlsFailure> {
+        e.get_ref().and_then(|i| i.downcast_ref::<TlsFailure>())
     }
 }
 
@@ -576,10 +572,7 @@ mod tests {
                 rustls::Error::AlertReceived(alert),
             );
             let explained = explain_client(e, None, true);
-            let failure = explained
-                .get_ref()
-                .and_then(|i| i.downcast_ref::<TlsFailure>())
-                .expect("explained");
+            let failure = TlsFailure::of(&explained).expect("explained");
             assert!(failure.fatal, "{alert:?}");
             assert!(
                 failure.message.contains("requires a client certificate")
@@ -595,10 +588,7 @@ mod tests {
             rustls::Error::AlertReceived(AlertDescription::InternalError),
         );
         let explained = explain_client(e, None, true);
-        let failure = explained
-            .get_ref()
-            .and_then(|i| i.downcast_ref::<TlsFailure>())
-            .expect("explained");
+        let failure = TlsFailure::of(&explained).expect("explained");
         assert!(!failure.fatal);
     }
 

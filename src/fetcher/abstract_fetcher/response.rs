@@ -3,6 +3,7 @@
 
 use super::{AbstractFetcher, is_full, partitions_in};
 use crate::checkpoint::TopicPartition;
+use crate::client::ConnectionError;
 use crate::fetcher::backoff::delay;
 use crate::fetcher::fetch_session::ResponseVerdict;
 use crate::fetcher::leader_endpoint::FetchFrame;
@@ -99,7 +100,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                     self.leader.describe(),
                     frame.version
                 ));
-                return self.fetch_failed(req, &e);
+                return self.fetch_failed(req, &ConnectionError::failed(e));
             }
         };
         self.failures.succeeded(|| self.leader.describe());
@@ -347,7 +348,9 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             let prefetched = receiving.map(|h| {
                 h.join().unwrap_or_else(|_| {
                     (
-                        Err(anyhow::anyhow!("receiving a fetch response failed")),
+                        Err(ConnectionError::failed(anyhow::anyhow!(
+                            "receiving a fetch response failed"
+                        ))),
                         Instant::now(),
                     )
                 })

@@ -4,6 +4,7 @@
 
 use super::AbstractFetcher;
 use crate::checkpoint::TopicPartition;
+use crate::client::ConnectionError;
 use crate::fetcher::backoff::delay;
 use crate::fetcher::leader_endpoint::{Identity, LeaderEndPoint};
 use crate::fetcher::partition_map::{FetchStatus, PartitionMap};
@@ -13,13 +14,6 @@ use crate::protocol::error::ErrorAction;
 use crate::protocol::fetch::DivergingEpoch;
 use anyhow::{Result, anyhow};
 use std::time::{Duration, Instant};
-
-/// Whether an error came from the connection (an I/O error in its chain) rather than from
-/// what the leader said.
-fn is_transport(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<std::io::Error>().is_some())
-}
 
 /// Why the local log could not be fitted to the leader's.
 enum FitError {
@@ -32,6 +26,12 @@ enum FitError {
 impl From<anyhow::Error> for FitError {
     fn from(e: anyhow::Error) -> Self {
         FitError::Leader(e)
+    }
+}
+
+impl From<ConnectionError> for FitError {
+    fn from(e: ConnectionError) -> Self {
+        FitError::Leader(e.into())
     }
 }
 
@@ -332,7 +332,7 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
                 self.truncate_to_leader_end(map, tp, end, leader_epoch, leader_end)
             }
             Err(e) => {
-                let transport = is_transport(&e);
+                let transport = e.kind().is_transport();
                 let wait = if transport {
                     let what = format!("OffsetForLeaderEpoch to {}", self.leader.describe());
                     self.failures.failed(&what, &e, self.shared.is_running())

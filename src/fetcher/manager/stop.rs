@@ -1,10 +1,10 @@
 //! Stopping the fetching side from any thread.
 
 use super::ManagerEvent;
-use crate::client::BrokerConnection;
+use crate::client::error::{FailedContext, fail};
+use crate::client::{BrokerConnection, ConnectionError};
 use crate::fetcher::shared::FetcherShared;
 use crate::security::ClientSecurity;
-use anyhow::{Context, Result};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
@@ -91,9 +91,9 @@ impl StopHandle {
         security: &ClientSecurity,
         client_id: &str,
         request_timeout: Duration,
-    ) -> Result<TrackedConn> {
+    ) -> Result<TrackedConn, ConnectionError> {
         if this.is_stopping() {
-            anyhow::bail!("shutting down");
+            fail!("shutting down");
         }
         let mut key = None;
         let conn = BrokerConnection::connect_secured(
@@ -142,8 +142,8 @@ pub(super) struct TrackedConn {
 }
 
 impl TrackedConn {
-    pub(super) fn get(&mut self) -> Result<&mut BrokerConnection> {
-        self.conn.as_mut().context("connection closed")
+    pub(super) fn get(&mut self) -> Result<&mut BrokerConnection, ConnectionError> {
+        self.conn.as_mut().failed_with(|| "connection closed")
     }
 }
 
