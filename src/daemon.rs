@@ -658,7 +658,8 @@ fn reload(
 pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result<()> {
     let cfg = Arc::new(cfg);
     // The process's live state: every part of the daemon reports to it, and `status`, the
-    // metrics and the watchdog read it. Handed down from here, not reached for.
+    // metrics and the watchdog read it. Handed down from here; only a connection waiting on a
+    // broker still beats through the global, for whichever thread waits.
     let live = crate::live::live();
     crate::fault::init();
     crate::live::set_read_committed(cfg.fetch.isolation.level() == 1);

@@ -53,11 +53,12 @@ pub enum AppendError {
     OffsetMismatch(String),
     /// Writing the local files failed.
     Storage(anyhow::Error),
-    /// The data dir's filesystem is full (below `log.min_free_bytes`, or ENOSPC): nothing was
-    /// written; the partition waits, and the data dir's one ERROR says why.
+    /// The data dir's filesystem is full (below `log.min_free_bytes`, or ENOSPC): the write
+    /// was cut back to its last whole batch (earlier segments of the same append may be in);
+    /// the partition waits, and the data dir's one ERROR says why.
     DiskFull(String),
-    /// The process is out of file descriptors (EMFILE, ENFILE): nothing was written; the
-    /// partition backs off, and the limit is said once a minute for all of them.
+    /// The process is out of file descriptors (EMFILE, ENFILE): cut back as for a full disk;
+    /// the partition backs off, and the limit is said once a minute for all of them.
     Exhausted(String),
 }
 

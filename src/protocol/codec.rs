@@ -312,9 +312,9 @@ pub fn encoded(f: impl FnOnce(&mut Writer)) -> Vec<u8> {
     w.buf
 }
 
-/// A length as Kafka's INT32. A Kafka frame holds at most `i32::MAX` bytes, so a longer field
-/// cannot be sent whole: its length saturates, and the peer refuses it as running past the
-/// frame's end rather than reading a wrapped length.
+/// A length as Kafka's INT32, saturating instead of wrapping to a small or negative one. No
+/// field the daemon writes comes near it (a Kafka frame holds at most `i32::MAX` bytes, and
+/// a fetch response's records are bounded by the request's `max_bytes`).
 pub fn len_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }

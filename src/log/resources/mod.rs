@@ -19,18 +19,18 @@ pub enum Exhausted {
 impl Exhausted {
     /// Which resource the operating system's error under `e` says ran out, if any: the one
     /// place a log error is classified, where the log hands it out.
+    /// A full disk anywhere in the chain counts before the descriptor limit.
     pub fn of(e: &anyhow::Error) -> Option<Exhausted> {
-        e.chain()
-            .filter_map(|c| c.downcast_ref::<std::io::Error>())
-            .find_map(|io| {
-                if io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28) {
-                    Some(Exhausted::Disk)
-                } else if open_files::is_exhausted_io(io) {
-                    Some(Exhausted::Descriptors)
-                } else {
-                    None
-                }
-            })
+        let io = || e.chain().filter_map(|c| c.downcast_ref::<std::io::Error>());
+        if io()
+            .any(|io| io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28))
+        {
+            Some(Exhausted::Disk)
+        } else if io().any(open_files::is_exhausted_io) {
+            Some(Exhausted::Descriptors)
+        } else {
+            None
+        }
     }
 }
 
@@ -50,5 +50,18 @@ mod tests {
         assert_eq!(of(23), Some(Exhausted::Descriptors));
         assert_eq!(of(5), None);
         assert_eq!(Exhausted::of(&anyhow::anyhow!("no io error")), None);
+    }
+
+    #[test]
+    fn a_failed_append_says_which_resource_ran_out_or_that_storage_failed() {
+        use crate::log::AppendError;
+        let failed = |code| {
+            AppendError::from(
+                anyhow::Error::from(std::io::Error::from_raw_os_error(code)).context("appending"),
+            )
+        };
+        assert!(matches!(failed(28), AppendError::DiskFull(m) if m.starts_with("appending: ")));
+        assert!(matches!(failed(24), AppendError::Exhausted(m) if m.starts_with("appending: ")));
+        assert!(matches!(failed(5), AppendError::Storage(_)));
     }
 }
