@@ -13,8 +13,8 @@
 //! 7. [`checkpoint`] — Kafka's checkpoint file formats, written atomically.
 //! 8. [`log`] — the storage engine: on-disk formats (`log::format`), process resources
 //!    (`log::resources`: descriptors, open files, disk space), the data-dir layout
-//!    (`log::data_dir`), each partition's log, recovery, retention, and one read path
-//!    (`log::reader`) for everything that reads the replica.
+//!    (`log::data_dir`), each partition's log, recovery, retention, and the read path over a
+//!    partition's indexes (`log::reader`): nothing outside `log` decodes an index file.
 //! 9. [`live`] — what the running daemon knows beyond its checkpoints, and the watchdog's beats.
 //! 10. [`security`] — TLS, SASL/SCRAM and the security settings types.
 //! 11. [`client`] — blocking broker connections, version negotiation, cluster metadata.
