@@ -112,9 +112,14 @@ impl<E> IndexToCheck<E> {
 }
 
 /// A reader of the `.log`-format file `path`; `None`, with the problem noted, when it cannot
-/// be opened.
-fn open_log(path: &Path, r: &mut VerifyReport) -> Option<SegmentReader> {
-    let opened = File::open(path)
+/// be opened. With `gone_is_fine` (a running daemon's retention or truncation may delete a
+/// segment at any moment) a file no longer there is skipped, not a problem.
+fn open_log(path: &Path, r: &mut VerifyReport, gone_is_fine: bool) -> Option<SegmentReader> {
+    let opened = match File::open(path) {
+        Err(e) if gone_is_fine && e.kind() == std::io::ErrorKind::NotFound => return None,
+        opened => opened,
+    };
+    let opened = opened
         .map_err(|e| format!("{}: unreadable: {e}", path.display()))
         .and_then(|f| SegmentReader::from_file(f, path).map_err(|e| format!("{e:#}")));
     opened.map_err(|problem| r.problems.push(problem)).ok()
@@ -123,7 +128,7 @@ fn open_log(path: &Path, r: &mut VerifyReport) -> Option<SegmentReader> {
 /// Checks a record-set file that is not a segment (a `diverged/` copy): every batch whole,
 /// its CRC valid, the ordering rule kept, and the range its name gives.
 fn verify_record_file(path: &Path, first: i64, last: i64, r: &mut VerifyReport) {
-    let Some(mut reader) = open_log(path, r) else {
+    let Some(mut reader) = open_log(path, r, false) else {
         return;
     };
     let mut prev = None;
@@ -251,11 +256,8 @@ fn verify_log_dir(dir: &Path, limit: Option<Limit>, r: &mut VerifyReport) -> Res
             continue;
         }
         // Running, retention or a truncation may delete a segment between the listing and
-        // here: gone is not damage then.
-        if running && !log_path.exists() {
-            continue;
-        }
-        let Some(mut reader) = open_log(&log_path, r) else {
+        // the open: gone is not damage then.
+        let Some(mut reader) = open_log(&log_path, r, running) else {
             continue;
         };
         // The index entries are read first, so that the walk records only what they ask
@@ -665,4 +667,21 @@ pub fn verify_selected(
         }
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_gone_before_its_open_is_damage_only_when_nothing_runs() {
+        let d = tempfile::tempdir().unwrap();
+        let gone = d.path().join("00000000000000000000.log");
+        let mut r = VerifyReport::default();
+        assert!(open_log(&gone, &mut r, true).is_none());
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        assert!(open_log(&gone, &mut r, false).is_none());
+        assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+        assert!(r.problems[0].contains("unreadable"), "{:?}", r.problems);
+    }
 }
