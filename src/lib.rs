@@ -6,7 +6,7 @@
 //! on each other in a cycle):
 //! 1. [`protocol`] — the Kafka wire codec: primitives, headers, one module per API.
 //! 2. [`record`] — record batches: headers, CRC-32C / CRC-32 checks, walking a record set.
-//! 3. [`clock`] — wall-clock milliseconds.
+//! 3. [`clock`] — wall-clock milliseconds, and the cheap spread retries are jittered by.
 //! 4. [`logging`] — the daemon's log lines on stderr or the journal.
 //! 5. [`notify`] — systemd's notify protocol (READY=1, STOPPING=1, STATUS=).
 //! 6. [`fault`] — the seam through which tests fail each write step of the storage.

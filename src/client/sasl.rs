@@ -160,10 +160,7 @@ pub fn authenticate(
 /// When to authenticate again within a session of `lifetime`: at 85–95 % of it, as Kafka's
 /// client does, spread so that many connections do not re-authenticate in step.
 pub fn reauthenticate_after(lifetime: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let share = 0.85 + f64::from(nanos % 1_000_000) / 1_000_000.0 * 0.10;
+    let share = 0.85 + crate::clock::spread() * 0.10;
     lifetime.mul_f64(share)
 }
 

@@ -40,11 +40,7 @@ impl FailureBackoff {
         let doubled = self
             .backoff
             .saturating_mul(1 << self.failures.saturating_sub(1).min(16));
-        // A cheap spread: the clock's nanoseconds, not a random generator.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let factor = 0.8 + f64::from(nanos % 1_000_000) / 1_000_000.0 * 0.4;
+        let factor = 0.8 + crate::clock::spread() * 0.4;
         doubled
             .mul_f64(factor)
             .min(self.backoff_max.max(self.backoff))

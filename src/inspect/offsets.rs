@@ -83,11 +83,7 @@ pub fn offsets(data_dir: &Path, tp: &TopicPartition, time: i64, max: usize) -> R
         let p = dir.join(segment::file_name(*b, "log"));
         let meta =
             std::fs::metadata(&p).with_context(|| format!("failed to stat `{}`", p.display()))?;
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let mtime = meta.modified().map_or(0, crate::clock::ms_since_epoch);
         entries.push((*b, mtime));
         last_size = meta.len();
     }
