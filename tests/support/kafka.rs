@@ -337,7 +337,17 @@ pub fn kill_leader_under_load(cluster: &Shared, topic: &str, count: usize) -> (i
         "codec": "lz4", "idempotent": true, "batch_records": 20, "seed": 2,
         "records_per_second": 1000, "background": true}),
     );
-    std::thread::sleep(Duration::from_millis(count as u64 / 3));
+    // Killed once a third of the records are acknowledged, however long the producer took to
+    // start: a fixed sleep let a slow start put the whole load after the kill.
+    super::wait_until(
+        Duration::from_secs(60),
+        "a third of the records acknowledged",
+        || {
+            cluster.ok(json!({"cmd": "produce_progress"}))["delivered"]
+                .as_u64()
+                .is_some_and(|n| n >= count as u64 / 3)
+        },
+    );
     cluster.ok(json!({"cmd": "kafka_node", "node": 1, "action": "kill9"}));
     let mut leader = -1;
     super::wait_until(Duration::from_secs(60), "a new leader", || {

@@ -95,7 +95,8 @@ Commands (all kinds)
     Optional: ``idempotent`` (default false) turns on enable.idempotence;
     ``records_per_second`` paces the records; ``background`` (default false)
     answers ``{"ok": true}`` at once and produces on a thread, whose reply
-    ``{"cmd": "join_produce"}`` waits for and returns;
+    ``{"cmd": "join_produce"}`` waits for and returns, and whose records delivered so far
+    ``{"cmd": "produce_progress"}`` answers as ``{"ok": true, "delivered": N}``;
     ``timeout_s`` (default 60), overall delivery deadline;
     ``batch_records`` (default 500), the most records in one batch.
     Optional: ``timestamp_ms`` gives record ``i`` the CreateTime
@@ -490,7 +491,8 @@ class Leader:
     def create_topic(self, cmd: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def produce(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def produce(self, cmd: dict[str, Any],
+                progress: dict[str, int] | None = None) -> dict[str, Any]:
         topic = req(cmd, "topic", str)
         partition = req(cmd, "partition")
         count = req(cmd, "count")
@@ -531,6 +533,8 @@ class Leader:
                 errors.append(str(err))
             else:
                 offsets.append(msg.offset())
+                if progress is not None:
+                    progress["delivered"] += 1
 
         try:
             for i, (key, value, hdrs) in enumerate(make_records(
@@ -578,22 +582,28 @@ class Leader:
         if self._background is not None:
             raise CommandError("a background produce is already running")
         result: dict[str, Any] = {}
+        progress = {"delivered": 0}
 
         def run() -> None:
             try:
-                result.update(self.produce(cmd))
+                result.update(self.produce(cmd, progress))
             except Exception as e:  # noqa: BLE001
                 result.update({"ok": False, "error": f"background produce: {e}"})
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        self._background = (thread, result)
+        self._background = (thread, result, progress)
         return {"ok": True}
+
+    def produce_progress(self, _cmd: dict[str, Any]) -> dict[str, Any]:
+        if self._background is None:
+            raise CommandError("no background produce is running")
+        return {"ok": True, "delivered": self._background[2]["delivered"]}
 
     def join_produce(self, _cmd: dict[str, Any]) -> dict[str, Any]:
         if self._background is None:
             raise CommandError("no background produce is running")
-        thread, result = self._background
+        thread, result, _ = self._background
         thread.join()
         self._background = None
         return result
@@ -1499,6 +1509,7 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
         "produce": lambda c: (leader.produce_in_background(c) if c.get("background")
                               else leader.produce(c)),
         "join_produce": leader.join_produce,
+        "produce_progress": leader.produce_progress,
         "produce_spread": leader.produce_spread,
         "consume": leader.consume,
         "high_watermarks": leader.high_watermarks,
