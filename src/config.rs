@@ -135,6 +135,18 @@ fn positive_i32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     }
 }
 
+/// -1 (the system's choice) or a size of 1 to `i32::MAX` bytes.
+fn socket_buffer_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+    let v = i64::deserialize(d)?;
+    match i32::try_from(v) {
+        Ok(v) if v > 0 || v == -1 => Ok(v),
+        _ => Err(de::Error::custom(format!(
+            "must be -1 (the system's default) or between 1 and {}, got {v}",
+            i32::MAX
+        ))),
+    }
+}
+
 fn non_negative_i32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     let v = i64::deserialize(d)?;
     match i32::try_from(v) {
@@ -405,6 +417,11 @@ pub struct ServeSection {
     /// `fetch.max.bytes`); the first batch is still sent whole (KIP-74).
     #[serde(deserialize_with = "positive_i32")]
     pub fetch_max_bytes: i32,
+    /// The kernel send buffer (`SO_SNDBUF`) of each client connection, -1 for the
+    /// system's autotuned one (Kafka's `socket.send.buffer.bytes`): with it, what clients
+    /// that do not read hold of the kernel's socket memory is bounded.
+    #[serde(deserialize_with = "socket_buffer_bytes")]
+    pub socket_send_buffer_bytes: i32,
     /// What clients must speak: TLS (`SSL`, `SASL_SSL`) and/or SASL (`SASL_*`).
     pub protocol: SecurityProtocol,
     /// The listener's certificate chain (PEM), required with TLS.
@@ -434,6 +451,7 @@ impl Default for ServeSection {
             idle_timeout_ms: 600_000,
             max_fetch_sessions: 1000,
             fetch_max_bytes: 57_671_680,
+            socket_send_buffer_bytes: 102_400,
             protocol: SecurityProtocol::Plaintext,
             ssl_cert_file: None,
             ssl_key_file: None,
@@ -1098,6 +1116,14 @@ interval_ms = 20
             (
                 "[serve]\nfetch_max_bytes = 0\n",
                 "line 7: key `serve.fetch_max_bytes`",
+            ),
+            (
+                "[serve]\nsocket_send_buffer_bytes = 0\n",
+                "line 7: key `serve.socket_send_buffer_bytes`",
+            ),
+            (
+                "[serve]\nsocket_send_buffer_bytes = -2\n",
+                "line 7: key `serve.socket_send_buffer_bytes`",
             ),
             ("[serve]\nnode_id = -1\n", "line 7: key `serve.node_id`"),
             ("[serve]\nport = 9\n", "line 7: key `serve.port`"),

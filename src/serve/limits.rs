@@ -21,7 +21,10 @@
 //! log's open-file budget (`log.max_open_files`) and the daemon's own reserve
 //! ([`crate::log::resources::descriptors::RESERVE`]: flushes, checkpoints, accept, the live status,
 //! metrics, broker connections) leave of the open-file limit read at start. A connection
-//! that finds none is closed at once; a response that finds none sends what it has.
+//! that finds none is closed at once; a response that finds none sends what it has. The
+//! files of a response beyond its first leave [`Descriptors::reserve`] free: a response's
+//! first file and a new connection may take the last descriptors, so clients whose
+//! responses hold many files unread delay no other client's first batch.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -247,11 +250,24 @@ impl Descriptors {
         self.used.load(Ordering::SeqCst)
     }
 
+    /// What files beyond the first of a response leave free: a quarter of the capacity,
+    /// kept for the first file of every other response and for new connections, so that
+    /// clients whose responses send from many files and are never read cannot starve the
+    /// others.
+    pub fn reserve(&self) -> usize {
+        self.capacity / 4
+    }
+
     /// `n` descriptors, if that many are free.
     pub fn take(self: &Arc<Self>, n: usize) -> Option<DescriptorPermit> {
+        self.take_leaving(n, 0)
+    }
+
+    /// `n` descriptors, if that many are free with `keep` more still free after them.
+    pub fn take_leaving(self: &Arc<Self>, n: usize, keep: usize) -> Option<DescriptorPermit> {
         let mut used = self.used.load(Ordering::SeqCst);
         loop {
-            if used + n > self.capacity {
+            if used.saturating_add(n).saturating_add(keep) > self.capacity {
                 return None;
             }
             match self
@@ -523,6 +539,17 @@ mod tests {
         drop(a);
         assert_eq!(d.used(), 2);
         drop(b);
+        assert_eq!(d.used(), 0);
+        let d = Descriptors::new(12);
+        assert_eq!(d.reserve(), 3);
+        let greedy = d.take_leaving(9, d.reserve()).unwrap();
+        assert!(
+            d.take_leaving(1, d.reserve()).is_none(),
+            "the reserve stays free"
+        );
+        let first = d.take(3).unwrap();
+        assert!(d.take(1).is_none());
+        drop((greedy, first));
         assert_eq!(d.used(), 0);
         assert_eq!(
             descriptor_share(Some(20_000), 15_000, 10),

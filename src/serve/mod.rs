@@ -99,6 +99,9 @@ pub struct ServeOptions {
     pub max_fetch_sessions: usize,
     /// The most record bytes in one Fetch response (`serve.fetch_max_bytes`).
     pub fetch_max_bytes: i32,
+    /// Each connection's `SO_SNDBUF` (`serve.socket_send_buffer_bytes`; `None`: the
+    /// system's autotuned buffer).
+    pub send_buffer: Option<usize>,
     /// What clients must speak (TLS; loaded once, at start).
     pub security: ListenerSecurity,
 }
@@ -141,6 +144,7 @@ impl ServeOptions {
             follower_principals: s.follower_principals.clone(),
             max_fetch_sessions: s.max_fetch_sessions,
             fetch_max_bytes: s.fetch_max_bytes,
+            send_buffer: usize::try_from(s.socket_send_buffer_bytes).ok(),
             security,
         }))
     }
@@ -674,6 +678,13 @@ fn muted_too_long(shared: &Shared, e: limits::NoMemory) -> anyhow::Error {
 
 fn serve_connection(shared: &Shared, tcp: TcpStream, ip: IpAddr) -> Result<()> {
     tcp.set_nodelay(true)?;
+    if let Some(size) = shared.opts.send_buffer {
+        // The kernel holds at most this (doubled, for its bookkeeping) of the responses a
+        // client has not read: clients that never read cannot exhaust the socket memory
+        // every other connection, the follower's own included, draws on.
+        rustix::net::sockopt::set_socket_send_buffer_size(&tcp, size)
+            .context("failed to set SO_SNDBUF (serve.socket_send_buffer_bytes)")?;
+    }
     tcp.set_read_timeout(Some(shared.opts.idle_timeout))?;
     tcp.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let mut stream = match &shared.opts.security.tls {

@@ -292,8 +292,18 @@ pub fn read_batches(
     min_one: bool,
     fds: Option<&Arc<Descriptors>>,
 ) -> Result<Read> {
+    // The response's first file (`min_one`: nothing taken yet) may take the last free
+    // descriptor; its others leave the reserve free for other responses' first files.
+    let mut first = min_one;
     let read = reader::read_batches(view, from, below, max_bytes, min_one, || match fds {
-        Some(f) => f.take(1).map(Some),
+        Some(f) => {
+            let keep = if std::mem::replace(&mut first, false) {
+                0
+            } else {
+                f.reserve()
+            };
+            f.take_leaving(1, keep).map(Some)
+        }
         None => Some(None),
     })?;
     Ok(Read {
@@ -343,5 +353,45 @@ mod tests {
         // None left: nothing read, no error.
         let none = read_batches(&view, 0, hw, u64::MAX, true, Some(&Descriptors::new(0))).unwrap();
         assert_eq!((none.ranges.len(), none.bytes), (0, 0));
+    }
+
+    #[test]
+    fn files_beyond_a_responses_first_leave_the_reserve_for_other_responses() {
+        let dir = tempfile::tempdir().unwrap();
+        fuzzing::build_data_dir(dir.path()).unwrap();
+        let source = Source::stopped(dir.path()).unwrap();
+        let view = source
+            .view(&TopicPartition::new(fuzzing::TOPIC, 0), 0)
+            .unwrap();
+        let hw = view.high_watermark;
+        let segments = read_batches(&view, 0, hw, u64::MAX, true, None)
+            .unwrap()
+            .ranges
+            .len();
+        assert!(segments >= 3, "{segments} segments");
+        // Capacity 8, reserve 2: a greedy response stops with 2 free...
+        let fds = Descriptors::new(8);
+        assert_eq!(fds.reserve(), 2);
+        let mut held = Vec::new();
+        while fds.used() + fds.reserve() < fds.capacity() {
+            let before = fds.used();
+            held.push(read_batches(&view, 0, hw, u64::MAX, true, Some(&fds)).unwrap());
+            assert!(fds.used() > before);
+        }
+        assert_eq!(fds.used(), 6);
+        // ... a part of a response past its first batch takes none of them...
+        let later = read_batches(&view, 0, hw, u64::MAX, false, Some(&fds)).unwrap();
+        assert_eq!((later.ranges.len(), fds.used()), (0, 6));
+        // ... and each other response still gets its first file.
+        for used in [7, 8] {
+            let first = read_batches(&view, 0, hw, u64::MAX, true, Some(&fds)).unwrap();
+            assert_eq!((first.ranges.len(), fds.used()), (1, used));
+            assert!(first.bytes > 0);
+            held.push(first);
+        }
+        let none = read_batches(&view, 0, hw, u64::MAX, true, Some(&fds)).unwrap();
+        assert_eq!(none.ranges.len(), 0);
+        drop(held);
+        assert_eq!(fds.used(), 0);
     }
 }

@@ -14,5 +14,6 @@ mod listener;
 mod read_committed;
 mod refusals;
 mod repeated_partitions;
+mod send_buffer;
 mod session_eviction;
 mod sessions;
