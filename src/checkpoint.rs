@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::path::Path;
 
+pub mod upstream;
+
 pub use crate::protocol::TopicPartition;
 
 const VERSION: u32 = 0;
@@ -117,7 +119,7 @@ fn write_atomic(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<()> {
     fsync_dir(dir)
 }
 
-fn render(lines: &[String]) -> Vec<u8> {
+pub(crate) fn render(lines: &[String]) -> Vec<u8> {
     let mut s = format!("{VERSION}\n{}\n", lines.len());
     for l in lines {
         s.push_str(l);
@@ -127,7 +129,7 @@ fn render(lines: &[String]) -> Vec<u8> {
 }
 
 /// Splits a checkpoint file into its entry lines after checking version and count.
-fn entry_lines<'a>(path: &Path, text: &'a str) -> Result<Vec<(usize, &'a str)>> {
+pub(crate) fn entry_lines<'a>(path: &Path, text: &'a str) -> Result<Vec<(usize, &'a str)>> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
     let (_, version) = lines
         .next()
@@ -281,7 +283,7 @@ pub fn read_ranges(path: &Path) -> Result<Vec<(i64, i64)>> {
 pub const MAX_CHECKPOINT_BYTES: u64 = 16 << 20;
 
 /// A checkpoint-sized text file, or `None` when it does not exist.
-fn read_text(path: &Path) -> Result<Option<String>> {
+pub(crate) fn read_text(path: &Path) -> Result<Option<String>> {
     use std::io::Read;
     let f = match File::open(path) {
         Ok(f) => f,

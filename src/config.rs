@@ -373,6 +373,60 @@ pub struct MetricsSection {
     pub listen: Option<String>,
 }
 
+/// `[groups]`: the consumer groups whose committed offsets are archived (none by default).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupsSection {
+    /// Regular expressions over group ids; a group is archived when one matches its whole
+    /// id (as MirrorMaker's `groups` list does).
+    #[serde(deserialize_with = "regexes")]
+    pub include: Vec<String>,
+    /// How often the groups are listed and their offsets fetched.
+    #[serde(deserialize_with = "positive_i64")]
+    pub refresh_ms: i64,
+}
+
+impl Default for GroupsSection {
+    fn default() -> Self {
+        GroupsSection {
+            include: Vec::new(),
+            refresh_ms: 60_000,
+        }
+    }
+}
+
+impl GroupsSection {
+    /// `include` compiled once: a group is archived when [`regex::RegexSet::is_match`] says so;
+    /// `None` when nothing is included.
+    pub fn matcher(&self) -> Option<regex::RegexSet> {
+        if self.include.is_empty() {
+            return None;
+        }
+        regex::RegexSet::new(self.include.iter().map(|p| format!("^(?:{p})$"))).ok()
+    }
+}
+
+/// `pattern` compiled to match a whole string.
+fn whole_match(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// A list of regular expressions, each checked to compile.
+fn regexes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    for p in &v {
+        if let Err(e) = whole_match(p) {
+            let e = e.to_string();
+            let last = e.lines().last().unwrap_or_default().trim();
+            let last = last.strip_prefix("error: ").unwrap_or(last);
+            return Err(de::Error::custom(format!(
+                "`{p}` is not a regular expression: {last}"
+            )));
+        }
+    }
+    Ok(v)
+}
+
 /// `[serve]`: the replica as a read-only Kafka broker, off unless `listen` is set.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -512,6 +566,8 @@ pub struct Config {
     pub metrics: MetricsSection,
     #[serde(default)]
     pub serve: ServeSection,
+    #[serde(default)]
+    pub groups: GroupsSection,
     #[serde(default)]
     pub security: SecuritySection,
     /// Where this configuration was read from, to name the file, line and key in the errors
@@ -1014,9 +1070,20 @@ retention_ms = -1
 flush_interval_ms = 10
 [checkpoint]
 interval_ms = 20
+[groups]
+include = ["^orders-.*", "billing"]
+refresh_ms = 1000
 "#,
         )
         .unwrap();
+        assert_eq!(c.groups.refresh_ms, 1000);
+        let groups = c.groups.matcher().unwrap();
+        assert!(groups.is_match("orders-eu") && groups.is_match("billing"));
+        assert!(
+            !groups.is_match("billing-v2") && !groups.is_match("my-orders-eu"),
+            "the whole id must match"
+        );
+        assert_eq!(GroupsSection::default().matcher().map(|m| m.len()), None);
         assert_eq!(c.follow[0].partitions, Some(vec![0, 1]));
         assert_eq!(c.follow[0].start, StartPosition::Latest);
         assert_eq!(
@@ -1125,6 +1192,15 @@ interval_ms = 20
                 "[serve]\nsocket_send_buffer_bytes = -2\n",
                 "line 7: key `serve.socket_send_buffer_bytes`",
             ),
+            (
+                "[groups]\ninclude = [\"orders-(\"]\n",
+                "line 7: key `groups.include`: `orders-(` is not a regular expression",
+            ),
+            (
+                "[groups]\nrefresh_ms = 0\n",
+                "line 7: key `groups.refresh_ms`",
+            ),
+            ("[groups]\nexclude = []\n", "line 7: key `groups.exclude`"),
             ("[serve]\nnode_id = -1\n", "line 7: key `serve.node_id`"),
             ("[serve]\nport = 9\n", "line 7: key `serve.port`"),
         ];

@@ -11,6 +11,8 @@
 //!     replication-offset-checkpoint       high watermarks        ┐
 //!     recovery-point-offset-checkpoint    recovery points        ├ (checkpoint)
 //!     log-start-offset-checkpoint         log start offsets      ┘
+//!     topic-configs-checkpoint            topic configs, partition counts ┐ (checkpoint::
+//!     group-offsets-checkpoint            consumer groups' offsets        ┘  upstream)
 //!     disk-full                           why appends are paused                (disk)
 //!     fetching-stopped                    why fetching is stopped                (fetcher)
 //!     fetching-stopped-partitions         partitions stopped, with why          (fetcher)
@@ -47,6 +49,11 @@ impl DataDir {
     pub const REPLICATION_OFFSET: &str = "replication-offset-checkpoint";
     pub const RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
     pub const LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
+    /// Each followed topic's partition count and topic-level configs, as the source cluster
+    /// last showed them ([`crate::checkpoint::upstream`]).
+    pub const TOPIC_CONFIGS: &str = "topic-configs-checkpoint";
+    /// The committed offsets of the groups `[groups]` includes (same module).
+    pub const GROUP_OFFSETS: &str = "group-offsets-checkpoint";
 
     /// Written into the data dir while appends are paused for lack of space (the reason);
     /// `status` shows it.

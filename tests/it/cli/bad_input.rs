@@ -407,6 +407,16 @@ const CONFIG_CASES: &[(&str, &str, Option<usize>)] = &[
         Some(5),
     ),
     (
+        "`groups.include` not a regular expression",
+        "topic = \"orders\"\n[groups]\ninclude = [\"orders-(\"]\n",
+        Some(6),
+    ),
+    (
+        "`groups.refresh_ms` not positive",
+        "topic = \"orders\"\n[groups]\nrefresh_ms = 0\n",
+        Some(6),
+    ),
+    (
         "bad `metrics.listen`",
         "topic = \"orders\"\n[metrics]\nlisten = \"localhost\"\n",
         Some(6),
