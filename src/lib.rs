@@ -29,8 +29,10 @@
 //!     clients from the segment files.
 //! 17. [`resolve`] — a [`config::Config`] turned into the runtime parts it names (TLS, SASL
 //!     users, log settings, descriptor budget, listen addresses), reading the files.
-//! 18. [`metrics`] — the Prometheus endpoint.
-//! 19. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
+//! 18. [`restore`] — the replica given back to an Apache Kafka cluster with the same offsets
+//!     (`restore prepare | write | finish`).
+//! 19. [`metrics`] — the Prometheus endpoint.
+//! 20. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
 //!     wires the others together.
 //!
 //! `main.rs` only parses the command line and dispatches.
@@ -67,5 +69,6 @@ pub mod protocol;
 pub mod record;
 pub mod repair;
 pub mod resolve;
+pub mod restore;
 pub mod security;
 pub mod serve;

@@ -26,6 +26,7 @@ Usage: replica-follower run --config FILE
   or:  replica-follower serve --config FILE [--data-dir DIR] [--listen ADDR] [--advertised ADDR]
   or:  replica-follower check-config --config FILE
   or:  replica-follower add-user --users-file FILE --user NAME [--mechanism M]... [--iterations N] [--password-file F]
+  or:  replica-follower restore write --data-dir DIR --plan FILE --log-dir KAFKA_LOG_DIR
 Keeps an exact, crash-safe local replica of Kafka topic-partitions in Kafka's on-disk format,
 and can serve it back over the Kafka protocol.
 
@@ -39,6 +40,7 @@ Commands:
   serve         daemon stopped: serve the replica read-only over the Kafka protocol
   check-config  validate a configuration file
   add-user      write a user's SCRAM credentials into the serve listener's users file
+  restore       give the replica back to an Apache Kafka cluster, offsets and groups kept
 
 An archived history (a re-created topic's old data, `<topic>-<p>.<old id>.archived/`) is read
 as topic `<topic>.<old id>.archived` by dump, offsets, verify --topic and serve; `status`
@@ -81,6 +83,9 @@ fn help(cmd: &str) -> &'static str {
         }
         "add-user" => {
             "replica-follower add-user --users-file FILE --user NAME [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]...\n                          [--iterations N] [--password-file F]\n\nWrites NAME's SCRAM credentials (a fresh salt, the stored and server keys: never the\npassword) into the serve listener's users file FILE (`[serve] sasl_users_file`), created\nif missing, replacing NAME's entry for each mechanism. The file is rewritten atomically\nwith mode 0600. PLAIN logins are checked against these entries.\n--mechanism: repeatable (default both). --iterations: 4096 to 16384 (default 8192).\nThe password is the first line of F (which must be readable by its owner only), or,\nwithout --password-file, the first line of standard input; never an argument.\nExit 2 on a bad flag or an empty password, 1 when FILE cannot be read or written.\n"
+        }
+        "restore" | "restore write" => {
+            "replica-follower restore write --data-dir DIR --plan FILE --log-dir KAFKA_LOG_DIR\n\nWith the plan's broker stopped: fills the partition directories of its log dir\nKAFKA_LOG_DIR from the replica in DIR, so that the broker loads them as its own when it\nstarts. Refuses (exit 1, nothing written) a log dir whose meta.properties names another\ncluster or broker than the plan, one whose .lock a running broker holds, and a partition\nwhose directory is missing, holds another topic id or holds data the archive does not\nhave. Each batch is CRC-checked and written with partition leader epoch 0; segments go\nthrough .tmp files, fsynced and renamed; Kafka's indexes and producer snapshots of those\npartitions are removed, so the broker rebuilds them from the segments. Idempotent: after\na crash, run it again. No partition outside the plan is touched. Prints one line per\npartition.\n"
         }
         _ => USAGE,
     }
@@ -208,6 +213,15 @@ fn main() -> ExitCode {
         print!("{}", help(&cmd));
         return ExitCode::SUCCESS;
     }
+    // `restore STEP ...` is the command `restore STEP`.
+    let (cmd, argv) = match (cmd.as_str(), argv.get(1)) {
+        ("restore", Some(step)) if !step.starts_with('-') => {
+            let cmd = format!("restore {step}");
+            let rest = argv.into_iter().skip(2);
+            (cmd.clone(), std::iter::once(cmd).chain(rest).collect())
+        }
+        _ => (cmd, argv),
+    };
     let spec = |values, flags| Spec {
         values,
         repeatable: &[],
@@ -235,6 +249,11 @@ fn main() -> ExitCode {
             repeatable: &["mechanism"],
             flags: &[],
         },
+        "restore write" => spec(&["data-dir", "plan", "log-dir"], &[]),
+        "restore" => return usage_error("`restore` needs a step: write"),
+        other if let Some(step) = other.strip_prefix("restore ") => {
+            return usage_error(&format!("unknown restore step `{step}` (write)"));
+        }
         other => return usage_error(&format!("unknown command `{other}`")),
     };
     let args = match parse(argv, &spec) {
@@ -268,6 +287,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
         "repair" => repair(args),
         "serve" => serve(args),
         "add-user" => add_user(args),
+        "restore write" => restore_write(args),
         other => Err(format!("unknown command `{other}`")),
     }
 }
@@ -591,6 +611,37 @@ fn repair(args: &Args) -> Result<ExitCode, String> {
         }
         Err(code) => code,
     })
+}
+
+/// `restore write`: the archive into a stopped broker's log dir.
+fn restore_write(args: &Args) -> Result<ExitCode, String> {
+    let data_dir = PathBuf::from(args.req("data-dir")?);
+    let plan = PathBuf::from(args.req("plan")?);
+    let log_dir = PathBuf::from(args.req("log-dir")?);
+    Ok(runtime((|| {
+        use replica_follower::restore::{plan::Plan, write};
+        let plan = Plan::read(&plan)?;
+        for w in write::write(&data_dir, &plan, &log_dir)? {
+            println!(
+                "{}-{}: {} segment(s), {} batch(es), {} bytes{}",
+                w.tp.topic,
+                w.tp.partition,
+                w.segments,
+                w.batches,
+                w.bytes,
+                if w.kept > 0 {
+                    format!(" ({} already in place)", w.kept)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        println!(
+            "written: start broker {} now; it rebuilds the indexes and producer state of these partitions as it loads them, then run `restore finish`",
+            plan.broker
+        );
+        Ok(())
+    })()))
 }
 
 /// `serve`: the replica answered over the Kafka protocol.
