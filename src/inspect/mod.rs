@@ -7,6 +7,7 @@ pub mod against_leader;
 pub mod dump;
 pub mod offsets;
 pub mod status;
+pub mod upstream;
 pub mod verify;
 
 use crate::checkpoint::TopicPartition;

@@ -67,6 +67,8 @@ pub struct DataDirStatus {
     /// The data dir, when it does not exist yet: a configuration before its first run
     /// (`status --config`), whose followed partitions are all without a log.
     pub not_created: Option<String>,
+    /// The archived topic configs and consumer-group offsets.
+    pub upstream: super::upstream::Upstream,
 }
 
 /// The entries of `follow` with no local log among `parts`: named partitions without one,
@@ -121,6 +123,7 @@ pub fn collect_data_dir(data_dir: &Path, notes: &mut Vec<String>) -> DataDirStat
         live: crate::live::read_running(data_dir),
         not_yet: Vec::new(),
         not_created: (!data_dir.exists()).then(|| data_dir.display().to_string()),
+        upstream: super::upstream::collect(data_dir, notes),
     }
 }
 
@@ -533,7 +536,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"leader\": {}, \"missing_topics\": [{}], \"not_yet_logged\": [{}]}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"leader\": {}, \"missing_topics\": [{}], \"not_yet_logged\": [{}], {}}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
         opt(dd.free_bytes, "null"),
@@ -560,7 +563,8 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
                 opt(*p, "null")
             ))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        super::upstream::render_json(&dd.upstream)
     )
 }
 
@@ -797,6 +801,7 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             a.path.display()
         ));
     }
+    s.push_str(&super::upstream::render_text(&dd.upstream));
     s
 }
 
