@@ -1,7 +1,7 @@
 //! The Kafka wire protocol: primitives ([`codec`]), error codes ([`error`]), request and
-//! response headers (here), and one module per API a follower uses — plus, for the serve
-//! listener, the error answers to the APIs a read-only broker refuses ([`RefusedApi`]:
-//! [`produce`], [`group`], [`admin`]).
+//! response headers (here), and one module per API the client sends ([`ApiKey`]) — plus, for
+//! the serve listener, the error answers to the APIs a read-only broker refuses
+//! ([`RefusedApi`]: [`produce`], [`group`], [`admin`]).
 //!
 //! Framing: every message is an INT32 size, then a header and a body. Request header v1 =
 //! api_key INT16, api_version INT16, correlation_id INT32, client_id NULLABLE_STRING; v2 adds a
@@ -14,15 +14,24 @@
 pub mod admin;
 pub mod api_versions;
 pub mod codec;
+pub mod create_topics;
+pub mod describe_configs;
+pub mod describe_producers;
 pub mod error;
 pub mod fetch;
+pub mod find_coordinator;
 pub mod group;
+pub mod init_producer_id;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl;
 pub mod uuid;
+pub mod write_txn_markers;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -262,9 +271,10 @@ pub fn map_partitions<P, R>(
 }
 
 /// Reads ARRAY{Name STRING, Partitions ARRAY{PartitionIndex INT32, …}} (the shape of the
-/// write requests a refusal echoes), with a tag section after each partition and topic when
-/// `flexible`; `rest` reads what follows each partition's index. `min_partition` is the
-/// smallest encoded partition, to bound the count before anything is allocated.
+/// write requests a refusal echoes, and of their answers), with a tag section after each
+/// partition and topic when `flexible`; `rest` reads what follows each partition's index.
+/// `min_partition` is the smallest encoded partition, to bound the count before anything is
+/// allocated.
 pub fn read_topic_partitions(
     r: &mut Reader<'_>,
     flexible: bool,
