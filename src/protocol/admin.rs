@@ -91,8 +91,7 @@ pub fn encode_create_topics_error(
             w.string(Some(message), flexible);
         }
         if version >= 5 {
-            // A null Configs array is a compact count of 0.
-            w.i32(-1).i16(-1).unsigned_varint(0);
+            w.i32(-1).i16(-1).null_array(true);
         }
         w.empty_tags(flexible);
     }

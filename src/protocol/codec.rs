@@ -312,6 +312,16 @@ pub fn encoded(f: impl FnOnce(&mut Writer)) -> Vec<u8> {
     w.buf
 }
 
+/// Checks that `decode` fails on every strict prefix of `bytes` (for tests of decoders: a
+/// response cut short is an error, never a panic or a value).
+#[cfg(test)]
+pub fn every_cut_fails<T: fmt::Debug>(bytes: &[u8], decode: impl Fn(&[u8]) -> DecodeResult<T>) {
+    for cut in 0..bytes.len() {
+        let got = decode(bytes.get(..cut).unwrap_or_default());
+        assert!(got.is_err(), "cut at {cut} of {}: {got:?}", bytes.len());
+    }
+}
+
 /// A length as Kafka's INT32, saturating instead of wrapping to a small or negative one. No
 /// field the daemon writes comes near it (a Kafka frame holds at most `i32::MAX` bytes, and
 /// a fetch response's records are bounded by the request's `max_bytes`).
@@ -417,6 +427,14 @@ impl Writer {
             self.unsigned_varint(len_u32(n).saturating_add(1))
         } else {
             self.i32(len_i32(n))
+        }
+    }
+    /// A null ARRAY or COMPACT_ARRAY.
+    pub fn null_array(&mut self, compact: bool) -> &mut Self {
+        if compact {
+            self.unsigned_varint(0)
+        } else {
+            self.i32(-1)
         }
     }
     /// An empty tagged-field section (only in flexible versions).

@@ -1,6 +1,6 @@
-//! Kafka error codes a follower meets (`common/protocol/Errors.java`) and what it does about
-//! each. Callers branch on [`ErrorCode::action`], so the table below is the one place that
-//! decides how a partition reacts to a broker's error.
+//! Kafka error codes the client meets (`common/protocol/Errors.java`) and what a follower
+//! does about each. Callers branch on [`ErrorCode::action`], so the table below is the one
+//! place that decides how a partition reacts to a broker's error.
 
 use std::fmt;
 
@@ -32,12 +32,16 @@ impl ErrorCode {
     pub const UNKNOWN_TOPIC_OR_PARTITION: ErrorCode = ErrorCode(3);
     pub const LEADER_NOT_AVAILABLE: ErrorCode = ErrorCode(5);
     pub const NOT_LEADER_OR_FOLLOWER: ErrorCode = ErrorCode(6);
+    pub const COORDINATOR_LOAD_IN_PROGRESS: ErrorCode = ErrorCode(14);
+    pub const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
+    pub const NOT_COORDINATOR: ErrorCode = ErrorCode(16);
     pub const TOPIC_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(29);
     pub const GROUP_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(30);
     pub const CLUSTER_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(31);
     pub const UNSUPPORTED_SASL_MECHANISM: ErrorCode = ErrorCode(33);
     pub const ILLEGAL_SASL_STATE: ErrorCode = ErrorCode(34);
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    pub const TOPIC_ALREADY_EXISTS: ErrorCode = ErrorCode(36);
     pub const INVALID_REQUEST: ErrorCode = ErrorCode(42);
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode = ErrorCode(53);
     pub const SASL_AUTHENTICATION_FAILED: ErrorCode = ErrorCode(58);
@@ -66,28 +70,61 @@ impl ErrorCode {
             8 => "BROKER_NOT_AVAILABLE",
             9 => "REPLICA_NOT_AVAILABLE",
             10 => "MESSAGE_TOO_LARGE",
+            12 => "OFFSET_METADATA_TOO_LARGE",
             13 => "NETWORK_EXCEPTION",
+            14 => "COORDINATOR_LOAD_IN_PROGRESS",
             15 => "COORDINATOR_NOT_AVAILABLE",
+            16 => "NOT_COORDINATOR",
+            17 => "INVALID_TOPIC_EXCEPTION",
+            19 => "NOT_ENOUGH_REPLICAS",
+            22 => "ILLEGAL_GENERATION",
+            24 => "INVALID_GROUP_ID",
+            25 => "UNKNOWN_MEMBER_ID",
+            27 => "REBALANCE_IN_PROGRESS",
+            28 => "INVALID_COMMIT_OFFSET_SIZE",
             29 => "TOPIC_AUTHORIZATION_FAILED",
             30 => "GROUP_AUTHORIZATION_FAILED",
             31 => "CLUSTER_AUTHORIZATION_FAILED",
             33 => "UNSUPPORTED_SASL_MECHANISM",
             34 => "ILLEGAL_SASL_STATE",
             35 => "UNSUPPORTED_VERSION",
+            36 => "TOPIC_ALREADY_EXISTS",
+            37 => "INVALID_PARTITIONS",
+            38 => "INVALID_REPLICATION_FACTOR",
+            39 => "INVALID_REPLICA_ASSIGNMENT",
+            40 => "INVALID_CONFIG",
+            41 => "NOT_CONTROLLER",
             42 => "INVALID_REQUEST",
+            44 => "POLICY_VIOLATION",
+            47 => "INVALID_PRODUCER_EPOCH",
+            48 => "INVALID_TXN_STATE",
+            49 => "INVALID_PRODUCER_ID_MAPPING",
+            50 => "INVALID_TRANSACTION_TIMEOUT",
+            51 => "CONCURRENT_TRANSACTIONS",
+            52 => "TRANSACTION_COORDINATOR_FENCED",
             53 => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
             56 => "KAFKA_STORAGE_ERROR",
             58 => "SASL_AUTHENTICATION_FAILED",
+            59 => "UNKNOWN_PRODUCER_ID",
+            68 => "NON_EMPTY_GROUP",
+            69 => "GROUP_ID_NOT_FOUND",
             70 => "FETCH_SESSION_ID_NOT_FOUND",
             71 => "INVALID_FETCH_SESSION_EPOCH",
             74 => "FENCED_LEADER_EPOCH",
             75 => "UNKNOWN_LEADER_EPOCH",
             76 => "UNSUPPORTED_COMPRESSION_TYPE",
             78 => "OFFSET_NOT_AVAILABLE",
+            86 => "GROUP_SUBSCRIBED_TO_TOPIC",
+            88 => "UNSTABLE_OFFSET_COMMIT",
+            89 => "THROTTLING_QUOTA_EXCEEDED",
+            90 => "PRODUCER_FENCED",
             100 => "UNKNOWN_TOPIC_ID",
             103 => "INCONSISTENT_TOPIC_ID",
             106 => "FETCH_SESSION_TOPIC_ID_ERROR",
             109 => "OFFSET_MOVED_TO_TIERED_STORAGE",
+            110 => "FENCED_MEMBER_EPOCH",
+            113 => "STALE_MEMBER_EPOCH",
+            120 => "TRANSACTION_ABORTABLE",
             _ => "UNKNOWN_ERROR_CODE",
         }
     }

@@ -4,7 +4,12 @@
 
 use super::codec::Writer;
 use super::error::ErrorCode;
-use super::{api_versions, fetch, list_offsets, metadata, offset_for_leader_epoch, sasl};
+use super::{
+    api_versions, create_topics, describe_configs, describe_producers, fetch, find_coordinator,
+    init_producer_id, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
+    offset_for_leader_epoch, sasl, write_txn_markers,
+};
+use crate::record::batch::tests::unhex;
 use crate::record::records::{NewRecord, build_v2_batch};
 use crate::record::{BatchHeader, BatchIter};
 
@@ -140,6 +145,18 @@ fn samples() -> Vec<(&'static str, i16, Vec<u8>)> {
     );
     out.push(("sasl_handshake", 1, w.buf));
     out.push(("batch", 2, batch));
+    let admin = [
+        ("describe_configs", 4, describe_configs::tests::RESPONSE_V4),
+        ("create_topics", 7, create_topics::tests::RESPONSE_V7),
+        ("find_coordinator", 4, find_coordinator::tests::RESPONSE_V4),
+        ("list_groups", 5, list_groups::tests::RESPONSE_V5),
+        ("offset_commit", 8, offset_commit::tests::RESPONSE_V8),
+        ("offset_fetch", 8, offset_fetch::tests::RESPONSE_V8),
+        ("init_producer_id", 5, init_producer_id::tests::RESPONSE_V5),
+        ("describe_producers", 0, describe_producers::tests::RESPONSE),
+        ("write_txn_markers", 1, write_txn_markers::tests::RESPONSE),
+    ];
+    out.extend(admin.map(|(kind, v, hex)| (kind, v, unhex(hex))));
     out
 }
 
@@ -163,6 +180,15 @@ fn decode(kind: &str, v: i16, b: &[u8]) {
         "api_versions" => drop(api_versions::decode_response(b, v)),
         "sasl_authenticate" => drop(sasl::decode_authenticate_response(b, v)),
         "sasl_authenticate_request" => drop(sasl::decode_authenticate_request(b, v)),
+        "describe_configs" => drop(describe_configs::decode_response(b, v)),
+        "create_topics" => drop(create_topics::decode_response(b, v)),
+        "find_coordinator" => drop(find_coordinator::decode_response(b, v)),
+        "list_groups" => drop(list_groups::decode_response(b, v)),
+        "offset_commit" => drop(offset_commit::decode_response(b, v)),
+        "offset_fetch" => drop(offset_fetch::decode_response(b, v)),
+        "init_producer_id" => drop(init_producer_id::decode_response(b, v)),
+        "describe_producers" => drop(describe_producers::decode_response(b)),
+        "write_txn_markers" => drop(write_txn_markers::decode_response(b)),
         "sasl_handshake" => {
             drop(sasl::decode_handshake_response(b));
             drop(sasl::decode_handshake_request(b));

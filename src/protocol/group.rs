@@ -21,7 +21,9 @@ use super::codec::{DecodeResult, Reader, Writer};
 use super::error::ErrorCode;
 use super::read_topic_partitions;
 
-/// FindCoordinator key type of a transactional id (0 is a group, 2 a share group).
+/// FindCoordinator key type of a group.
+pub const KEY_TYPE_GROUP: i8 = 0;
+/// FindCoordinator key type of a transactional id (2 is a share group).
 pub const KEY_TYPE_TRANSACTION: i8 = 1;
 
 /// What a refusal needs of a FindCoordinator request: the key type and, v4+, the keys.

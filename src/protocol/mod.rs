@@ -1,7 +1,7 @@
 //! The Kafka wire protocol: primitives ([`codec`]), error codes ([`error`]), request and
-//! response headers (here), and one module per API a follower uses — plus, for the serve
-//! listener, the error answers to the APIs a read-only broker refuses ([`RefusedApi`]:
-//! [`produce`], [`group`], [`admin`]).
+//! response headers (here), and one module per API the client sends ([`ApiKey`]) — plus, for
+//! the serve listener, the error answers to the APIs a read-only broker refuses
+//! ([`RefusedApi`]: [`produce`], [`group`], [`admin`]).
 //!
 //! Framing: every message is an INT32 size, then a header and a body. Request header v1 =
 //! api_key INT16, api_version INT16, correlation_id INT32, client_id NULLABLE_STRING; v2 adds a
@@ -14,15 +14,24 @@
 pub mod admin;
 pub mod api_versions;
 pub mod codec;
+pub mod create_topics;
+pub mod describe_configs;
+pub mod describe_producers;
 pub mod error;
 pub mod fetch;
+pub mod find_coordinator;
 pub mod group;
+pub mod init_producer_id;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl;
 pub mod uuid;
+pub mod write_txn_markers;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -63,8 +72,10 @@ impl std::fmt::Display for TopicPartition {
     }
 }
 
-/// The APIs a follower speaks, with the versions this code can encode and decode, and the first
-/// flexible version of each.
+/// The APIs this crate sends as a client, with the versions this code can encode and decode,
+/// and the first flexible version of each: the follower's (the serve listener answers them
+/// too), and the admin, group and transaction APIs an archive and a restore send. Each range
+/// is one that Apache Kafka 3.9 and 4.x both serve (4.0 dropped old versions, KIP-896).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ApiKey {
     Fetch,
@@ -74,10 +85,19 @@ pub enum ApiKey {
     ApiVersions,
     SaslHandshake,
     SaslAuthenticate,
+    OffsetCommit,
+    OffsetFetch,
+    FindCoordinator,
+    ListGroups,
+    CreateTopics,
+    InitProducerId,
+    WriteTxnMarkers,
+    DescribeConfigs,
+    DescribeProducers,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 7] = [
+    pub const ALL: [ApiKey; 16] = [
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::Metadata,
@@ -85,48 +105,64 @@ impl ApiKey {
         ApiKey::ApiVersions,
         ApiKey::SaslHandshake,
         ApiKey::SaslAuthenticate,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::FindCoordinator,
+        ApiKey::ListGroups,
+        ApiKey::CreateTopics,
+        ApiKey::InitProducerId,
+        ApiKey::WriteTxnMarkers,
+        ApiKey::DescribeConfigs,
+        ApiKey::DescribeProducers,
     ];
 
-    pub fn key(self) -> i16 {
-        match self {
-            ApiKey::Fetch => 1,
-            ApiKey::ListOffsets => 2,
-            ApiKey::Metadata => 3,
-            ApiKey::SaslHandshake => 17,
-            ApiKey::ApiVersions => 18,
-            ApiKey::OffsetForLeaderEpoch => 23,
-            ApiKey::SaslAuthenticate => 36,
-        }
-    }
-
-    /// Versions this implementation supports, inclusive.
-    pub fn supported(self) -> (i16, i16) {
+    /// (key, min version, max version, first flexible version, name).
+    fn spec(self) -> (i16, i16, i16, i16, &'static str) {
         match self {
             // v13 identifies topics by id only: a request goes at v13 when every topic's id is
             // known, else at v12, the last version naming them (every broker offering v13
             // still offers v12).
-            ApiKey::Fetch => (4, 13),
-            ApiKey::ListOffsets => (1, 7),
-            ApiKey::Metadata => (1, 12),
-            ApiKey::ApiVersions => (0, 3),
-            ApiKey::OffsetForLeaderEpoch => (2, 4),
-            // v1 wraps each token in SaslAuthenticate; v0's bare tokens are not sent.
-            ApiKey::SaslHandshake => (1, 1),
-            ApiKey::SaslAuthenticate => (0, 2),
+            ApiKey::Fetch => (1, 4, 13, 12, "Fetch"),
+            ApiKey::ListOffsets => (2, 1, 7, 6, "ListOffsets"),
+            ApiKey::Metadata => (3, 1, 12, 9, "Metadata"),
+            ApiKey::ApiVersions => (18, 0, 3, 3, "ApiVersions"),
+            ApiKey::OffsetForLeaderEpoch => (23, 2, 4, 4, "OffsetForLeaderEpoch"),
+            // v1 wraps each token in SaslAuthenticate; v0's bare tokens are not sent. No
+            // version of SaslHandshake is flexible.
+            ApiKey::SaslHandshake => (17, 1, 1, i16::MAX, "SaslHandshake"),
+            ApiKey::SaslAuthenticate => (36, 0, 2, 2, "SaslAuthenticate"),
+            // Kafka 4 serves v2+; v10 names topics by id only.
+            ApiKey::OffsetCommit => (8, 2, 9, 8, "OffsetCommit"),
+            // v2+ take a null topic list (every partition of the group); v10 names topics by
+            // id only.
+            ApiKey::OffsetFetch => (9, 2, 9, 6, "OffsetFetch"),
+            // v1 adds the key type (a transactional id's coordinator).
+            ApiKey::FindCoordinator => (10, 1, 6, 3, "FindCoordinator"),
+            ApiKey::ListGroups => (16, 0, 5, 3, "ListGroups"),
+            // Kafka 4 serves v2+.
+            ApiKey::CreateTopics => (19, 2, 7, 5, "CreateTopics"),
+            // v6 (two-phase commit, KIP-939) is not stable in Kafka 4.
+            ApiKey::InitProducerId => (22, 0, 5, 2, "InitProducerId"),
+            // Kafka 4 serves v1+, Kafka 3.9 up to v1.
+            ApiKey::WriteTxnMarkers => (27, 1, 1, 1, "WriteTxnMarkers"),
+            // Kafka 4 serves v1+ (v1 adds each config's source).
+            ApiKey::DescribeConfigs => (32, 1, 4, 4, "DescribeConfigs"),
+            ApiKey::DescribeProducers => (61, 0, 0, 0, "DescribeProducers"),
         }
     }
 
+    pub fn key(self) -> i16 {
+        self.spec().0
+    }
+
+    /// Versions this implementation supports, inclusive.
+    pub fn supported(self) -> (i16, i16) {
+        let (_, min, max, _, _) = self.spec();
+        (min, max)
+    }
+
     pub fn first_flexible(self) -> i16 {
-        match self {
-            ApiKey::Fetch => 12,
-            ApiKey::ListOffsets => 6,
-            ApiKey::Metadata => 9,
-            ApiKey::ApiVersions => 3,
-            ApiKey::OffsetForLeaderEpoch => 4,
-            // No version of SaslHandshake is flexible.
-            ApiKey::SaslHandshake => i16::MAX,
-            ApiKey::SaslAuthenticate => 2,
-        }
+        self.spec().3
     }
 
     pub fn is_flexible(self, version: i16) -> bool {
@@ -134,23 +170,17 @@ impl ApiKey {
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            ApiKey::Fetch => "Fetch",
-            ApiKey::ListOffsets => "ListOffsets",
-            ApiKey::Metadata => "Metadata",
-            ApiKey::ApiVersions => "ApiVersions",
-            ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
-            ApiKey::SaslHandshake => "SaslHandshake",
-            ApiKey::SaslAuthenticate => "SaslAuthenticate",
-        }
+        self.spec().4
     }
 }
 
 /// The APIs the serve listener answers although a read-only replica cannot do what they
 /// ask (`serve::refusals` says with what), with the versions whose answers this code
 /// encodes — every version of Kafka's schema as of Kafka 4.0's development tree — and the
-/// first flexible version of each. A follower never sends them, so they are kept apart from
-/// [`ApiKey`]. DescribeCluster is here too: it is answered, but only the listener needs it.
+/// first flexible version of each. They are kept apart from [`ApiKey`]: the client sends some
+/// of them too, but at the versions it speaks, and the listener must go on answering every
+/// version of each. DescribeCluster is here too: it is answered, but only the listener needs
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RefusedApi {
     Produce,
@@ -262,9 +292,10 @@ pub fn map_partitions<P, R>(
 }
 
 /// Reads ARRAY{Name STRING, Partitions ARRAY{PartitionIndex INT32, …}} (the shape of the
-/// write requests a refusal echoes), with a tag section after each partition and topic when
-/// `flexible`; `rest` reads what follows each partition's index. `min_partition` is the
-/// smallest encoded partition, to bound the count before anything is allocated.
+/// write requests a refusal echoes, and of their answers), with a tag section after each
+/// partition and topic when `flexible`; `rest` reads what follows each partition's index.
+/// `min_partition` is the smallest encoded partition, to bound the count before anything is
+/// allocated.
 pub fn read_topic_partitions(
     r: &mut Reader<'_>,
     flexible: bool,

@@ -903,6 +903,17 @@ fn answer(
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
             anyhow::bail!("{} is not served on a listener without SASL", api.name())
         }
+        // What only the client sends: refused above, or unknown here; not in
+        // `handlers::SERVED`, so never reached.
+        ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch
+        | ApiKey::FindCoordinator
+        | ApiKey::ListGroups
+        | ApiKey::CreateTopics
+        | ApiKey::InitProducerId
+        | ApiKey::WriteTxnMarkers
+        | ApiKey::DescribeConfigs
+        | ApiKey::DescribeProducers => anyhow::bail!("{} is not served here", api.name()),
     }
     Ok(Some(pieces))
 }

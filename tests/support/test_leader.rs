@@ -1301,8 +1301,9 @@ fn handle_request(shared: &Shared, frame: &[u8], connection: u64) -> Option<Vec<
         ApiKey::Metadata => handle_metadata(shared, body, version),
         ApiKey::ListOffsets => handle_list_offsets(shared, body, version),
         ApiKey::OffsetForLeaderEpoch => handle_offset_for_leader_epoch(shared, body, version),
-        // Not advertised: a plaintext leader without SASL closes the connection.
-        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => return None,
+        // Not advertised: a plaintext leader without SASL, and a leader that is no
+        // coordinator or controller, closes the connection.
+        _ => return None,
     };
     Some(frame_response(correlation_id, flexible, &answer.ok()?))
 }

@@ -18,7 +18,9 @@
 
 use replica_follower::protocol::codec::Reader;
 use replica_follower::protocol::{
-    ApiKey, RefusedApi, api_versions, fetch, list_offsets, metadata, offset_for_leader_epoch, sasl,
+    ApiKey, RefusedApi, api_versions, create_topics, describe_configs, describe_producers, fetch,
+    find_coordinator, init_producer_id, list_groups, list_offsets, metadata, offset_commit,
+    offset_fetch, offset_for_leader_epoch, sasl, write_txn_markers,
 };
 use replica_follower::serve::fuzzing::{self, Listener};
 use replica_follower::serve::limits;
@@ -317,6 +319,17 @@ fn check(request: &[u8], response: &[u8]) {
         ApiKey::ApiVersions => api_versions::decode_response(body, version).map(drop),
         ApiKey::SaslHandshake => sasl::decode_handshake_response(body).map(drop),
         ApiKey::SaslAuthenticate => sasl::decode_authenticate_response(body, version).map(drop),
+        // The refusals of the listener (DescribeProducers and WriteTxnMarkers are not answered
+        // at all).
+        ApiKey::OffsetCommit => offset_commit::decode_response(body, version).map(drop),
+        ApiKey::OffsetFetch => offset_fetch::decode_response(body, version).map(drop),
+        ApiKey::FindCoordinator => find_coordinator::decode_response(body, version).map(drop),
+        ApiKey::ListGroups => list_groups::decode_response(body, version).map(drop),
+        ApiKey::CreateTopics => create_topics::decode_response(body, version).map(drop),
+        ApiKey::InitProducerId => init_producer_id::decode_response(body, version).map(drop),
+        ApiKey::DescribeConfigs => describe_configs::decode_response(body, version).map(drop),
+        ApiKey::DescribeProducers => describe_producers::decode_response(body).map(drop),
+        ApiKey::WriteTxnMarkers => write_txn_markers::decode_response(body).map(drop),
     };
     if let Err(e) = decoded {
         panic!("{} v{version}: the answer does not decode: {e}", api.name());
