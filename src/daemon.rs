@@ -625,6 +625,7 @@ fn reload(
         ("[checkpoint]", new.checkpoint != running.checkpoint),
         ("[metrics]", new.metrics != running.metrics),
         ("[serve]", new.serve != running.serve),
+        ("[groups]", new.groups != running.groups),
         // TLS material is loaded once at start; a new CA or certificate needs a restart.
         ("[security]", new.security != running.security),
     ]
@@ -701,6 +702,18 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
         .map(|o| crate::serve::Server::start(o, crate::serve::source::Source::live(logs.clone())))
         .transpose()?;
     let mut task = start_checkpoint_task(&cfg, logs.clone(), live)?;
+    // Topic configs and group offsets for a restore, on a thread the watchdog does not
+    // watch: a slow broker delays the archive, never the replication.
+    let mut archiver =
+        crate::restore::archive::Archiver::start(crate::restore::archive::ArchiveOptions {
+            bootstrap: cfg.bootstrap_servers.clone(),
+            client_id: cfg.client_id.clone(),
+            security: security.clone(),
+            data_dir: cfg.data_dir.clone(),
+            groups: cfg.groups.matcher(),
+            groups_every: Duration::from_millis(cfg.groups.refresh_ms.unsigned_abs()),
+        })
+        .context("failed to start the archive of topic configs and group offsets")?;
     let manager = FetcherManager::new(cfg.clone(), logs.clone(), security, live);
     let to_manager = manager.sender();
     let stop_manager = manager.stop_handle();
@@ -743,6 +756,7 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     if manager_thread.join().is_err() {
         crate::log_error!("the fetcher manager panicked");
     }
+    archiver.stop();
     task.shutdown();
     monitor.shutdown();
     if let Some((running, addr, _thread)) = metrics {

@@ -1,15 +1,110 @@
 //! `restore prepare | write | finish`: the replica given back to an Apache Kafka cluster with
-//! the same offsets, so that consumers resume where they were.
+//! the same offsets, so that consumers resume where they were; and the daemon's archive of
+//! what that needs beside the partitions ([`archive`]).
 //!
-//! 1. `prepare` ([`plan`]), with the target cluster up: creates the missing topics with the
-//!    archived partition counts and configs, every replica on one broker, and writes the plan.
+//! 1. `prepare` ([`prepare`]), with the target cluster up: creates the missing topics with
+//!    the archived partition counts and configs, every replica on one broker, and writes the
+//!    plan ([`plan`]).
 //! 2. `write` ([`write`]), with that broker stopped: fills its partition directories from the
 //!    replica, in Kafka's own format, so that the broker loads them as its own.
-//! 3. `finish`, with the broker started again: checks every partition's range, commits the
-//!    archived consumer-group offsets, and makes the restored producer state safe for new
-//!    producers.
+//! 3. `finish` ([`finish`]), with the broker started again: checks every partition's range,
+//!    closes the transactions the archive left open, moves the cluster's producer ids past
+//!    the restored ones, and commits the archived consumer-group offsets.
 //!
 //! Each step checks before it writes, names what is wrong, and may be run again.
 
+pub mod archive;
+pub mod finish;
 pub mod plan;
+pub mod prepare;
 pub mod write;
+
+use crate::client::cluster::{ClusterMetadata, fetch_metadata};
+use crate::client::connection::BrokerConnection;
+use crate::security::{ClientSecurity, SecuritySection};
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The deadline of each request to the target cluster.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The cluster restored into, and how to reach it.
+pub struct Target {
+    pub bootstrap: Vec<String>,
+    pub security: Arc<ClientSecurity>,
+    pub client_id: String,
+}
+
+/// `--client-config FILE`: a `[security]` table with the keys of the daemon's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientConfig {
+    #[serde(default)]
+    security: SecuritySection,
+}
+
+impl Target {
+    /// `bootstrap` (comma-separated `host:port`s), over the security `client_config` names.
+    pub fn new(bootstrap: &str, client_config: Option<&Path>) -> Result<Target> {
+        let section = match client_config {
+            None => SecuritySection::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("failed to read `{}`", p.display()))?;
+                toml::from_str::<ClientConfig>(&text)
+                    .map_err(|e| anyhow::anyhow!("`{}`: {e}", p.display()))?
+                    .security
+            }
+        };
+        let security = ClientSecurity::from_section(&section).with_context(|| {
+            client_config.map_or_else(String::new, |p| format!("`{}`", p.display()))
+        })?;
+        Ok(Target {
+            bootstrap: bootstrap
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            security,
+            client_id: "replica-follower-restore".into(),
+        })
+    }
+}
+
+fn connect_addr(target: &Target, addr: &str) -> Result<BrokerConnection> {
+    Ok(BrokerConnection::connect_secured(
+        addr,
+        &format!("broker {addr}"),
+        &target.security,
+        &target.client_id,
+        64 << 20,
+        REQUEST_TIMEOUT,
+        |_| {},
+    )?)
+}
+
+/// A connection to the first bootstrap broker that answers, and its metadata of `topics`.
+fn connect_target(
+    target: &Target,
+    topics: &[String],
+) -> Result<(BrokerConnection, ClusterMetadata)> {
+    let mut errors = Vec::new();
+    for addr in &target.bootstrap {
+        match connect_addr(target, addr).and_then(|mut c| {
+            let md = fetch_metadata(&mut c, topics)?;
+            Ok((c, md))
+        }) {
+            Ok(found) => return Ok(found),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    anyhow::bail!(
+        "no broker of the target answered ({}): {}",
+        target.bootstrap.join(","),
+        errors.join("; ")
+    )
+}

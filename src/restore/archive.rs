@@ -1,0 +1,320 @@
+//! The daemon's archive of what a restore needs beside the partitions
+//! ([`crate::checkpoint::upstream`]): each followed topic's partition count and topic-level
+//! configs (DescribeConfigs, at start and every [`TOPICS_EVERY`]), and the committed offsets
+//! of the groups `[groups] include` matches (ListGroups on every broker, OffsetFetch at each
+//! group's coordinator, every `groups.refresh_ms`), for the partitions the replica holds.
+//!
+//! A thread of its own, outside the systemd watchdog's watch (a slow broker delays the
+//! archive, never the replication), with short request timeouts so that a stop waits at most
+//! one of them. Nothing is archived from a cluster other than the one the data dir recorded.
+//! Failures are said once (WARN) until a round succeeds again (INFO); entries the source no
+//! longer shows stay, with the time it last showed them.
+
+use crate::checkpoint::TopicPartition;
+use crate::checkpoint::upstream::{self, GroupOffset, TopicArchive};
+use crate::client::admin;
+use crate::client::cluster::{ClusterMetadata, fetch_metadata};
+use crate::client::connection::BrokerConnection;
+use crate::log::data_dir::DataDir;
+use crate::security::ClientSecurity;
+use anyhow::{Context, Result, bail};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the topics' configs and partition counts are archived (the fetcher manager's
+/// metadata refresh).
+pub const TOPICS_EVERY: Duration = crate::fetcher::manager::METADATA_REFRESH;
+/// The deadline of every request of a round.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the archiving thread needs.
+#[derive(Clone)]
+pub struct ArchiveOptions {
+    pub bootstrap: Vec<String>,
+    pub client_id: String,
+    pub security: Arc<ClientSecurity>,
+    pub data_dir: PathBuf,
+    /// `[groups] include`, compiled; `None`: no group is archived.
+    pub groups: Option<regex::RegexSet>,
+    pub groups_every: Duration,
+}
+
+/// The running archive thread; stopped (and joined) when dropped.
+pub struct Archiver {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Archiver {
+    pub fn start(opts: ArchiveOptions) -> std::io::Result<Archiver> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("upstream-archive".into())
+            .spawn(move || run(&opts, &s2))?;
+        Ok(Archiver {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    pub fn stop(&mut self) {
+        let (flag, cond) = &*self.stop;
+        *flag
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        cond.notify_all();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Archiver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether a round of one kind failed last time, to say a failure once and the recovery.
+#[derive(Default)]
+struct Said {
+    failing: bool,
+}
+
+impl Said {
+    fn outcome(&mut self, what: &str, r: Result<String>) {
+        match r {
+            Ok(done) => {
+                if std::mem::replace(&mut self.failing, false) {
+                    crate::log_info!("archiving {what} works again: {done}");
+                } else {
+                    crate::log_debug!("archived {what}: {done}");
+                }
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    crate::log_warn!(
+                        "archiving {what} failed: {e:#}; retrying quietly until it works"
+                    );
+                } else {
+                    crate::log_debug!("archiving {what} failed again: {e:#}");
+                }
+            }
+        }
+    }
+}
+
+fn run(opts: &ArchiveOptions, stop: &(Mutex<bool>, Condvar)) {
+    let (mut next_topics, mut next_groups) = (Instant::now(), Instant::now());
+    let (mut topics_said, mut groups_said) = (Said::default(), Said::default());
+    loop {
+        let now = Instant::now();
+        if now >= next_topics {
+            topics_said.outcome("topic configs", archive_topics(opts));
+            next_topics = Instant::now() + TOPICS_EVERY;
+        }
+        if opts.groups.is_some() && now >= next_groups {
+            groups_said.outcome("consumer group offsets", archive_groups(opts));
+            next_groups = Instant::now() + opts.groups_every;
+        }
+        let wake = if opts.groups.is_some() {
+            next_topics.min(next_groups)
+        } else {
+            next_topics
+        };
+        let (flag, cond) = stop;
+        let g = flag
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *g {
+            return;
+        }
+        let (g, _) = cond
+            .wait_timeout(g, wake.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *g {
+            return;
+        }
+    }
+}
+
+fn connect(opts: &ArchiveOptions, addr: &str) -> Result<BrokerConnection> {
+    Ok(BrokerConnection::connect_secured(
+        addr,
+        &format!("broker {addr}"),
+        &opts.security,
+        &opts.client_id,
+        64 << 20,
+        REQUEST_TIMEOUT,
+        |_| {},
+    )?)
+}
+
+/// A connection to the first bootstrap broker that answers, and its metadata of `topics`,
+/// from the cluster the data dir records (refused otherwise).
+fn cluster(
+    opts: &ArchiveOptions,
+    topics: &[String],
+) -> Result<(BrokerConnection, ClusterMetadata)> {
+    let mut last = None;
+    for addr in &opts.bootstrap {
+        match connect(opts, addr).and_then(|mut c| {
+            let md = fetch_metadata(&mut c, topics)?;
+            Ok((c, md))
+        }) {
+            Ok((c, md)) => {
+                let recorded = crate::log::identity::read_cluster_id(&opts.data_dir)?;
+                if let (Some(r), Some(got)) = (&recorded, &md.cluster_id)
+                    && r != got
+                {
+                    bail!(
+                        "broker {addr} is in cluster {got}, the data dir replicates cluster {r}: nothing archived from it"
+                    );
+                }
+                return Ok((c, md));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no bootstrap server configured")))
+}
+
+/// The topics and partitions the replica holds (archived histories aside).
+fn local_partitions(data_dir: &Path) -> Result<BTreeSet<TopicPartition>> {
+    Ok(DataDir::partitions(data_dir)?.into_iter().collect())
+}
+
+/// One round of topic configs; what was archived.
+fn archive_topics(opts: &ArchiveOptions) -> Result<String> {
+    let local = local_partitions(&opts.data_dir)?;
+    let topics: Vec<String> = local
+        .iter()
+        .map(|tp| tp.topic.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if topics.is_empty() {
+        return Ok("no topic yet".into());
+    }
+    let (mut conn, md) = cluster(opts, &topics)?;
+    let present: Vec<String> = topics
+        .iter()
+        .filter(|t| {
+            md.topics
+                .get(*t)
+                .is_some_and(|(e, p)| e.is_ok() && !p.is_empty())
+        })
+        .cloned()
+        .collect();
+    if present.is_empty() {
+        return Ok("none of the followed topics is on the cluster now".into());
+    }
+    let described = admin::describe_topic_configs(&mut conn, &present)?;
+    let path = opts.data_dir.join(DataDir::TOPIC_CONFIGS);
+    let mut archive = upstream::read_topics(&path)?;
+    let now = crate::clock::now_ms();
+    let mut done = Vec::new();
+    for d in described {
+        if !d.error.is_ok() {
+            crate::log_debug!(
+                "DescribeConfigs of topic {}: {} {}",
+                d.topic,
+                d.error.name(),
+                d.message.as_deref().unwrap_or_default()
+            );
+            continue;
+        }
+        let Some((_, parts)) = md.topics.get(&d.topic) else {
+            continue;
+        };
+        let configs: BTreeMap<String, String> = d
+            .entries
+            .into_iter()
+            .filter(|e| e.source == admin::SOURCE_DYNAMIC_TOPIC && !e.sensitive)
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect();
+        done.push(format!("{} ({} set)", d.topic, configs.len()));
+        archive.insert(
+            d.topic,
+            TopicArchive {
+                partitions: i32::try_from(parts.len()).unwrap_or(i32::MAX),
+                configs,
+                seen_ms: now,
+            },
+        );
+    }
+    upstream::write_topics(&path, &archive)?;
+    Ok(done.join(", "))
+}
+
+/// One round of group offsets; what was archived.
+fn archive_groups(opts: &ArchiveOptions) -> Result<String> {
+    let Some(matcher) = &opts.groups else {
+        return Ok(String::new());
+    };
+    let local = local_partitions(&opts.data_dir)?;
+    let (mut bootstrap, md) = cluster(opts, &[])?;
+    // ListGroups answers with the groups each broker coordinates: ask every one.
+    let mut groups = BTreeSet::new();
+    let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
+    for (id, addr) in &md.brokers {
+        let listed = connect(opts, addr).and_then(|mut c| {
+            let l = admin::list_groups(&mut c)?;
+            conns.insert(*id, c);
+            Ok(l)
+        });
+        match listed {
+            Ok(l) => groups.extend(
+                l.into_iter()
+                    .map(|g| g.group_id)
+                    .filter(|g| !g.is_empty() && matcher.is_match(g)),
+            ),
+            Err(e) => bail!("ListGroups at broker {id} ({addr}): {e:#}"),
+        }
+    }
+    let path = opts.data_dir.join(DataDir::GROUP_OFFSETS);
+    let mut archive = upstream::read_groups(&path)?;
+    let now = crate::clock::now_ms();
+    let mut archived = 0;
+    for group in &groups {
+        let coord = admin::find_coordinator(&mut bootstrap, admin::KEY_TYPE_GROUP, group)
+            .with_context(|| format!("FindCoordinator of group `{group}`"))?;
+        let conn = match conns.entry(coord.node_id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(connect(opts, &format!("{}:{}", coord.host, coord.port))?)
+            }
+        };
+        let offsets = admin::offset_fetch(conn, group)
+            .with_context(|| format!("OffsetFetch of group `{group}`"))?;
+        let entry = archive.entry(group.clone()).or_default();
+        for o in offsets {
+            let tp = TopicPartition::new(&o.topic, o.partition);
+            if !local.contains(&tp) {
+                continue;
+            }
+            entry.insert(
+                tp,
+                GroupOffset {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                    seen_ms: now,
+                },
+            );
+            archived += 1;
+        }
+        if entry.is_empty() {
+            archive.remove(group);
+        }
+    }
+    upstream::write_groups(&path, &archive)?;
+    Ok(format!(
+        "{} group(s), {archived} partition offset(s)",
+        groups.len()
+    ))
+}
