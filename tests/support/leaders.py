@@ -125,6 +125,9 @@ Commands (all kinds)
     -> ``{"ok": true, "watermarks": [[low, high], ...]}`` in request order,
     via ListOffsets (Consumer.get_watermark_offsets on a fresh consumer),
     retried for up to ``timeout_s`` (default 30) seconds per partition.
+    ``high`` is what ListOffsets "latest" answers at ``isolation``: under
+    read_committed (librdkafka's default) the last stable offset, which an open
+    transaction holds back; under read_uncommitted the high watermark.
     With ``"source": "fetch"`` the high watermark is instead the one the
     leader reports in a Fetch response (see the Tansu note below).
 
@@ -786,8 +789,11 @@ class Leader:
         if source not in ("list_offsets", "fetch"):
             raise CommandError(f"unknown source {source!r}")
         timeout_s = float(cmd.get("timeout_s", 30))
+        isolation = cmd.get("isolation", "read_committed")
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise CommandError(f"unknown isolation {isolation!r}")
         out = []
-        consumer = self.new_consumer()
+        consumer = self.new_consumer(**{"isolation.level": isolation})
         try:
             for p in parts:
                 deadline = time.monotonic() + timeout_s
