@@ -124,6 +124,19 @@ pub fn shared(version: &'static str) -> &'static Shared {
     shared
 }
 
+/// DumpLogSegments' words for an index or log that does not match (Kafka 4.4's source:
+/// `DumpLogSegments.java`, `TimeIndexDumpErrors`). Its "Non-consecutive offsets" are not
+/// among them: a compacted log has gaps, and Kafka 4.4 lists the first record of every
+/// segment not based at 0 as following offset -1.
+pub const DUMP_MISMATCHES: [&str; 6] = [
+    "Mismatches in",
+    "Index offset",
+    "are not found in",
+    "timestamp mismatch",
+    "out of order timestamp",
+    "invalid bytes",
+];
+
 /// One batch of a partition directory: base and last offset, and its bytes.
 pub type DirBatch = (i64, i64, Vec<u8>);
 

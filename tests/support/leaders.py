@@ -81,6 +81,13 @@ Commands (all kinds)
     What a read_uncommitted consumer reads of offsets from..=to: offset,
     timestamp, timestamp type, key, value and headers (bytes in hex).
 
+``{"cmd": "read_partition", "topic": "t", "partition": 0, "isolation": "read_committed"}``
+    Every record of the partition from its log start to its end, as ``consume`` gives
+    them, at ``isolation`` (default read_uncommitted), and ``end``: the offset where the
+    consumer met the end of the partition (the high watermark; under read_committed the
+    last stable offset, which an open transaction holds back).
+    -> ``{"ok": true, "records": [...], "end": E}``.
+
 ``{"cmd": "leaders", "topic": "t"}``
     One fresh Metadata request -> ``{"ok": true, "leaders": [id, ...]}``
     (index = partition, -1 = leaderless).
@@ -118,6 +125,9 @@ Commands (all kinds)
     -> ``{"ok": true, "watermarks": [[low, high], ...]}`` in request order,
     via ListOffsets (Consumer.get_watermark_offsets on a fresh consumer),
     retried for up to ``timeout_s`` (default 30) seconds per partition.
+    ``high`` is what ListOffsets "latest" answers at ``isolation``: under
+    read_committed (librdkafka's default) the last stable offset, which an open
+    transaction holds back; under read_uncommitted the high watermark.
     With ``"source": "fetch"`` the high watermark is instead the one the
     leader reports in a Fetch response (see the Tansu note below).
 
@@ -224,6 +234,23 @@ Kafka-only commands
   "args": [...], "timeout_s": 120}``: runs one of Kafka's main classes ->
   ``{"ok": true, "output": "..."}`` (stdout and stderr; a non-zero exit is an
   error).
+* ``{"cmd": "commit_group_offsets", "group": "g", "offsets": [{"topic": "t",
+  "partition": 0, "offset": 5, "metadata": "m", "leader_epoch": 0}]}``: AdminClient
+  AlterConsumerGroupOffsets (the group has no members) -> ``{"ok": true}``.
+* ``{"cmd": "group_offsets", "group": "g"}``: AdminClient ListConsumerGroupOffsets ->
+  ``{"ok": true, "offsets": [{"topic", "partition", "offset", "leader_epoch",
+  "metadata"}]}``, sorted, only partitions with a committed offset.
+* ``{"cmd": "resume_group", "group": "g", "topic": "t", "partitions": [0, 1]}``: a
+  read_committed consumer of the group, assigned the partitions without offsets (so it
+  starts where the group committed, its leader epoch checked as any consumer does) ->
+  ``{"ok": true, "first": [offset of the first record it reads, per partition]}``.
+* ``{"cmd": "describe_configs", "topic": "t"}``: AdminClient DescribeConfigs ->
+  ``{"ok": true, "configs": {"name": "value"}}``, the configs set on the topic itself
+  (source DYNAMIC_TOPIC_CONFIG; not the broker's or the defaults).
+* ``{"cmd": "describe_producers", "topic": "t", "partition": 0}``: the partition
+  leader's producer state by Kafka's ``TransactionsCommand describe-producers`` ->
+  ``{"ok": true, "producers": [{"producer_id", "producer_epoch", "last_sequence",
+  "current_txn_start_offset"}]}`` (the offset null when no transaction is open).
 
 Known behaviour (checked with confluent-kafka 2.16.1 / librdkafka 2.16.0
 and Tansu 0.6.0)
@@ -273,9 +300,10 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer, TopicCollection,
-                             TopicPartition)
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import (OFFSET_BEGINNING, ConsumerGroupTopicPartitions, Consumer, KafkaError,
+                             KafkaException, Producer, TopicCollection, TopicPartition)
+from confluent_kafka.admin import (AdminClient, ConfigResource, ConfigSource, NewTopic,
+                                  ResourceType)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kafka_cluster  # noqa: E402
@@ -366,6 +394,19 @@ def kafka_uuid_text(msb: int, lsb: int) -> str | None:
         return None
     raw = msb.to_bytes(8, "big", signed=msb < 0) + lsb.to_bytes(8, "big", signed=lsb < 0)
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def hexed(b: bytes | None) -> str | None:
+    return None if b is None else b.hex()
+
+
+def record_json(msg: Any) -> dict[str, Any]:
+    """One consumed record: offset, timestamp, timestamp type (1 CreateTime, 2
+    LogAppendTime), key, value and headers, bytes as hex (null stays null)."""
+    ts_type, ts = msg.timestamp()
+    return {"offset": msg.offset(), "timestamp": ts, "timestamp_type": ts_type,
+            "key": hexed(msg.key()), "value": hexed(msg.value()),
+            "headers": [[k, hexed(v)] for k, v in (msg.headers() or [])]}
 
 
 def topic_leaders(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> list[int]:
@@ -620,7 +661,6 @@ class Leader:
         first = req(cmd, "from")
         last = req(cmd, "to")
         timeout_s = float(cmd.get("timeout_s", 30))
-        hexed = lambda b: None if b is None else b.hex()
         c = self.new_consumer(**{"isolation.level": "read_uncommitted",
                                   "fetch.wait.max.ms": 10})
         out: list[dict[str, Any]] = []
@@ -639,14 +679,45 @@ class Leader:
                     raise CommandError(f"consume {topic}[{partition}]: {msg.error()}")
                 if msg.offset() > last:
                     break
-                ts_type, ts = msg.timestamp()
-                out.append({"offset": msg.offset(), "timestamp": ts,
-                            "timestamp_type": ts_type, "key": hexed(msg.key()),
-                            "value": hexed(msg.value()),
-                            "headers": [[k, hexed(v)] for k, v in (msg.headers() or [])]})
+                out.append(record_json(msg))
         finally:
             c.close()
         return {"ok": True, "records": out}
+
+    def read_partition(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Every record of one partition from its log start to its end, at ``isolation``
+        (``read_uncommitted``, the default, or ``read_committed``), each as ``consume``
+        gives it; and ``end``, the offset at which the consumer met the end of the
+        partition: the high watermark, or under read_committed the last stable offset (an
+        open transaction holds it back).  -> ``{"ok": true, "records": [...], "end": E}``."""
+        topic = req(cmd, "topic", str)
+        partition = req(cmd, "partition")
+        isolation = cmd.get("isolation", "read_uncommitted")
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise CommandError(f"unknown isolation {isolation!r}")
+        timeout_s = float(cmd.get("timeout_s", 30))
+        c = self.new_consumer(**{"isolation.level": isolation, "fetch.wait.max.ms": 10,
+                                  "enable.partition.eof": True})
+        out: list[dict[str, Any]] = []
+        try:
+            c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if time.monotonic() > deadline:
+                    got = out[-1]["offset"] if out else None
+                    raise CommandError(f"read {topic}[{partition}] ({isolation}): no end of "
+                                       f"partition within {timeout_s} s, last offset {got}")
+                msg = c.poll(0.2)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    return {"ok": True, "records": out, "end": msg.offset()}
+                if err is not None:
+                    raise CommandError(f"read {topic}[{partition}] ({isolation}): {err}")
+                out.append(record_json(msg))
+        finally:
+            c.close()
 
     def produce_spread(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """``count`` records to each of partitions 0..partitions-1, one producer for all
@@ -718,8 +789,11 @@ class Leader:
         if source not in ("list_offsets", "fetch"):
             raise CommandError(f"unknown source {source!r}")
         timeout_s = float(cmd.get("timeout_s", 30))
+        isolation = cmd.get("isolation", "read_committed")
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise CommandError(f"unknown isolation {isolation!r}")
         out = []
-        consumer = self.new_consumer()
+        consumer = self.new_consumer(**{"isolation.level": isolation})
         try:
             for p in parts:
                 deadline = time.monotonic() + timeout_s
@@ -1337,6 +1411,88 @@ class KafkaLeader(Leader):
             except RuntimeError as e:
                 raise CommandError(str(e)) from e
             return {"ok": True, "output": out}
+        if name == "commit_group_offsets":
+            group = req(cmd, "group", str)
+            offsets = [TopicPartition(req(o, "topic", str), req(o, "partition"),
+                                      req(o, "offset"), o.get("metadata"),
+                                      o.get("leader_epoch"))
+                       for o in cmd.get("offsets") or []]
+            futs = self.admin().alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, offsets)], request_timeout=30)
+            done = self._wait(futs[group], f"commit offsets of group {group!r}")
+            failed = [f"{tp.topic}[{tp.partition}]: {tp.error}"
+                      for tp in done.topic_partitions if tp.error is not None]
+            if failed:
+                raise CommandError(f"commit offsets of group {group!r}: {failed}")
+            return {"ok": True}
+        if name == "group_offsets":
+            group = req(cmd, "group", str)
+            futs = self.admin().list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=30)
+            done = self._wait(futs[group], f"offsets of group {group!r}")
+            offsets = sorted(
+                ({"topic": tp.topic, "partition": tp.partition, "offset": tp.offset,
+                  "leader_epoch": tp.leader_epoch, "metadata": tp.metadata}
+                 for tp in done.topic_partitions if tp.offset >= 0),
+                key=lambda o: (o["topic"], o["partition"]))
+            return {"ok": True, "offsets": offsets}
+        if name == "resume_group":
+            # assign() without offsets: each partition starts where the group committed
+            # (OffsetFetch), checked against the leader's epochs as any consumer does.
+            group = req(cmd, "group", str)
+            topic = req(cmd, "topic", str)
+            parts = cmd.get("partitions") or []
+            c = self.new_consumer(**{"group.id": group, "fetch.wait.max.ms": 10})
+            first: dict[int, int] = {}
+            try:
+                c.assign([TopicPartition(topic, p) for p in parts])
+                deadline = time.monotonic() + float(cmd.get("timeout_s", 30))
+                while len(first) < len(parts):
+                    if time.monotonic() > deadline:
+                        raise CommandError(f"group {group!r} read no record of {topic} "
+                                           f"partitions {sorted(set(parts) - set(first))}")
+                    msg = c.poll(0.2)
+                    if msg is None:
+                        continue
+                    if msg.error() is not None:
+                        raise CommandError(f"group {group!r} on {topic}: {msg.error()}")
+                    first.setdefault(msg.partition(), msg.offset())
+            finally:
+                c.close()
+            return {"ok": True, "first": [first[p] for p in parts]}
+        if name == "describe_configs":
+            topic = req(cmd, "topic", str)
+            futs = self.admin().describe_configs([ConfigResource(ResourceType.TOPIC, topic)],
+                                                 request_timeout=30)
+            entries = self._wait(next(iter(futs.values())), f"describe configs of {topic!r}")
+            return {"ok": True, "configs": {
+                n: e.value for n, e in sorted(entries.items())
+                if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}}
+        if name == "describe_producers":
+            # Kafka's TransactionsCommand (the Java Admin's DescribeProducers):
+            # confluent-kafka 2.16.1 has no DescribeProducers.
+            topic = req(cmd, "topic", str)
+            partition = req(cmd, "partition")
+            try:
+                out = self.cluster.run_tool(
+                    "org.apache.kafka.tools.TransactionsCommand",
+                    ["--bootstrap-server", self.bootstrap, "describe-producers",
+                     "--topic", topic, "--partition", str(partition)])
+            except RuntimeError as e:
+                raise CommandError(str(e)) from e
+            rows = [line.split() for line in out.splitlines()]
+            head = next((i for i, r in enumerate(rows) if r[:1] == ["ProducerId"]), None)
+            if head is None:
+                raise CommandError(f"describe-producers of {topic}[{partition}]: {out[-800:]}")
+            producers = [dict(zip(rows[head], r)) for r in rows[head + 1:]
+                         if len(r) == len(rows[head])]
+            return {"ok": True, "producers": [
+                {"producer_id": int(p["ProducerId"]), "producer_epoch": int(p["ProducerEpoch"]),
+                 "last_sequence": int(p["LastSequence"]),
+                 "current_txn_start_offset": (None if p["CurrentTransactionStartOffset"]
+                                              == "None" else
+                                              int(p["CurrentTransactionStartOffset"]))}
+                for p in producers]}
         raise CommandError(f"unknown command {name!r}")
 
     def shutdown(self) -> None:
@@ -1490,7 +1646,8 @@ class MockLeader(Leader):
 # --------------------------------------------------------------------------
 
 KAFKA_COMMANDS = {"kafka_node", "restore", "describe_partition", "elect_leaders", "reassign",
-                  "alter_topic_config", "tool"}
+                  "alter_topic_config", "tool", "commit_group_offsets", "group_offsets",
+                  "resume_group", "describe_configs", "describe_producers"}
 
 MOCK_COMMANDS = {"set_leader", "broker_down", "broker_up", "set_rtt", "advertise",
                  "push_errors", "clear_errors", "delete_records", "set_apiversion"}
@@ -1512,6 +1669,7 @@ def handle(leader: Leader, line: str) -> dict[str, Any]:
         "produce_progress": leader.produce_progress,
         "produce_spread": leader.produce_spread,
         "consume": leader.consume,
+        "read_partition": leader.read_partition,
         "high_watermarks": leader.high_watermarks,
         "delete_topic": leader.delete_topic,
         "topic_id": leader.topic_id,
