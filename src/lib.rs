@@ -17,7 +17,8 @@
 //!    partition's indexes (`log::reader`): nothing outside `log` decodes an index file.
 //! 9. [`live`] — what the running daemon knows beyond its checkpoints, and the watchdog's beats.
 //! 10. [`security`] — TLS, SASL/SCRAM and the security settings types.
-//! 11. [`client`] — blocking broker connections, version negotiation, cluster metadata.
+//! 11. [`client`] — blocking broker connections, version negotiation, cluster metadata, and the
+//!     admin, group and transaction calls of an archive and a restore.
 //! 12. [`config`] — the TOML file parsed and validated into a [`config::Config`]; it reads no
 //!     other file.
 //! 13. [`fetcher`] — the shutdownable thread, the abstract fetch loop and its stages, the

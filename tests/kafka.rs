@@ -19,7 +19,8 @@ mod support;
 /// Compaction, history below Kafka's log start, Kafka's own tools over the replica.
 #[path = "kafka/archive.rs"]
 mod archive;
-/// Transactions, Kafka's secured listeners, fetch sessions over 2,000 partitions.
+/// Transactions, Kafka's secured listeners, fetch sessions over 2,000 partitions, the admin
+/// calls.
 #[path = "kafka/protocol.rs"]
 mod protocol;
 

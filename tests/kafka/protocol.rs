@@ -1,13 +1,18 @@
 //! Apache Kafka itself as the leader (issue 20), the protocol scenarios: transactions
 //! (Kafka's `.txnindex` and read_committed), Kafka's own SASL_SSL (SCRAM-SHA-512) and mutual
-//! TLS listeners, and fetch sessions Kafka grants to a follower of 2,000 partitions. All on
-//! the shared 3-node cluster of the pinned 4.x.
+//! TLS listeners, fetch sessions Kafka grants to a follower of 2,000 partitions, and the
+//! admin, group and transaction calls of `client::admin`. All on the shared 3-node cluster of
+//! the pinned 4.x.
 
 use crate::support;
 
 use crate::support::kafka::{self, Shared, fast};
 use crate::support::{Config, Daemon, free_port, wait_until};
 use replica_follower::checkpoint::TopicPartition;
+use replica_follower::client::admin::{self, AdminError, CommittedOffset, NewTopic, TxnMarker};
+use replica_follower::client::{BrokerConnection, cluster};
+use replica_follower::protocol::error::ErrorCode;
+use replica_follower::protocol::list_offsets;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -549,6 +554,279 @@ fn kafka_grants_fetch_sessions_and_steady_state_fetches_of_2000_partitions_are_i
         cpu * 100.0,
         measured.as_secs_f64(),
         summary.join("; "),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A connection to the broker at `addr`, as the archive and the restore open theirs.
+fn admin_connection(addr: &str) -> BrokerConnection {
+    BrokerConnection::connect(addr, "kp-admin", 64 << 20)
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e:#}"))
+}
+
+/// `f` retried while the broker answers that the coordinator is not there yet (a new
+/// `__consumer_offsets` or `__transaction_state` is created on the first FindCoordinator).
+fn until_coordinated<T>(what: &str, mut f: impl FnMut() -> admin::Result<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(AdminError::Kafka(code, message))
+                if Instant::now() < deadline
+                    && [
+                        ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+                        ErrorCode::NOT_COORDINATOR,
+                    ]
+                    .contains(&code) =>
+            {
+                eprintln!("{what}: {message}; again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{what}: {e:#}"),
+        }
+    }
+}
+
+/// The last stable offset and the high watermark of `tp`, from its leader.
+fn stable_and_end(conn: &mut BrokerConnection, tp: &TopicPartition) -> (i64, i64) {
+    let at = |conn: &mut BrokerConnection, isolation| {
+        cluster::list_offset(conn, isolation, tp, -1, list_offsets::LATEST)
+            .unwrap()
+            .unwrap_or_else(|e| panic!("ListOffsets {tp}: {e}"))
+            .offset
+    };
+    (at(conn, 1), at(conn, 0))
+}
+
+/// Every call of `client::admin` against Kafka: a topic created with its partitions placed and
+/// its configs set, the configs read back, an idempotent producer's state, a new group's
+/// offsets committed at its coordinator and fetched back, the group listed, producer ids, and
+/// an open transaction aborted with a marker written to the partition's leader.
+#[test]
+fn the_admin_calls_create_describe_commit_fetch_list_and_abort_on_kafka() {
+    let started = Instant::now();
+    let c = cluster();
+    let _shared = c.sharing();
+    let topic = "kp-admin";
+    let node_addr = |id: i32| {
+        c.node(i64::from(id))["broker"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut any = admin_connection(&node_addr(1));
+
+    // CreateTopics: checked first, then created; partition 0 led by node 2, 1 by node 3.
+    let new = [NewTopic {
+        name: topic.to_string(),
+        assignments: vec![(0, vec![2, 3, 1]), (1, vec![3, 1, 2])],
+        configs: vec![
+            ("retention.ms".to_string(), "86400000".to_string()),
+            ("segment.bytes".to_string(), "1048576".to_string()),
+        ],
+    }];
+    let checked = admin::create_topics(&mut any, &new, 30_000, true).unwrap();
+    assert_eq!(checked.len(), 1);
+    assert_eq!(checked[0].error, ErrorCode::NONE, "{checked:?}");
+    let created = admin::create_topics(&mut any, &new, 30_000, false).unwrap();
+    assert_eq!(
+        (created[0].name.as_str(), created[0].error),
+        (topic, ErrorCode::NONE)
+    );
+    let id = created[0].topic_id.expect("v7 returns the topic id");
+    let theirs = c.ok(json!({"cmd": "topic_id", "topic": topic}))["topic_id"].clone();
+    assert_eq!(
+        theirs,
+        json!(id.to_string()),
+        "the id Kafka's Admin reports"
+    );
+    let again = admin::create_topics(&mut any, &new, 30_000, false).unwrap();
+    assert_eq!(again[0].error, ErrorCode::TOPIC_ALREADY_EXISTS, "{again:?}");
+    assert!(again[0].message.is_some(), "{again:?}");
+    for (p, replicas) in [(0, json!([2, 3, 1])), (1, json!([3, 1, 2]))] {
+        let d = c.ok(json!({"cmd": "describe_partition", "topic": topic, "partition": p}));
+        assert_eq!(d["replicas"], replicas, "partition {p}: {d}");
+    }
+
+    // DescribeConfigs: the two set on the topic have source 1, the rest come from elsewhere.
+    let mut configs = Vec::new();
+    wait_until(Duration::from_secs(20), "the new topic's configs", || {
+        configs = admin::describe_topic_configs(&mut any, &[topic.to_string()]).unwrap();
+        configs[0].error.is_ok()
+    });
+    assert_eq!(configs[0].topic, topic);
+    let entries = &configs[0].entries;
+    let set: BTreeMap<&str, Option<&str>> = entries
+        .iter()
+        .filter(|e| e.source == admin::SOURCE_DYNAMIC_TOPIC)
+        .map(|e| (e.name.as_str(), e.value.as_deref()))
+        .collect();
+    let want = BTreeMap::from([
+        ("retention.ms", Some("86400000")),
+        ("segment.bytes", Some("1048576")),
+    ]);
+    assert_eq!(set, want);
+    let cleanup = entries.iter().find(|e| e.name == "cleanup.policy");
+    let cleanup = cleanup.expect("every config is described");
+    assert_eq!(cleanup.value.as_deref(), Some("delete"));
+    assert_ne!(cleanup.source, admin::SOURCE_DYNAMIC_TOPIC);
+    assert!(entries.len() > 20, "{} configs", entries.len());
+
+    // DescribeProducers at partition 0's leader: the idempotent producer's 50 records.
+    c.ok(
+        json!({"cmd": "produce", "topic": topic, "partition": 0, "count": 50, "seed": 7,
+        "idempotent": true}),
+    );
+    let leader0 = kafka::leader_of(c, topic, 0) as i32;
+    let mut leader = admin_connection(&node_addr(leader0));
+    let described = admin::describe_producers(&mut leader, topic, &[0]).unwrap();
+    assert_eq!(described.len(), 1, "{described:?}");
+    assert_eq!(
+        (described[0].partition, described[0].error),
+        (0, ErrorCode::NONE)
+    );
+    let [producer] = described[0].producers[..] else {
+        panic!("one producer: {described:?}");
+    };
+    assert!(producer.producer_id >= 0, "{producer:?}");
+    assert_eq!(producer.last_sequence, 49, "{producer:?}");
+    assert_eq!(
+        producer.current_txn_start_offset, -1,
+        "no transaction: {producer:?}"
+    );
+
+    // A new group's offsets, committed at its coordinator and fetched back.
+    let group = "kp-admin-group";
+    let coordinator = until_coordinated("FindCoordinator", || {
+        admin::find_coordinator(&mut any, admin::KEY_TYPE_GROUP, group)
+    });
+    let mut coord = admin_connection(&format!("{}:{}", coordinator.host, coordinator.port));
+    assert_eq!(node_addr(coordinator.node_id), coord.addr());
+    let offsets = vec![
+        CommittedOffset {
+            topic: topic.to_string(),
+            partition: 0,
+            offset: 40,
+            leader_epoch: 0,
+            metadata: Some("first".to_string()),
+        },
+        CommittedOffset {
+            topic: topic.to_string(),
+            partition: 1,
+            offset: 0,
+            leader_epoch: -1,
+            metadata: Some(String::new()),
+        },
+    ];
+    let committed = until_coordinated("OffsetCommit", || {
+        admin::offset_commit(&mut coord, group, &offsets)
+    });
+    let none = ErrorCode::NONE;
+    let want = vec![(topic.to_string(), 0, none), (topic.to_string(), 1, none)];
+    assert_eq!(committed, want);
+    let mut fetched = until_coordinated("OffsetFetch", || admin::offset_fetch(&mut coord, group));
+    fetched.sort_by_key(|o| o.partition);
+    assert_eq!(fetched, offsets, "leader epochs and metadata kept");
+    // Another broker is no coordinator of the group: an error to find it again by.
+    let other = (1..=3).find(|&n| n != coordinator.node_id).unwrap();
+    let mut not_coordinator = admin_connection(&node_addr(other));
+    match admin::offset_fetch(&mut not_coordinator, group) {
+        Err(AdminError::Kafka(ErrorCode::NOT_COORDINATOR, message)) => assert!(
+            message.contains("OffsetFetch for group `kp-admin-group`: NOT_COORDINATOR (16)")
+                && message.contains(&node_addr(other)),
+            "{message}"
+        ),
+        wrong => panic!("NOT_COORDINATOR expected: {wrong:?}"),
+    }
+
+    // ListGroups: the group is listed by its coordinator, empty, and by no other broker.
+    let mut listed = Vec::new();
+    for n in 1..=3 {
+        let groups = admin::list_groups(&mut admin_connection(&node_addr(n))).unwrap();
+        for g in groups.into_iter().filter(|g| g.group_id == group) {
+            listed.push((n, g));
+        }
+    }
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].0, coordinator.node_id);
+    assert_eq!(listed[0].1.state.as_deref(), Some("Empty"), "{listed:?}");
+
+    // InitProducerId: an idempotent producer's id from any broker, a transactional id's from
+    // its coordinator.
+    let (idempotent, epoch) = until_coordinated("InitProducerId", || {
+        admin::init_producer_id(&mut any, None, 60_000)
+    });
+    assert!(idempotent >= 0 && epoch == 0, "{idempotent} {epoch}");
+    let tx = "kp-admin-tx";
+    let tx_coordinator = until_coordinated("FindCoordinator", || {
+        admin::find_coordinator(&mut any, admin::KEY_TYPE_TRANSACTION, tx)
+    });
+    let mut tx_coord = admin_connection(&node_addr(tx_coordinator.node_id));
+    let (transactional, _) = until_coordinated("InitProducerId", || {
+        admin::init_producer_id(&mut tx_coord, Some(tx), 60_000)
+    });
+    assert!(transactional >= 0 && transactional != idempotent);
+
+    // WriteTxnMarkers: a transaction left open on partition 1 holds its last stable offset
+    // back until an abort marker written at the leader ends it.
+    let end = c.ok(
+        json!({"cmd": "transaction_steps", "topic": topic, "partition": 1,
+        "steps": [["kp-admin-open", "begin"], ["kp-admin-open", "produce", 5]]}),
+    )["end_offset"]
+        .as_i64()
+        .unwrap();
+    let tp1 = TopicPartition::new(topic, 1);
+    let leader1 = kafka::leader_of(c, topic, 1) as i32;
+    let mut leader = admin_connection(&node_addr(leader1));
+    let (stable, high) = stable_and_end(&mut leader, &tp1);
+    assert_eq!(
+        (stable, high),
+        (0, end),
+        "the open transaction holds the stable offset"
+    );
+    let described = admin::describe_producers(&mut leader, topic, &[1]).unwrap();
+    let open = described[0]
+        .producers
+        .iter()
+        .find(|p| p.current_txn_start_offset >= 0)
+        .unwrap_or_else(|| panic!("an open transaction: {described:?}"));
+    assert_eq!(open.current_txn_start_offset, 0, "{open:?}");
+    let marker = TxnMarker {
+        producer_id: open.producer_id,
+        producer_epoch: i16::try_from(open.producer_epoch).unwrap(),
+        committed: false,
+        topic: topic.to_string(),
+        partitions: vec![1],
+        coordinator_epoch: open.coordinator_epoch,
+    };
+    let written = admin::write_txn_markers(&mut leader, &[marker]).unwrap();
+    let want = vec![(open.producer_id, topic.to_string(), 1, ErrorCode::NONE)];
+    assert_eq!(written, want);
+    let mut after = (0, 0);
+    wait_until(
+        Duration::from_secs(10),
+        "the stable offset at the end",
+        || {
+            after = stable_and_end(&mut leader, &tp1);
+            after.0 == after.1
+        },
+    );
+    assert_eq!(after, (end + 1, end + 1), "the abort marker ends the log");
+    let described = admin::describe_producers(&mut leader, topic, &[1]).unwrap();
+    assert!(
+        described[0]
+            .producers
+            .iter()
+            .all(|p| p.current_txn_start_offset == -1),
+        "no transaction left open: {described:?}"
+    );
+    c.ok(json!({"cmd": "delete_topic", "topic": topic}));
+    eprintln!(
+        "admin calls against Kafka: {} configs described, coordinator {} of the group, \
+         producer ids {idempotent} and {transactional}, {:.1} s",
+        entries.len(),
+        coordinator.node_id,
         started.elapsed().as_secs_f64()
     );
 }
