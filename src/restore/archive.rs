@@ -281,15 +281,17 @@ fn archive_groups(opts: &ArchiveOptions) -> Result<String> {
     let now = crate::clock::now_ms();
     let mut archived = 0;
     for group in &groups {
-        let coord = admin::find_coordinator(&mut bootstrap, admin::KEY_TYPE_GROUP, group)
-            .with_context(|| format!("FindCoordinator of group `{group}`"))?;
+        let coord = super::coordinated(REQUEST_TIMEOUT, || {
+            admin::find_coordinator(&mut bootstrap, admin::KEY_TYPE_GROUP, group)
+        })
+        .with_context(|| format!("FindCoordinator of group `{group}`"))?;
         let conn = match conns.entry(coord.node_id) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(connect(opts, &format!("{}:{}", coord.host, coord.port))?)
             }
         };
-        let offsets = admin::offset_fetch(conn, group)
+        let offsets = super::coordinated(REQUEST_TIMEOUT, || admin::offset_fetch(conn, group))
             .with_context(|| format!("OffsetFetch of group `{group}`"))?;
         let entry = archive.entry(group.clone()).or_default();
         for o in offsets {

@@ -38,6 +38,9 @@ use std::time::{Duration, Instant};
 /// report says why (a source cluster that handed out millions of ids).
 pub const MAX_IDS_TAKEN: i64 = 200_000;
 
+/// How long a fresh cluster's coordinators may take to answer.
+const COORDINATED_WITHIN: Duration = Duration::from_secs(60);
+
 /// What a run of `finish` wrote that changes the ranges: the ends after its abort markers.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -349,8 +352,10 @@ fn take_producer_ids(
     for (id, addr) in &md.brokers {
         let mut c = connect_addr(target, addr)?;
         loop {
-            let (pid, _) = admin::init_producer_id(&mut c, None, 30_000)
-                .with_context(|| format!("InitProducerId at broker {id}"))?;
+            let (pid, _) = super::coordinated(COORDINATED_WITHIN, || {
+                admin::init_producer_id(&mut c, None, 30_000)
+            })
+            .with_context(|| format!("InitProducerId at broker {id}"))?;
             taken += 1;
             if pid > max_id {
                 break;
@@ -368,14 +373,17 @@ fn commit_group(
     group: &str,
     offsets: &[CommittedOffset],
 ) -> Result<std::result::Result<String, String>> {
-    let coord = admin::find_coordinator(conn, admin::KEY_TYPE_GROUP, group)
-        .with_context(|| format!("FindCoordinator of group `{group}`"))?;
+    let coord = super::coordinated(COORDINATED_WITHIN, || {
+        admin::find_coordinator(conn, admin::KEY_TYPE_GROUP, group)
+    })
+    .with_context(|| format!("FindCoordinator of group `{group}`"))?;
     let mut c = connect_addr(target, &format!("{}:{}", coord.host, coord.port))?;
     let key = |o: &CommittedOffset| (o.topic.clone(), o.partition);
-    let now: HashMap<(String, i32), i64> = admin::offset_fetch(&mut c, group)?
-        .iter()
-        .map(|o| (key(o), o.offset))
-        .collect();
+    let now: HashMap<(String, i32), i64> =
+        super::coordinated(COORDINATED_WITHIN, || admin::offset_fetch(&mut c, group))?
+            .iter()
+            .map(|o| (key(o), o.offset))
+            .collect();
     let same = |now: &HashMap<(String, i32), i64>| {
         offsets.iter().all(|o| now.get(&key(o)) == Some(&o.offset))
     };
@@ -388,17 +396,20 @@ fn commit_group(
             now.len()
         )));
     }
-    let answers = match admin::offset_commit(&mut c, group, offsets) {
+    let answers = match super::coordinated(COORDINATED_WITHIN, || {
+        admin::offset_commit(&mut c, group, offsets)
+    }) {
         Ok(a) => a,
         Err(e) => return Ok(Err(format!("OffsetCommit failed: {e:#}"))),
     };
     if let Some((t, p, e)) = answers.iter().find(|(_, _, e)| !e.is_ok()) {
         return Ok(Err(format!("OffsetCommit of {t}-{p}: {}", e.name())));
     }
-    let after: HashMap<(String, i32), i64> = admin::offset_fetch(&mut c, group)?
-        .iter()
-        .map(|o| (key(o), o.offset))
-        .collect();
+    let after: HashMap<(String, i32), i64> =
+        super::coordinated(COORDINATED_WITHIN, || admin::offset_fetch(&mut c, group))?
+            .iter()
+            .map(|o| (key(o), o.offset))
+            .collect();
     if same(&after) {
         Ok(Ok(format!("committed {} offset(s)", offsets.len())))
     } else {

@@ -87,6 +87,33 @@ fn connect_addr(target: &Target, addr: &str) -> Result<BrokerConnection> {
     )?)
 }
 
+/// `call` again while the broker answers that the coordinator is not ready or elsewhere
+/// (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a fresh
+/// cluster's first answers), for up to `within`.
+pub fn coordinated<T>(
+    within: Duration,
+    mut call: impl FnMut() -> crate::client::admin::Result<T>,
+) -> crate::client::admin::Result<T> {
+    use crate::client::admin::AdminError;
+    use crate::protocol::error::ErrorCode;
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match call() {
+            Err(AdminError::Kafka(code, _))
+                if matches!(
+                    code,
+                    ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+                        | ErrorCode::COORDINATOR_NOT_AVAILABLE
+                        | ErrorCode::NOT_COORDINATOR
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// A connection to the first bootstrap broker that answers, and its metadata of `topics`.
 fn connect_target(
     target: &Target,

@@ -90,11 +90,16 @@ pub fn prepare(
             md.brokers.keys().collect::<Vec<_>>()
         );
     }
+    let addr = md
+        .broker_addr(broker)
+        .with_context(|| format!("broker {broker} has no address in the metadata"))?
+        .to_string();
+    let mut leader = super::connect_addr(target, &addr)?;
     let mut create = Vec::new();
     for (name, t) in &topics {
         match md.topics.get(name) {
             Some((e, parts)) if e.is_ok() && !parts.is_empty() => {
-                check_existing(&mut conn, name, t, parts.len(), &md, broker)?;
+                check_existing(&mut leader, name, t, parts.len(), &md, broker)?;
                 writeln!(out, "topic {name}: exists, empty, on broker {broker}")?;
             }
             _ => create.push(NewTopic {
