@@ -373,6 +373,71 @@ pub struct MetricsSection {
     pub listen: Option<String>,
 }
 
+/// The `[security]` keys that belong together: TLS keys only with TLS, a certificate with
+/// its key, every SASL key with SASL and none without, a username without NUL. `at` names
+/// where a key is (`line N: `), or nothing.
+pub fn validate_client_security(
+    sec: &SecuritySection,
+    at: &dyn Fn(&[&str]) -> String,
+) -> Result<()> {
+    let proto = sec.protocol;
+    let tls_keys = [
+        ("security.ssl_ca_file", sec.ssl_ca_file.is_some()),
+        ("security.ssl_cert_file", sec.ssl_cert_file.is_some()),
+        ("security.ssl_key_file", sec.ssl_key_file.is_some()),
+        ("security.ssl_verify_hostname", !sec.ssl_verify_hostname),
+    ];
+    if !proto.uses_tls()
+        && let Some((k, _)) = tls_keys.iter().find(|(_, set)| *set)
+    {
+        bail!(
+            "{}key `{k}`: only used with `security.protocol` SSL or SASL_SSL (it is {})",
+            at(&[k]),
+            proto.name()
+        );
+    }
+    if sec.ssl_cert_file.is_some() != sec.ssl_key_file.is_some() {
+        let (k, other) = if sec.ssl_cert_file.is_some() {
+            ("security.ssl_cert_file", "security.ssl_key_file")
+        } else {
+            ("security.ssl_key_file", "security.ssl_cert_file")
+        };
+        bail!("{}key `{k}`: needs `{other}` too", at(&[k]));
+    }
+    let sasl_keys = [
+        ("security.sasl_mechanism", sec.sasl_mechanism.is_some()),
+        ("security.sasl_username", sec.sasl_username.is_some()),
+        (
+            "security.sasl_password_file",
+            sec.sasl_password_file.is_some(),
+        ),
+    ];
+    if proto.uses_sasl() {
+        if let Some((k, _)) = sasl_keys.iter().find(|(_, set)| !*set) {
+            bail!(
+                "{}key `{k}`: required with `security.protocol` {}",
+                at(&["security.protocol"]),
+                proto.name()
+            );
+        }
+    } else if let Some((k, _)) = sasl_keys.iter().find(|(_, set)| *set) {
+        bail!(
+            "{}key `{k}`: only used with `security.protocol` SASL_PLAINTEXT or SASL_SSL (it is {})",
+            at(&[k]),
+            proto.name()
+        );
+    }
+    if let Some(u) = &sec.sasl_username
+        && (u.is_empty() || u.contains('\0'))
+    {
+        bail!(
+            "{}key `security.sasl_username`: must be non-empty, without NUL",
+            at(&["security.sasl_username"])
+        );
+    }
+    Ok(())
+}
+
 /// `[groups]`: the consumer groups whose committed offsets are archived (none by default).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -675,62 +740,7 @@ impl Config {
     /// otherwise silently ignore them).
     fn validate_security(&self, keys: &Origin) -> Result<()> {
         let at = |names: &[&str]| keys.line_of_first(names);
-        let sec = &self.security;
-        let proto = sec.protocol;
-        let tls_keys = [
-            ("security.ssl_ca_file", sec.ssl_ca_file.is_some()),
-            ("security.ssl_cert_file", sec.ssl_cert_file.is_some()),
-            ("security.ssl_key_file", sec.ssl_key_file.is_some()),
-            ("security.ssl_verify_hostname", !sec.ssl_verify_hostname),
-        ];
-        if !proto.uses_tls()
-            && let Some((k, _)) = tls_keys.iter().find(|(_, set)| *set)
-        {
-            bail!(
-                "{}key `{k}`: only used with `security.protocol` SSL or SASL_SSL (it is {})",
-                at(&[k]),
-                proto.name()
-            );
-        }
-        if sec.ssl_cert_file.is_some() != sec.ssl_key_file.is_some() {
-            let (k, other) = if sec.ssl_cert_file.is_some() {
-                ("security.ssl_cert_file", "security.ssl_key_file")
-            } else {
-                ("security.ssl_key_file", "security.ssl_cert_file")
-            };
-            bail!("{}key `{k}`: needs `{other}` too", at(&[k]));
-        }
-        let sasl_keys = [
-            ("security.sasl_mechanism", sec.sasl_mechanism.is_some()),
-            ("security.sasl_username", sec.sasl_username.is_some()),
-            (
-                "security.sasl_password_file",
-                sec.sasl_password_file.is_some(),
-            ),
-        ];
-        if proto.uses_sasl() {
-            if let Some((k, _)) = sasl_keys.iter().find(|(_, set)| !*set) {
-                bail!(
-                    "{}key `{k}`: required with `security.protocol` {}",
-                    at(&["security.protocol"]),
-                    proto.name()
-                );
-            }
-        } else if let Some((k, _)) = sasl_keys.iter().find(|(_, set)| *set) {
-            bail!(
-                "{}key `{k}`: only used with `security.protocol` SASL_PLAINTEXT or SASL_SSL (it is {})",
-                at(&[k]),
-                proto.name()
-            );
-        }
-        if let Some(u) = &sec.sasl_username
-            && (u.is_empty() || u.contains('\0'))
-        {
-            bail!(
-                "{}key `security.sasl_username`: must be non-empty, without NUL",
-                at(&["security.sasl_username"])
-            );
-        }
+        validate_client_security(&self.security, &at)?;
         let sv = &self.serve;
         let sproto = sv.protocol;
         if sproto != SecurityProtocol::Plaintext && sv.listen.is_none() {

@@ -959,7 +959,7 @@ impl Target {
                 },
             );
         }
-        let report = restore_ok(&[
+        let finish = [
             "finish",
             "--data-dir",
             &self.data,
@@ -967,10 +967,22 @@ impl Target {
             plan,
             "--bootstrap",
             &self.bootstrap,
-        ]);
+        ];
+        let report = restore_ok(&finish);
         eprintln!("restore finish:\n{report}");
         let restored = ClusterView::of(&mut self.k);
         assert_restored(src, &restored);
+        // Again, as after a crash or a second look: nothing more is written, all is as archived.
+        let again = restore_ok(&finish);
+        assert!(
+            !again.contains("aborted") && again.contains("as archived"),
+            "a second finish: {again}"
+        );
+        assert_eq!(
+            ClusterView::of(&mut self.k),
+            restored,
+            "a second finish changed nothing"
+        );
         let o1 = self.node_dir.join(tp(ORDERS, 1).dir_name());
         let marker = batch_headers(&o1, restored.partition(ORDERS, 1).high - 1);
         let open_producers = producer_ids(&o1, *src.open.first().unwrap());

@@ -251,6 +251,40 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<String> {
     Ok(done.join(", "))
 }
 
+/// `group`'s offsets just fetched, of the partitions the replica holds (`local`), into the
+/// archive: each replaces the one archived for its partition; partitions and groups the
+/// answer leaves out keep what was archived. The offsets merged.
+fn merge_group(
+    archive: &mut upstream::GroupOffsets,
+    group: &str,
+    offsets: Vec<admin::CommittedOffset>,
+    local: &BTreeSet<TopicPartition>,
+    now: i64,
+) -> usize {
+    let entry = archive.entry(group.to_string()).or_default();
+    let mut merged = 0;
+    for o in offsets {
+        let tp = TopicPartition::new(&o.topic, o.partition);
+        if !local.contains(&tp) {
+            continue;
+        }
+        entry.insert(
+            tp,
+            GroupOffset {
+                offset: o.offset,
+                leader_epoch: o.leader_epoch,
+                metadata: o.metadata,
+                seen_ms: now,
+            },
+        );
+        merged += 1;
+    }
+    if entry.is_empty() {
+        archive.remove(group);
+    }
+    merged
+}
+
 /// One round of group offsets; what was archived.
 fn archive_groups(opts: &ArchiveOptions) -> Result<String> {
     let Some(matcher) = &opts.groups else {
@@ -293,30 +327,86 @@ fn archive_groups(opts: &ArchiveOptions) -> Result<String> {
         };
         let offsets = super::coordinated(REQUEST_TIMEOUT, || admin::offset_fetch(conn, group))
             .with_context(|| format!("OffsetFetch of group `{group}`"))?;
-        let entry = archive.entry(group.clone()).or_default();
-        for o in offsets {
-            let tp = TopicPartition::new(&o.topic, o.partition);
-            if !local.contains(&tp) {
-                continue;
-            }
-            entry.insert(
-                tp,
-                GroupOffset {
-                    offset: o.offset,
-                    leader_epoch: o.leader_epoch,
-                    metadata: o.metadata,
-                    seen_ms: now,
-                },
-            );
-            archived += 1;
-        }
-        if entry.is_empty() {
-            archive.remove(group);
-        }
+        archived += merge_group(&mut archive, group, offsets, &local, now);
     }
     upstream::write_groups(&path, &archive)?;
     Ok(format!(
         "{} group(s), {archived} partition offset(s)",
         groups.len()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(topic: &str, partition: i32, offset: i64) -> admin::CommittedOffset {
+        admin::CommittedOffset {
+            topic: topic.into(),
+            partition,
+            offset,
+            leader_epoch: 3,
+            metadata: Some(format!("m{offset}")),
+        }
+    }
+
+    #[test]
+    fn merged_offsets_replace_and_what_the_source_no_longer_shows_stays() {
+        let local: BTreeSet<TopicPartition> = (0..3).map(|p| TopicPartition::new("t", p)).collect();
+        let mut archive = upstream::GroupOffsets::new();
+        let n = merge_group(
+            &mut archive,
+            "g",
+            vec![
+                committed("t", 0, 10),
+                committed("t", 1, 20),
+                committed("other", 0, 5),
+            ],
+            &local,
+            100,
+        );
+        assert_eq!(
+            n, 2,
+            "partitions the replica does not hold are not archived"
+        );
+        merge_group(
+            &mut archive,
+            "gone",
+            vec![committed("t", 2, 7)],
+            &local,
+            100,
+        );
+        // Later: g moved on partition 0 and shows nothing of partition 1; "gone" is not listed.
+        merge_group(&mut archive, "g", vec![committed("t", 0, 15)], &local, 200);
+        let g = &archive["g"];
+        assert_eq!(
+            (
+                g[&TopicPartition::new("t", 0)].offset,
+                g[&TopicPartition::new("t", 0)].seen_ms
+            ),
+            (15, 200)
+        );
+        assert_eq!(
+            (
+                g[&TopicPartition::new("t", 1)].offset,
+                g[&TopicPartition::new("t", 1)].seen_ms
+            ),
+            (20, 100),
+            "kept, with when it was last seen"
+        );
+        assert_eq!(archive["gone"][&TopicPartition::new("t", 2)].offset, 7);
+        assert_eq!(
+            g[&TopicPartition::new("t", 0)].metadata.as_deref(),
+            Some("m15")
+        );
+        // A group with nothing of the replica's partitions is not archived at all.
+        merge_group(
+            &mut archive,
+            "elsewhere",
+            vec![committed("other", 0, 1)],
+            &local,
+            300,
+        );
+        assert!(!archive.contains_key("elsewhere"));
+    }
 }

@@ -59,9 +59,11 @@ impl Target {
                     .security
             }
         };
-        let security = ClientSecurity::from_section(&section).with_context(|| {
-            client_config.map_or_else(String::new, |p| format!("`{}`", p.display()))
-        })?;
+        let security = crate::config::validate_client_security(&section, &|_| String::new())
+            .and_then(|()| ClientSecurity::from_section(&section))
+            .with_context(|| {
+                client_config.map_or_else(String::new, |p| format!("`{}`", p.display()))
+            })?;
         Ok(Target {
             bootstrap: bootstrap
                 .split(',')
@@ -134,4 +136,37 @@ fn connect_target(
         target.bootstrap.join(","),
         errors.join("; ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_config_is_a_security_table_and_its_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("target.toml");
+        std::fs::write(&p, "[security]\nprotocol = \"PLAINTEXT\"\n").unwrap();
+        let t = Target::new("a:1, b:2,", Some(&p)).unwrap();
+        assert_eq!(t.bootstrap, ["a:1", "b:2"]);
+        for (text, says) in [
+            ("[security]\nprotocol = \"SMOKE\"\n", "unknown variant"),
+            ("[securty]\n", "unknown field"),
+            (
+                "[security]\nprotocol = \"SASL_PLAINTEXT\"\n",
+                "sasl_mechanism",
+            ),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let e = format!("{:#}", Target::new("a:1", Some(&p)).err().unwrap());
+            assert!(e.contains(says) && e.contains("target.toml"), "{text}: {e}");
+        }
+        let e = format!(
+            "{:#}",
+            Target::new("a:1", Some(&dir.path().join("none")))
+                .err()
+                .unwrap()
+        );
+        assert!(e.contains("failed to read"), "{e}");
+    }
 }

@@ -155,6 +155,12 @@ impl Scratch {
 const USAGE_CASES: &[(&str, &[&str])] = &[
     ("no subcommand", &[""]),
     ("unknown subcommand (`frobnicate`)", &["frobnicate"]),
+    ("`restore` without its step", &["restore"]),
+    ("unknown `restore` step (`restore undo`)", &["restore undo"]),
+    (
+        "`restore prepare` without `--broker`",
+        &["restore prepare --data-dir DIR --bootstrap 127.0.0.1:1 --plan DIR/plan"],
+    ),
     (
         "unknown flag (`status --bogus`)",
         &["status --data-dir DIR --bogus"],
