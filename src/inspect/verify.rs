@@ -666,6 +666,12 @@ pub fn verify_selected(
             Err(e) => r.problems.push(format!("{e:#}")),
         }
     }
+    // What a restore needs beside the partitions: rewritten whole, so judged running too.
+    let topics = crate::checkpoint::upstream::read_topics(&data_dir.join(DataDir::TOPIC_CONFIGS));
+    let groups = crate::checkpoint::upstream::read_groups(&data_dir.join(DataDir::GROUP_OFFSETS));
+    for e in [topics.err(), groups.err()].into_iter().flatten() {
+        r.problems.push(format!("{e:#}"));
+    }
     Ok(r)
 }
 

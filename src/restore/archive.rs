@@ -16,6 +16,7 @@ use crate::client::admin;
 use crate::client::cluster::{ClusterMetadata, fetch_metadata};
 use crate::client::connection::BrokerConnection;
 use crate::log::data_dir::DataDir;
+use crate::protocol::ApiKey;
 use crate::security::ClientSecurity;
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -111,10 +112,20 @@ impl Said {
 fn run(opts: &ArchiveOptions, stop: &(Mutex<bool>, Condvar)) {
     let (mut next_topics, mut next_groups) = (Instant::now(), Instant::now());
     let (mut topics_said, mut groups_said) = (Said::default(), Said::default());
+    let mut unsupported_said = false;
     loop {
         let now = Instant::now();
         if now >= next_topics {
-            topics_said.outcome("topic configs", archive_topics(opts));
+            match archive_topics(opts) {
+                Ok(None) => {
+                    if !std::mem::replace(&mut unsupported_said, true) {
+                        crate::log_info!(
+                            "the cluster does not offer DescribeConfigs: topic configs are not archived (a restore creates the topics with the target's defaults)"
+                        );
+                    }
+                }
+                r => topics_said.outcome("topic configs", r.map(Option::unwrap_or_default)),
+            }
             next_topics = Instant::now() + TOPICS_EVERY;
         }
         if opts.groups.is_some() && now >= next_groups {
@@ -188,8 +199,9 @@ fn local_partitions(data_dir: &Path) -> Result<BTreeSet<TopicPartition>> {
     Ok(DataDir::partitions(data_dir)?.into_iter().collect())
 }
 
-/// One round of topic configs; what was archived.
-fn archive_topics(opts: &ArchiveOptions) -> Result<String> {
+/// One round of topic configs; what was archived (`None`: the cluster does not offer
+/// DescribeConfigs).
+fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
     let local = local_partitions(&opts.data_dir)?;
     let topics: Vec<String> = local
         .iter()
@@ -198,7 +210,7 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<String> {
         .into_iter()
         .collect();
     if topics.is_empty() {
-        return Ok("no topic yet".into());
+        return Ok(Some("no topic yet".into()));
     }
     let (mut conn, md) = cluster(opts, &topics)?;
     let present: Vec<String> = topics
@@ -211,7 +223,12 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<String> {
         .cloned()
         .collect();
     if present.is_empty() {
-        return Ok("none of the followed topics is on the cluster now".into());
+        return Ok(Some(
+            "none of the followed topics is on the cluster now".into(),
+        ));
+    }
+    if conn.version(ApiKey::DescribeConfigs).is_none() {
+        return Ok(None);
     }
     let described = admin::describe_topic_configs(&mut conn, &present)?;
     let path = opts.data_dir.join(DataDir::TOPIC_CONFIGS);
@@ -248,7 +265,7 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<String> {
         );
     }
     upstream::write_topics(&path, &archive)?;
-    Ok(done.join(", "))
+    Ok(Some(done.join(", ")))
 }
 
 /// `group`'s offsets just fetched, of the partitions the replica holds (`local`), into the

@@ -334,6 +334,19 @@ fn version_and_inspection_edge_cases() {
     let (code, _, err) = dump_inspect(d, None);
     assert_eq!(code, Some(1), "a damaged log makes dump fail");
     assert!(err.contains("damaged"), "{err}");
+
+    // The archived group offsets, malformed: verify names the file and line.
+    std::fs::write(
+        data.join("group-offsets-checkpoint"),
+        "0\n1\nbilling inspect 0\n",
+    )
+    .unwrap();
+    let (code, out, _) = run(&["verify", "--data-dir", d]);
+    assert_eq!(code, Some(1));
+    assert!(
+        out.contains("group-offsets-checkpoint` line 3: expected `group topic partition"),
+        "{out}"
+    );
 }
 
 #[test]
