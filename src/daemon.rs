@@ -753,12 +753,14 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     }
     // Interrupts whatever the manager and the fetchers wait on; the manager then joins them.
     stop_manager.stop();
+    archiver.signal();
     if manager_thread.join().is_err() {
         crate::log_error!("the fetcher manager panicked");
     }
-    archiver.stop();
     task.shutdown();
     monitor.shutdown();
+    // Last: a round in a slow request must not delay the final checkpoint.
+    archiver.stop();
     if let Some((running, addr, _thread)) = metrics {
         // Not joined: a client in the middle of a scrape must not hold up the shutdown; the
         // thread ends once woken, or with the process.

@@ -220,10 +220,6 @@ fn main() -> ExitCode {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    if argv.iter().skip(1).any(|a| a == "--help" || a == "-h") {
-        print!("{}", help(&cmd));
-        return ExitCode::SUCCESS;
-    }
     // `restore STEP ...` is the command `restore STEP`.
     let (cmd, argv) = match (cmd.as_str(), argv.get(1)) {
         ("restore", Some(step)) if !step.starts_with('-') => {
@@ -233,6 +229,10 @@ fn main() -> ExitCode {
         }
         _ => (cmd, argv),
     };
+    if argv.iter().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{}", help(&cmd));
+        return ExitCode::SUCCESS;
+    }
     let spec = |values, flags| Spec {
         values,
         repeatable: &[],

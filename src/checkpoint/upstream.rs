@@ -226,7 +226,7 @@ pub fn read_groups(path: &Path) -> Result<GroupOffsets> {
 }
 
 /// A name Kafka accepts for a topic: 1 to 249 of `[a-zA-Z0-9._-]`.
-fn valid_topic(t: &str) -> bool {
+pub fn valid_topic(t: &str) -> bool {
     !t.is_empty()
         && t.len() <= 249
         && t.bytes()

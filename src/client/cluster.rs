@@ -31,6 +31,8 @@ pub struct ClusterMetadata {
     pub cluster_id: Option<String>,
     /// topic → topic id (Metadata v10+); topics without one (zero UUID) are absent.
     pub topic_ids: BTreeMap<String, Uuid>,
+    /// Each partition's replicas, the leader among them.
+    pub replicas: BTreeMap<TopicPartition, Vec<i32>>,
 }
 
 impl ClusterMetadata {
@@ -64,6 +66,12 @@ pub fn fetch_metadata(
             .insert(b.node_id, format!("{}:{}", b.host, b.port));
     }
     for t in resp.topics {
+        for p in &t.partitions {
+            out.replicas.insert(
+                TopicPartition::new(&t.name, p.partition),
+                p.replicas.clone(),
+            );
+        }
         let parts = t
             .partitions
             .iter()

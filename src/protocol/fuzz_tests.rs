@@ -81,6 +81,7 @@ fn samples() -> Vec<(&'static str, i16, Vec<u8>)> {
                     partition: 0,
                     leader_id: 1,
                     leader_epoch: 2,
+                    replicas: vec![1],
                 }],
             }],
         };

@@ -79,6 +79,8 @@ pub struct PartitionMetadata {
     pub leader_id: i32,
     /// -1 below v7.
     pub leader_epoch: i32,
+    /// The brokers holding a replica, the leader among them.
+    pub replicas: Vec<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,7 +158,11 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<MetadataRespon
             } else {
                 -1
             };
-            skip_int32_array(&mut r, flexible, "Metadata replica_nodes")?;
+            let n = r.array_count(flexible, 4, "Metadata replica_nodes")?;
+            let mut replicas = Vec::with_capacity(n);
+            for _ in 0..n {
+                replicas.push(r.i32("Metadata replica_nodes")?);
+            }
             skip_int32_array(&mut r, flexible, "Metadata isr_nodes")?;
             if version >= 5 {
                 skip_int32_array(&mut r, flexible, "Metadata offline_replicas")?;
@@ -169,6 +175,7 @@ pub fn decode_response(body: &[u8], version: i16) -> DecodeResult<MetadataRespon
                 partition,
                 leader_id,
                 leader_epoch,
+                replicas,
             });
         }
         if version >= 8 {
@@ -228,7 +235,10 @@ pub fn encode_response(w: &mut Writer, version: i16, resp: &MetadataResponse) {
             if version >= 7 {
                 w.i32(p.leader_epoch);
             }
-            w.array_len(1, flexible).i32(p.leader_id);
+            w.array_len(p.replicas.len(), flexible);
+            for r in &p.replicas {
+                w.i32(*r);
+            }
             w.array_len(1, flexible).i32(p.leader_id);
             if version >= 5 {
                 w.array_len(0, flexible);
@@ -275,12 +285,14 @@ mod tests {
                         partition: 0,
                         leader_id: 1,
                         leader_epoch: 3,
+                        replicas: vec![1],
                     },
                     PartitionMetadata {
                         error: ErrorCode::NONE,
                         partition: 1,
                         leader_id: 2,
                         leader_epoch: 4,
+                        replicas: vec![2, 1],
                     },
                 ],
             }],

@@ -5,8 +5,8 @@
 //! group's coordinator, every `groups.refresh_ms`), for the partitions the replica holds.
 //!
 //! A thread of its own, outside the systemd watchdog's watch (a slow broker delays the
-//! archive, never the replication), with short request timeouts so that a stop waits at most
-//! one of them. Nothing is archived from a cluster other than the one the data dir recorded.
+//! archive, never the replication), with short request timeouts; a stop is seen between
+//! groups, and the daemon signals it first and waits for it last. Nothing is archived from a cluster other than the one the data dir recorded.
 //! Failures are said once (WARN) until a round succeeds again (INFO); entries the source no
 //! longer shows stay, with the time it last showed them.
 
@@ -62,12 +62,18 @@ impl Archiver {
         })
     }
 
-    pub fn stop(&mut self) {
+    /// Asks the thread to stop after the request it is in, without waiting for it.
+    pub fn signal(&self) {
         let (flag, cond) = &*self.stop;
         *flag
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
         cond.notify_all();
+    }
+
+    /// [`Self::signal`], and waits for the thread to end.
+    pub fn stop(&mut self) {
+        self.signal();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -129,7 +135,13 @@ fn run(opts: &ArchiveOptions, stop: &(Mutex<bool>, Condvar)) {
             next_topics = Instant::now() + TOPICS_EVERY;
         }
         if opts.groups.is_some() && now >= next_groups {
-            groups_said.outcome("consumer group offsets", archive_groups(opts));
+            let stopping = || {
+                *stop
+                    .0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            };
+            groups_said.outcome("consumer group offsets", archive_groups(opts, &stopping));
             next_groups = Instant::now() + opts.groups_every;
         }
         let wake = if opts.groups.is_some() {
@@ -235,14 +247,15 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
     let mut archive = upstream::read_topics(&path)?;
     let now = crate::clock::now_ms();
     let mut done = Vec::new();
+    let mut failed = Vec::new();
     for d in described {
         if !d.error.is_ok() {
-            crate::log_debug!(
+            failed.push(format!(
                 "DescribeConfigs of topic {}: {} {}",
                 d.topic,
                 d.error.name(),
                 d.message.as_deref().unwrap_or_default()
-            );
+            ));
             continue;
         }
         let Some((_, parts)) = md.topics.get(&d.topic) else {
@@ -265,6 +278,17 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
         );
     }
     upstream::write_topics(&path, &archive)?;
+    if !failed.is_empty() {
+        bail!(
+            "{} archived; {}",
+            if done.is_empty() {
+                "nothing".to_string()
+            } else {
+                done.join(", ")
+            },
+            failed.join("; ")
+        );
+    }
     Ok(Some(done.join(", ")))
 }
 
@@ -303,12 +327,15 @@ fn merge_group(
 }
 
 /// One round of group offsets; what was archived.
-fn archive_groups(opts: &ArchiveOptions) -> Result<String> {
+fn archive_groups(opts: &ArchiveOptions, stopping: &dyn Fn() -> bool) -> Result<String> {
     let Some(matcher) = &opts.groups else {
         return Ok(String::new());
     };
     let local = local_partitions(&opts.data_dir)?;
     let (mut bootstrap, md) = cluster(opts, &[])?;
+    // What failed, said together once the rest is archived: one broker or group that does not
+    // answer does not keep the others from the archive.
+    let mut failed = Vec::new();
     // ListGroups answers with the groups each broker coordinates: ask every one.
     let mut groups = BTreeSet::new();
     let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
@@ -324,7 +351,7 @@ fn archive_groups(opts: &ArchiveOptions) -> Result<String> {
                     .map(|g| g.group_id)
                     .filter(|g| !g.is_empty() && matcher.is_match(g)),
             ),
-            Err(e) => bail!("ListGroups at broker {id} ({addr}): {e:#}"),
+            Err(e) => failed.push(format!("ListGroups at broker {id} ({addr}): {e:#}")),
         }
     }
     let path = opts.data_dir.join(DataDir::GROUP_OFFSETS);
@@ -332,25 +359,34 @@ fn archive_groups(opts: &ArchiveOptions) -> Result<String> {
     let now = crate::clock::now_ms();
     let mut archived = 0;
     for group in &groups {
-        let coord = super::coordinated(REQUEST_TIMEOUT, || {
-            admin::find_coordinator(&mut bootstrap, admin::KEY_TYPE_GROUP, group)
-        })
-        .with_context(|| format!("FindCoordinator of group `{group}`"))?;
-        let conn = match conns.entry(coord.node_id) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(connect(opts, &format!("{}:{}", coord.host, coord.port))?)
-            }
-        };
-        let offsets = super::coordinated(REQUEST_TIMEOUT, || admin::offset_fetch(conn, group))
-            .with_context(|| format!("OffsetFetch of group `{group}`"))?;
-        archived += merge_group(&mut archive, group, offsets, &local, now);
+        if stopping() {
+            break;
+        }
+        let offsets = (|| {
+            let coord = super::coordinated(REQUEST_TIMEOUT, || {
+                admin::find_coordinator(&mut bootstrap, admin::KEY_TYPE_GROUP, group)
+            })
+            .context("FindCoordinator")?;
+            let conn = match conns.entry(coord.node_id) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(connect(opts, &format!("{}:{}", coord.host, coord.port))?)
+                }
+            };
+            super::coordinated(REQUEST_TIMEOUT, || admin::offset_fetch(conn, group))
+                .context("OffsetFetch")
+        })();
+        match offsets {
+            Ok(offsets) => archived += merge_group(&mut archive, group, offsets, &local, now),
+            Err(e) => failed.push(format!("group `{group}`: {e:#}")),
+        }
     }
     upstream::write_groups(&path, &archive)?;
-    Ok(format!(
-        "{} group(s), {archived} partition offset(s)",
-        groups.len()
-    ))
+    let done = format!("{} group(s), {archived} partition offset(s)", groups.len());
+    match failed.len() {
+        0 => Ok(done),
+        n => bail!("{done} archived; {n} failed: {}", failed.join("; ")),
+    }
 }
 
 #[cfg(test)]

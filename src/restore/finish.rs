@@ -7,8 +7,9 @@
 //!    first offset forever (their producers are gone): each is aborted with an ABORT marker
 //!    (WriteTxnMarkers at the leader, with the producer's epoch and coordinator epoch that
 //!    DescribeProducers reports; what Kafka's `Admin.abortTransaction` sends). Each marker
-//!    takes one offset past the restored end; the ends after them are kept in `PLAN.finish`,
-//!    so that a second run checks against them.
+//!    takes one offset past the restored end; how many each partition gets is kept in
+//!    `PLAN.finish` before the first is written, so that a run cut short is finished by the
+//!    next, which accepts the ends those markers make.
 //! 3. A new cluster hands out producer ids from 0, which the restored producer state may
 //!    hold: a new idempotent producer with such an id would be fenced, refused, or — when its
 //!    first sequence numbers match a restored batch's — answered as a duplicate and its
@@ -41,54 +42,59 @@ pub const MAX_IDS_TAKEN: i64 = 200_000;
 /// How long a fresh cluster's coordinators may take to answer.
 const COORDINATED_WITHIN: Duration = Duration::from_secs(60);
 
-/// What a run of `finish` wrote that changes the ranges: the ends after its abort markers.
+/// The abort markers `finish` writes past the archive's end, per partition: recorded before
+/// the first is written, so that a run cut short (a crash, a failed marker) is finished by
+/// the next one, which then accepts an end up to that many offsets past the archive's.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Finished {
-    #[serde(default, rename = "end")]
-    ends: Vec<FinishedEnd>,
+struct Finishing {
+    #[serde(default, rename = "aborts")]
+    aborts: Vec<Aborts>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FinishedEnd {
+struct Aborts {
     topic: String,
     partition: i32,
-    log_end_offset: i64,
+    markers: i64,
 }
 
-fn finished_path(plan: &Path) -> PathBuf {
+pub(super) fn finishing_path(plan: &Path) -> PathBuf {
     let mut name = plan.file_name().unwrap_or_default().to_os_string();
     name.push(".finish");
     plan.with_file_name(name)
 }
 
-fn read_finished(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
+fn read_finishing(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
         Err(e) => return Err(e).with_context(|| format!("failed to read `{}`", path.display())),
     };
-    let f: Finished =
+    let f: Finishing =
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("`{}`: {e}", path.display()))?;
-    Ok(f.ends
+    Ok(f.aborts
         .into_iter()
-        .map(|e| (TopicPartition::new(e.topic, e.partition), e.log_end_offset))
+        .map(|a| (TopicPartition::new(a.topic, a.partition), a.markers))
         .collect())
 }
 
-fn write_finished(path: &Path, ends: &BTreeMap<TopicPartition, i64>) -> Result<()> {
-    let f = Finished {
-        ends: ends
+fn write_finishing(path: &Path, aborts: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+    let f = Finishing {
+        aborts: aborts
             .iter()
-            .map(|(tp, e)| FinishedEnd {
+            .map(|(tp, n)| Aborts {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
-                log_end_offset: *e,
+                markers: *n,
             })
             .collect(),
     };
     let text = toml::to_string(&f).context("failed to render the finish state")?;
+    let text = format!(
+        "# The abort markers `restore finish` writes past the archive's end; `restore prepare` removes this file.\n{text}"
+    );
     crate::checkpoint::rewrite_atomic(path, text.as_bytes())
 }
 
@@ -100,6 +106,7 @@ pub fn finish(
     out: &mut dyn Write,
 ) -> Result<bool> {
     let plan = Plan::read(plan_path)?;
+    plan.check_source(data_dir)?;
     let topics: Vec<String> = plan
         .partitions
         .iter()
@@ -126,10 +133,10 @@ pub fn finish(
         })?
         .to_string();
     let mut leader = connect_addr(target, &addr)?;
-    let state_path = finished_path(plan_path);
-    let mut ends = read_finished(&state_path)?;
+    let state_path = finishing_path(plan_path);
+    let mut aborts = read_finishing(&state_path)?;
     // 1. The ranges.
-    let mismatches = check_ranges(&mut leader, &plan, &ends)?;
+    let mismatches = check_ranges(&mut leader, &plan, &aborts, false)?;
     for m in &mismatches {
         writeln!(out, "MISMATCH {m}")?;
     }
@@ -146,61 +153,48 @@ pub fn finish(
         "ranges: {} partition(s), log start and end as archived",
         plan.partitions.len()
     )?;
-    // 2. Open transactions.
-    let mut max_id = -1i64;
-    let mut aborted = 0;
-    for topic in &topics {
-        let parts: Vec<i32> = plan
-            .partitions
-            .iter()
-            .filter(|p| &p.topic == topic)
-            .map(|p| p.partition)
-            .collect();
-        for pp in admin::describe_producers(&mut leader, topic, &parts)? {
-            if !pp.error.is_ok() {
-                bail!(
-                    "DescribeProducers of {topic}-{}: {}",
-                    pp.partition,
-                    pp.error.name()
-                );
-            }
-            for s in &pp.producers {
-                max_id = max_id.max(s.producer_id);
-                if s.current_txn_start_offset < 0 {
-                    continue;
-                }
-                let marker = TxnMarker {
-                    producer_id: s.producer_id,
-                    producer_epoch: i16::try_from(s.producer_epoch).unwrap_or(i16::MAX),
-                    committed: false,
-                    topic: topic.clone(),
-                    partitions: vec![pp.partition],
-                    coordinator_epoch: s.coordinator_epoch,
-                };
-                for (_, t, p, e) in admin::write_txn_markers(&mut leader, &[marker])? {
-                    if !e.is_ok() {
-                        bail!(
-                            "aborting the open transaction of producer {} on {t}-{p}: {}",
-                            s.producer_id,
-                            e.name()
-                        );
-                    }
-                }
-                writeln!(
-                    out,
-                    "{topic}-{}: aborted the transaction producer {} left open at offset {}",
-                    pp.partition, s.producer_id, s.current_txn_start_offset
-                )?;
-                aborted += 1;
-                let tp = TopicPartition::new(topic, pp.partition);
-                ends.insert(tp, -1);
-            }
+    // 2. Open transactions: every marker to write is recorded before the first is written.
+    let (open, max_id) = open_transactions(&mut leader, &plan, &topics)?;
+    let mut intended = aborts.clone();
+    for (tp, _) in &open {
+        if !aborts.contains_key(tp) {
+            *intended.entry(tp.clone()).or_insert(0) += 1;
         }
     }
-    if aborted > 0 {
-        record_new_ends(&mut leader, &mut ends)?;
-        write_finished(&state_path, &ends)?;
-        wait_stable(&mut leader, &ends)?;
+    if intended != aborts {
+        write_finishing(&state_path, &intended)?;
+        aborts = intended;
+    }
+    for (tp, s) in &open {
+        let marker = TxnMarker {
+            producer_id: s.producer_id,
+            producer_epoch: i16::try_from(s.producer_epoch).unwrap_or(i16::MAX),
+            committed: false,
+            topic: tp.topic.clone(),
+            partitions: vec![tp.partition],
+            coordinator_epoch: s.coordinator_epoch,
+        };
+        for (_, t, p, e) in admin::write_txn_markers(&mut leader, &[marker])? {
+            if !e.is_ok() {
+                bail!(
+                    "aborting the open transaction of producer {} on {t}-{p}: {} (run `restore finish` again)",
+                    s.producer_id,
+                    e.name()
+                );
+            }
+        }
+        writeln!(
+            out,
+            "{tp}: aborted the transaction producer {} left open at offset {}",
+            s.producer_id, s.current_txn_start_offset
+        )?;
+    }
+    if !aborts.is_empty() {
+        wait_stable(&mut leader, &plan, &aborts)?;
+        let after = check_ranges(&mut leader, &plan, &aborts, true)?;
+        if let Some(m) = after.first() {
+            bail!("after the abort markers: {m}");
+        }
     }
     // 3. Producer ids.
     let mut all_ok = true;
@@ -217,23 +211,35 @@ pub fn finish(
     // 4. Groups.
     let groups = upstream::read_groups(&data_dir.join(DataDir::GROUP_OFFSETS))?;
     for (group, offsets) in &groups {
+        let mut clamped = Vec::new();
         let planned: Vec<CommittedOffset> = offsets
             .iter()
-            .filter(|(tp, _)| {
-                plan.partitions
-                    .iter()
-                    .any(|p| p.topic == tp.topic && p.partition == tp.partition)
-            })
-            .map(|(tp, o)| CommittedOffset {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                offset: o.offset,
-                leader_epoch: 0,
-                metadata: o.metadata.clone(),
+            .filter_map(|(tp, o)| {
+                let p = plan.partitions.iter().find(|p| p.tp() == *tp)?;
+                // An offset outside what was restored (committed while the replica lagged, or
+                // below a log start the replica never had) is moved to the nearest end.
+                let offset = o.offset.clamp(p.log_start_offset, p.log_end_offset);
+                if offset != o.offset {
+                    clamped.push(format!("{tp} {} -> {offset}", o.offset));
+                }
+                Some(CommittedOffset {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset,
+                    leader_epoch: 0,
+                    metadata: o.metadata.clone(),
+                })
             })
             .collect();
         if planned.is_empty() {
             continue;
+        }
+        if !clamped.is_empty() {
+            writeln!(
+                out,
+                "group {group}: offsets outside the restored range, committed at its nearest end: {}",
+                clamped.join(", ")
+            )?;
         }
         match commit_group(target, &mut conn, group, &planned)? {
             Ok(line) => writeln!(out, "group {group}: {line}")?,
@@ -255,12 +261,49 @@ pub fn finish(
     Ok(all_ok)
 }
 
-/// Each planned partition's log start and end at the leader against the archive's (or the
-/// end a previous run left after its abort markers).
+/// The transactions the archive left open on the planned partitions, and the largest
+/// producer id the restored state holds (-1: none).
+fn open_transactions(
+    leader: &mut BrokerConnection,
+    plan: &Plan,
+    topics: &[String],
+) -> Result<(Vec<(TopicPartition, admin::ProducerState)>, i64)> {
+    let mut open = Vec::new();
+    let mut max_id = -1i64;
+    for topic in topics {
+        let parts: Vec<i32> = plan
+            .partitions
+            .iter()
+            .filter(|p| &p.topic == topic)
+            .map(|p| p.partition)
+            .collect();
+        for pp in admin::describe_producers(leader, topic, &parts)? {
+            if !pp.error.is_ok() {
+                bail!(
+                    "DescribeProducers of {topic}-{}: {}",
+                    pp.partition,
+                    pp.error.name()
+                );
+            }
+            for s in pp.producers {
+                max_id = max_id.max(s.producer_id);
+                if s.current_txn_start_offset >= 0 {
+                    open.push((TopicPartition::new(topic, pp.partition), s));
+                }
+            }
+        }
+    }
+    Ok((open, max_id))
+}
+
+/// Each planned partition's log start and end at the leader against the archive's. A
+/// partition with abort markers to write may end up to that many offsets past the archive's
+/// end, or, with `markers_written`, exactly that many.
 fn check_ranges(
     leader: &mut BrokerConnection,
     plan: &Plan,
-    ends: &BTreeMap<TopicPartition, i64>,
+    aborts: &BTreeMap<TopicPartition, i64>,
+    markers_written: bool,
 ) -> Result<Vec<String>> {
     let mut asked = |ts: i64| -> Result<BTreeMap<TopicPartition, i64>> {
         let asks: Vec<(TopicPartition, i32, i64)> =
@@ -277,40 +320,47 @@ fn check_ranges(
     let mut out = Vec::new();
     for p in &plan.partitions {
         let tp = p.tp();
-        let want_end = ends.get(&tp).copied().unwrap_or(p.log_end_offset);
+        let markers = aborts.get(&tp).copied().unwrap_or(0);
+        let lowest = if markers_written {
+            p.log_end_offset + markers
+        } else {
+            p.log_end_offset
+        };
+        let highest = p.log_end_offset + markers;
         let (start, end) = (starts.get(&tp).copied(), lasts.get(&tp).copied());
-        if start != Some(p.log_start_offset) || end != Some(want_end) {
+        if start != Some(p.log_start_offset)
+            || !end.is_some_and(|e| (lowest..=highest).contains(&e))
+        {
             out.push(format!(
-                "{tp}: log start {} and end {} on the target, {} and {want_end} in the archive",
+                "{tp}: log start {} and end {} on the target, {} and {} in the archive{}",
                 start.map_or("?".into(), |o| o.to_string()),
                 end.map_or("?".into(), |o| o.to_string()),
-                p.log_start_offset
+                p.log_start_offset,
+                p.log_end_offset,
+                if markers > 0 {
+                    format!(" (+{markers} abort marker(s))")
+                } else {
+                    String::new()
+                }
             ));
         }
     }
     Ok(out)
 }
 
-/// The log ends now of the partitions marked -1 in `ends`.
-fn record_new_ends(
+/// Waits until read_committed readers may read to the end of every partition with abort
+/// markers.
+fn wait_stable(
     leader: &mut BrokerConnection,
-    ends: &mut BTreeMap<TopicPartition, i64>,
+    plan: &Plan,
+    aborts: &BTreeMap<TopicPartition, i64>,
 ) -> Result<()> {
-    let asks: Vec<(TopicPartition, i32, i64)> = ends
-        .iter()
-        .filter(|(_, e)| **e < 0)
-        .map(|(tp, _)| (tp.clone(), -1, -1))
-        .collect();
-    for (tp, a) in list_offsets(leader, 0, &asks)? {
-        let a = a.map_err(|e| anyhow::anyhow!("ListOffsets of {tp}: {}", e.name()))?;
-        ends.insert(tp, a.offset);
-    }
-    Ok(())
-}
-
-/// Waits until read_committed readers may read to the end of every partition of `ends`.
-fn wait_stable(leader: &mut BrokerConnection, ends: &BTreeMap<TopicPartition, i64>) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
+    let ends: BTreeMap<TopicPartition, i64> = plan
+        .partitions
+        .iter()
+        .filter_map(|p| aborts.get(&p.tp()).map(|n| (p.tp(), p.log_end_offset + n)))
+        .collect();
     let asks: Vec<(TopicPartition, i32, i64)> =
         ends.keys().map(|tp| (tp.clone(), -1, -1)).collect();
     loop {

@@ -79,6 +79,9 @@ impl Plan {
         }
         let mut seen = std::collections::BTreeSet::new();
         for p in &plan.partitions {
+            if !crate::checkpoint::upstream::valid_topic(&p.topic) {
+                bail!("`{}`: `{}` is not a topic name", path.display(), p.topic);
+            }
             p.topic_id()
                 .with_context(|| format!("`{}`", path.display()))?;
             if p.partition < 0 || p.log_start_offset < 0 || p.log_end_offset < p.log_start_offset {
@@ -101,6 +104,21 @@ impl Plan {
             }
         }
         Ok(plan)
+    }
+
+    /// The replica in `data_dir` must be the one the plan was made from: the cluster it
+    /// replicates is the plan's source cluster.
+    pub fn check_source(&self, data_dir: &Path) -> Result<()> {
+        let recorded = crate::log::identity::read_cluster_id(data_dir)?;
+        if let (Some(plan), Some(here)) = (&self.source_cluster_id, &recorded)
+            && plan != here
+        {
+            bail!(
+                "the replica in `{}` replicates cluster {here}, the plan was made from a replica of cluster {plan}: wrong --data-dir?",
+                data_dir.display()
+            );
+        }
+        Ok(())
     }
 
     /// Writes the plan atomically.
@@ -150,6 +168,11 @@ mod tests {
             ),
             ("topic_id = \"", "topic_id = \"x", "is not a topic id"),
             ("broker = 1", "broker = 1\nextra = 2", "not a restore plan"),
+            (
+                "topic = \"orders\"",
+                "topic = \"../x\"",
+                "is not a topic name",
+            ),
         ] {
             std::fs::write(&p, text.replace(from, to)).unwrap();
             let e = format!("{:#}", Plan::read(&p).unwrap_err());

@@ -25,12 +25,22 @@ use std::time::{Duration, Instant};
 /// How long the broker may take to create the partitions' logs.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
+/// Topic configs not given to the new topic: the throttled-replica lists name the source's
+/// brokers, and `message.format.version` is ignored since Kafka 3.0 and refused by 4.x.
+const NOT_RESTORED: [&str; 3] = [
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+    "message.format.version",
+];
+
 /// One topic to restore: its partition count, configs, and the archive's ranges.
 struct TopicToRestore {
     partitions: i32,
     configs: BTreeMap<String, String>,
     /// (partition, log start, log end) of each partition the replica holds.
     ranges: Vec<(i32, i64, i64)>,
+    /// Whether the daemon archived its configs and partition count.
+    archived: bool,
 }
 
 /// What the replica holds of each topic (limited to `only` when not empty).
@@ -48,6 +58,7 @@ fn archived_topics(data_dir: &Path, only: &[String]) -> Result<BTreeMap<String, 
                 partitions: archived.map_or(0, |a| a.partitions),
                 configs: archived.map(|a| a.configs.clone()).unwrap_or_default(),
                 ranges: Vec::new(),
+                archived: archived.is_some(),
             }
         });
         t.partitions = t.partitions.max(p.tp.partition + 1);
@@ -108,6 +119,7 @@ pub fn prepare(
                 configs: t
                     .configs
                     .iter()
+                    .filter(|(k, _)| !NOT_RESTORED.contains(&k.as_str()))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
             }),
@@ -124,6 +136,13 @@ pub fn prepare(
                 );
             }
             let t = topics.get(&c.name);
+            if t.is_some_and(|t| !t.archived) {
+                writeln!(
+                    out,
+                    "topic {}: the replica has no archived configs of it (the daemon never archived them): created with the target's defaults",
+                    c.name
+                )?;
+            }
             writeln!(
                 out,
                 "topic {}: created with {} partition(s) on broker {broker}, {} config(s)",
@@ -156,6 +175,12 @@ pub fn prepare(
         }
     }
     plan.write(plan_path)?;
+    // A new plan starts a new restore: what a `finish` of an earlier one recorded is void.
+    let stale = super::finish::finishing_path(plan_path);
+    if stale.exists() {
+        std::fs::remove_file(&stale)
+            .with_context(|| format!("failed to remove `{}`", stale.display()))?;
+    }
     writeln!(
         out,
         "plan written to `{}`: {} partition(s) for broker {broker} of cluster {}; stop that broker and run `restore write`",
@@ -182,16 +207,19 @@ fn check_existing(
             t.partitions
         );
     }
-    let leaders = md
-        .topics
-        .get(name)
-        .map(|(_, p)| p.clone())
-        .unwrap_or_default();
-    if let Some((p, l)) = leaders.iter().find(|(_, l)| l.leader_id != broker) {
-        bail!(
-            "topic {name} exists on the target with partition {p} led by broker {}, not {broker}: refusing (delete it, or choose that broker)",
-            l.leader_id
-        );
+    // Its one replica on `broker`: a follower elsewhere would take over when the broker
+    // stops for `write`, and truncate what it restored once it is back.
+    for p in 0..t.partitions {
+        let replicas = md
+            .replicas
+            .get(&TopicPartition::new(name, p))
+            .cloned()
+            .unwrap_or_default();
+        if replicas != [broker] {
+            bail!(
+                "topic {name} exists on the target with partition {p} on brokers {replicas:?}, not on broker {broker} alone: refusing (delete it, or restore the others with --topic)"
+            );
+        }
     }
     for isolation_ts in [-2i64, -1] {
         let asks: Vec<(TopicPartition, i32, i64)> = (0..t.partitions)

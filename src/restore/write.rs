@@ -48,6 +48,7 @@ const REBUILT: [&str; 4] = [".index", ".timeindex", ".txnindex", ".snapshot"];
 
 /// Fills `log_dir`'s partition directories from the replica in `data_dir`, as the plan says.
 pub fn write(data_dir: &Path, plan: &Plan, log_dir: &Path) -> Result<Vec<Written>> {
+    plan.check_source(data_dir)?;
     check_meta_properties(log_dir, plan)?;
     let _lock = lock_log_dir(log_dir, plan.broker)?;
     // Every partition checked before any is written.
@@ -120,6 +121,9 @@ fn lock_log_dir(log_dir: &Path, broker: i32) -> Result<File> {
         .truncate(false)
         .open(&path)
         .with_context(|| format!("failed to open `{}`", path.display()))?;
+    if let Ok(owner) = fs::metadata(log_dir) {
+        owned_like(&path, &owner)?;
+    }
     match rustix::fs::fcntl_lock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(f),
         Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::ACCESS => bail!(
@@ -202,31 +206,41 @@ fn write_partition(data_dir: &Path, log_dir: &Path, p: &PlannedPartition) -> Res
         bytes: 0,
     };
     remove_rebuilt_and_tmp(&dst)?;
+    let owner =
+        fs::metadata(&dst).with_context(|| format!("failed to stat `{}`", dst.display()))?;
     let sources = log_files(&src)?;
     let mut written = Vec::new();
+    let mut end = p.log_start_offset;
     for (base, path) in &sources {
         let next = sources.range(base + 1..).next().map(|(b, _)| *b);
         // Segments wholly below the log start or at or past the end are not restored.
         if next.is_some_and(|n| n <= p.log_start_offset) || *base >= p.log_end_offset {
             continue;
         }
-        let Some((batches, bytes, kept)) = copy_segment(path, &dst, *base, p)? else {
+        let Some(c) = copy_segment(path, &dst, *base, p, &owner)? else {
             continue;
         };
         written.push(*base);
+        end = end.max(c.end);
         done.segments += 1;
-        done.kept += usize::from(kept);
-        done.batches += batches;
-        done.bytes += bytes;
+        done.kept += usize::from(c.kept);
+        done.batches += c.batches;
+        done.bytes += c.bytes;
         crate::log::format::diverged::test_pause_point("restore-write-segment");
     }
-    // The start with no batch at or past it: an empty segment there, as Kafka starts a log.
-    if written.is_empty() {
-        let path = dst.join(file_name(p.log_start_offset, "log"));
-        File::create(&path)
-            .and_then(|f| f.sync_all())
-            .with_context(|| format!("failed to create `{}`", path.display()))?;
-        written.push(p.log_start_offset);
+    // An end past the last batch (no batch at all, or offsets the leader had deleted before
+    // the replica got them): an empty segment there, which Kafka takes as its log end, as a
+    // new log starts.
+    if end < p.log_end_offset || written.is_empty() {
+        let base = end.max(p.log_start_offset).max(p.log_end_offset);
+        let path = dst.join(file_name(base, "log"));
+        if !path.exists() {
+            File::create(&path)
+                .and_then(|f| f.sync_all())
+                .with_context(|| format!("failed to create `{}`", path.display()))?;
+        }
+        owned_like(&path, &owner)?;
+        written.push(base);
     }
     // Kafka's empty segments that the archive's do not replace.
     for (base, path) in log_files(&dst)? {
@@ -235,7 +249,9 @@ fn write_partition(data_dir: &Path, log_dir: &Path, p: &PlannedPartition) -> Res
                 .with_context(|| format!("failed to remove `{}`", path.display()))?;
         }
     }
-    checkpoint::write_epochs(&dst.join(DataDir::LEADER_EPOCH), &[(0, p.log_start_offset)])?;
+    let epochs = dst.join(DataDir::LEADER_EPOCH);
+    checkpoint::write_epochs(&epochs, &[(0, p.log_start_offset)])?;
+    owned_like(&epochs, &owner)?;
     checkpoint::fsync_dir(&dst)?;
     Ok(done)
 }
@@ -263,21 +279,32 @@ fn remove_rebuilt_and_tmp(dst: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What [`copy_segment`] copied.
+struct Copied {
+    batches: u64,
+    bytes: u64,
+    /// The offset after its last batch.
+    end: i64,
+    /// Found in place already, byte for byte.
+    kept: bool,
+}
+
 /// Copies the planned batches of the segment at `src` into `<base>.log` of `dst`, through a
-/// `.tmp` file; `None` when it holds none of them. (batches, bytes, already in place)
+/// `.tmp` file owned as `dst` is; `None` when it holds none of them.
 fn copy_segment(
     src: &Path,
     dst: &Path,
     base: i64,
     p: &PlannedPartition,
-) -> Result<Option<(u64, u64, bool)>> {
+    owner: &fs::Metadata,
+) -> Result<Option<Copied>> {
     let target = dst.join(file_name(base, "log"));
     let tmp = dst.join(format!("{}.tmp", file_name(base, "log")));
     let mut out = std::io::BufWriter::new(
         File::create(&tmp).with_context(|| format!("failed to create `{}`", tmp.display()))?,
     );
     let mut reader = SegmentReader::open(src)?;
-    let (mut batches, mut bytes) = (0u64, 0u64);
+    let (mut batches, mut bytes, mut end) = (0u64, 0u64, base);
     while let Some((h, pos)) = reader.next_batch()? {
         if h.base_offset >= p.log_end_offset {
             break;
@@ -309,6 +336,7 @@ fn copy_segment(
             .with_context(|| format!("failed to write `{}`", tmp.display()))?;
         batches += 1;
         bytes += batch.len() as u64;
+        end = h.last_offset + 1;
     }
     if let Some(end) = reader.end().filter(|e| !matches!(e, SetEnd::Complete)) {
         bail!(
@@ -336,8 +364,15 @@ fn copy_segment(
                 target.display()
             );
         }
-        return Ok(Some((batches, bytes, true)));
+        owned_like(&target, owner)?;
+        return Ok(Some(Copied {
+            batches,
+            bytes,
+            end,
+            kept: true,
+        }));
     }
+    owned_like(&tmp, owner)?;
     fs::rename(&tmp, &target).with_context(|| {
         format!(
             "failed to rename `{}` to `{}`",
@@ -346,7 +381,31 @@ fn copy_segment(
         )
     })?;
     checkpoint::fsync_dir(dst)?;
-    Ok(Some((batches, bytes, false)))
+    Ok(Some(Copied {
+        batches,
+        bytes,
+        end,
+        kept: false,
+    }))
+}
+
+/// Gives `path` the owner and group of `like` (what Kafka made): the broker runs as its own
+/// user and opens every segment and checkpoint it loads for writing, so a file this step
+/// creates as root must become the broker's.
+fn owned_like(path: &Path, like: &fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).with_context(|| format!("failed to stat `{}`", path.display()))?;
+    if (m.uid(), m.gid()) == (like.uid(), like.gid()) {
+        return Ok(());
+    }
+    std::os::unix::fs::chown(path, Some(like.uid()), Some(like.gid())).with_context(|| {
+        format!(
+            "failed to give `{}` the log dir's owner {}:{} (run `restore write` as root or as the broker's user)",
+            path.display(),
+            like.uid(),
+            like.gid()
+        )
+    })
 }
 
 fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
@@ -377,6 +436,8 @@ fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
 /// The partitions' entries of the log dir's offset checkpoints: log start and recovery point
 /// at the log start (the broker recovers every restored segment), high watermark at the end.
 fn update_log_dir_checkpoints(log_dir: &Path, parts: &[PlannedPartition]) -> Result<()> {
+    let owner =
+        fs::metadata(log_dir).with_context(|| format!("failed to stat `{}`", log_dir.display()))?;
     for (file, value) in [
         (
             DataDir::LOG_START_OFFSET,
@@ -391,6 +452,7 @@ fn update_log_dir_checkpoints(log_dir: &Path, parts: &[PlannedPartition]) -> Res
             offsets.insert(p.tp(), value(p));
         }
         checkpoint::write_offsets(&path, &offsets)?;
+        owned_like(&path, &owner)?;
     }
     Ok(())
 }

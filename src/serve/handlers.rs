@@ -180,6 +180,7 @@ pub fn metadata(ctx: &Context, body: &[u8], version: i16) -> DecodeResult<Vec<u8
                 } else {
                     -1
                 },
+                replicas: vec![ctx.node_id],
             })
             .collect(),
     };

@@ -1666,6 +1666,7 @@ fn handle_metadata(shared: &Shared, body: &[u8], version: i16) -> DecodeResult<V
                 partition,
                 leader_id: NODE_ID,
                 leader_epoch: log.leader_epoch,
+                replicas: vec![NODE_ID],
             })
             .collect(),
     };
