@@ -609,6 +609,52 @@ mod tests {
     }
 
     #[test]
+    fn an_end_past_the_last_batch_is_an_empty_segment_there() {
+        let (_d, data, log_dir, mut plan) = setup();
+        let last = plan.partitions[0].log_end_offset;
+        plan.partitions[0].log_end_offset = last + 5;
+        write(&data, &plan, &log_dir).unwrap();
+        let dst = log_files(&log_dir.join("orders-0")).unwrap();
+        let (base, path) = dst.last_key_value().unwrap();
+        assert_eq!((*base, file_len(path).unwrap()), (last + 5, 0), "{dst:?}");
+    }
+
+    #[test]
+    fn what_write_creates_belongs_to_the_log_dirs_owner() {
+        use std::os::unix::fs::MetadataExt;
+        let (_d, data, log_dir, plan) = setup();
+        if rustix::process::geteuid().as_raw() != 0 {
+            eprintln!("not root: files cannot be given to another user here; checked as root");
+            return;
+        }
+        // Kafka's user: the log dir and what the broker made in it are its.
+        let kafka = 65_534;
+        for e in walk(&log_dir) {
+            std::os::unix::fs::lchown(&e, Some(kafka), Some(kafka)).unwrap();
+        }
+        write(&data, &plan, &log_dir).unwrap();
+        let not_kafkas: Vec<PathBuf> = walk(&log_dir)
+            .into_iter()
+            .filter(|p| fs::metadata(p).unwrap().uid() != kafka)
+            .collect();
+        assert!(not_kafkas.is_empty(), "root's files: {not_kafkas:?}");
+    }
+
+    /// `dir` and everything under it.
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = vec![dir.to_path_buf()];
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
     fn refusals_name_what_is_wrong_and_write_nothing() {
         let (_d, data, log_dir, plan) = setup();
         let part = log_dir.join("orders-0");
