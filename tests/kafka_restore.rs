@@ -744,8 +744,17 @@ fn produce_after_restore(k: &mut Leader, src: &Source, node_dir: &Path) -> i64 {
         "transactions": [{"count": 20, "commit": true}]}),
     );
     assert_eq!(tx["transactions"][0]["first_offset"], json!(old_end + 50));
-    let end = tx["end_offset"].as_i64().unwrap();
-    assert_eq!(end, old_end + 71, "50 + 20 records and a commit marker");
+    // The commit marker is written after the commit returns: wait for it.
+    let end = old_end + 71;
+    wait_until(
+        Duration::from_secs(20),
+        &format!("{ORDERS}-0 to end at {end}: 50 + 20 records and a commit marker"),
+        || {
+            let w = k.ok(json!({"cmd": "high_watermarks", "topic": ORDERS,
+                "partitions": [0], "isolation": "read_uncommitted"}));
+            w["watermarks"][0][1] == json!(end)
+        },
+    );
     let restored_max = src.producers.values().flatten().max().copied().unwrap();
     let new_ids = producer_ids(&node_dir.join(tp(ORDERS, 0).dir_name()), old_end);
     assert_eq!(new_ids.len(), 2, "two new producers: {new_ids:?}");
