@@ -4,21 +4,24 @@
 //! result, and each error names the broker, the API, the topic or group, and Kafka's name for
 //! the error ([`AdminError`]).
 //!
-//! Where each goes: DescribeConfigs, CreateTopics and InitProducerId without a transactional
-//! id to any broker; ListGroups to every broker (each lists the groups it coordinates);
+//! Where each goes: DescribeConfigs, IncrementalAlterConfigs, CreateTopics and InitProducerId
+//! without a transactional id to any broker; ListGroups to every broker (each lists the groups it coordinates);
 //! OffsetFetch and OffsetCommit to the group's coordinator, and InitProducerId with a
 //! transactional id to its coordinator ([`find_coordinator`]); DescribeProducers and
 //! WriteTxnMarkers to the partition's leader.
 
 use super::connection::BrokerConnection;
 use super::error::{ConnectionError, FailedContext};
+use crate::protocol::admin::RESOURCE_TOPIC;
 use crate::protocol::codec::{DecodeResult, Writer};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::find_coordinator::CoordinatorAnswer;
+use crate::protocol::incremental_alter_configs::AlteredResource;
 use crate::protocol::offset_fetch::GroupOffsets;
 use crate::protocol::{
     ApiKey, create_topics, describe_configs, describe_producers, find_coordinator,
-    init_producer_id, list_groups, offset_commit, offset_fetch, write_txn_markers,
+    incremental_alter_configs, init_producer_id, list_groups, offset_commit, offset_fetch,
+    write_txn_markers,
 };
 use std::time::Duration;
 
@@ -116,6 +119,47 @@ pub fn describe_topic_configs(
         encode,
         describe_configs::decode_response,
     )?)
+}
+
+/// The outcome for `topic` among an IncrementalAlterConfigs response's answers.
+fn altered_topic(broker: &str, topic: &str, answers: Vec<AlteredResource>) -> Result<()> {
+    let api = ApiKey::IncrementalAlterConfigs;
+    let what = format!("for topic `{topic}`");
+    let answer = answers
+        .into_iter()
+        .find(|a| a.resource_type == RESOURCE_TOPIC && a.name == topic)
+        .failed_with(|| format!("{broker}: {} response lacks an answer {what}", api.name()))?;
+    if !answer.error.is_ok() {
+        return Err(kafka(
+            broker,
+            api,
+            &what,
+            answer.error,
+            answer.message.as_deref(),
+        ));
+    }
+    Ok(())
+}
+
+/// Changes `topic`'s configs one by one and leaves the others as they are: `Some(value)` sets
+/// a config on the topic, `None` deletes it from the topic (back to the broker's or Kafka's
+/// default).
+pub fn alter_topic_configs(
+    conn: &mut BrokerConnection,
+    topic: &str,
+    changes: &[(String, Option<String>)],
+) -> Result<()> {
+    let api = ApiKey::IncrementalAlterConfigs;
+    let encode =
+        |w: &mut Writer, v| incremental_alter_configs::encode_request(w, v, topic, changes);
+    let answers = call(
+        conn,
+        api,
+        Duration::ZERO,
+        encode,
+        incremental_alter_configs::decode_response,
+    )?;
+    altered_topic(conn.name(), topic, answers)
 }
 
 /// How messages name a FindCoordinator key.
@@ -420,5 +464,39 @@ mod tests {
         );
         let err = committed_offsets(BROKER, "other", vec![group(none, Vec::new())]).unwrap_err();
         assert!(matches!(err, AdminError::Connection(_)), "{err:?}");
+    }
+
+    #[test]
+    fn an_altered_topic_is_the_answer_for_its_name_and_its_error_keeps_its_code() {
+        let answer = |resource_type, name: &str, error, message: Option<&str>| AlteredResource {
+            resource_type,
+            name: name.into(),
+            error,
+            message: message.map(String::from),
+        };
+        let none = ErrorCode::NONE;
+        let e = ErrorCode(40);
+        let answers = vec![
+            answer(4, "t", e, None),
+            answer(RESOURCE_TOPIC, "u", e, None),
+            answer(RESOURCE_TOPIC, "t", none, None),
+        ];
+        altered_topic(BROKER, "t", answers).unwrap();
+        let refused = vec![answer(RESOURCE_TOPIC, "t", e, Some("bad value"))];
+        let err = altered_topic(BROKER, "t", refused).unwrap_err();
+        assert!(
+            matches!(err, AdminError::Kafka(code, _) if code == e),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "broker 2 (h:9092): IncrementalAlterConfigs for topic `t`: INVALID_CONFIG (40): bad value"
+        );
+        let err = altered_topic(BROKER, "t", vec![answer(4, "t", none, None)]).unwrap_err();
+        assert!(matches!(err, AdminError::Connection(_)), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "broker 2 (h:9092): IncrementalAlterConfigs response lacks an answer for topic `t`"
+        );
     }
 }

@@ -21,6 +21,7 @@ pub mod error;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod group;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod list_groups;
 pub mod list_offsets;
@@ -93,11 +94,12 @@ pub enum ApiKey {
     InitProducerId,
     WriteTxnMarkers,
     DescribeConfigs,
+    IncrementalAlterConfigs,
     DescribeProducers,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 16] = [
+    pub const ALL: [ApiKey; 17] = [
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::Metadata,
@@ -113,6 +115,7 @@ impl ApiKey {
         ApiKey::InitProducerId,
         ApiKey::WriteTxnMarkers,
         ApiKey::DescribeConfigs,
+        ApiKey::IncrementalAlterConfigs,
         ApiKey::DescribeProducers,
     ];
 
@@ -147,6 +150,8 @@ impl ApiKey {
             ApiKey::WriteTxnMarkers => (27, 1, 1, 1, "WriteTxnMarkers"),
             // Kafka 4 serves v1+ (v1 adds each config's source).
             ApiKey::DescribeConfigs => (32, 1, 4, 4, "DescribeConfigs"),
+            // Kafka 3.9 and 4 serve v0–1.
+            ApiKey::IncrementalAlterConfigs => (44, 0, 1, 1, "IncrementalAlterConfigs"),
             ApiKey::DescribeProducers => (61, 0, 0, 0, "DescribeProducers"),
         }
     }

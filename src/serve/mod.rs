@@ -913,6 +913,7 @@ fn answer(
         | ApiKey::InitProducerId
         | ApiKey::WriteTxnMarkers
         | ApiKey::DescribeConfigs
+        | ApiKey::IncrementalAlterConfigs
         | ApiKey::DescribeProducers => anyhow::bail!("{} is not served here", api.name()),
     }
     Ok(Some(pieces))

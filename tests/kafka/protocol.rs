@@ -564,6 +564,15 @@ fn admin_connection(addr: &str) -> BrokerConnection {
         .unwrap_or_else(|e| panic!("connect to {addr}: {e:#}"))
 }
 
+/// The configs set on the topic itself (source `DYNAMIC_TOPIC_CONFIG`), by name.
+fn set_on_topic(entries: &[admin::ConfigEntry]) -> BTreeMap<String, Option<String>> {
+    entries
+        .iter()
+        .filter(|e| e.source == admin::SOURCE_DYNAMIC_TOPIC)
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect()
+}
+
 /// `f` retried while the broker answers that the coordinator is not there yet (a new
 /// `__consumer_offsets` or `__transaction_state` is created on the first FindCoordinator).
 fn until_coordinated<T>(what: &str, mut f: impl FnMut() -> admin::Result<T>) -> T {
@@ -600,9 +609,10 @@ fn stable_and_end(conn: &mut BrokerConnection, tp: &TopicPartition) -> (i64, i64
 }
 
 /// Every call of `client::admin` against Kafka: a topic created with its partitions placed and
-/// its configs set, the configs read back, an idempotent producer's state, a new group's
-/// offsets committed at its coordinator and fetched back, the group listed, producer ids, and
-/// an open transaction aborted with a marker written to the partition's leader.
+/// its configs set, the configs read back, one set anew and one deleted (and a value Kafka
+/// refuses), an idempotent producer's state, a new group's offsets committed at its
+/// coordinator and fetched back, the group listed, producer ids, and an open transaction
+/// aborted with a marker written to the partition's leader.
 #[test]
 fn the_admin_calls_create_describe_commit_fetch_list_and_abort_on_kafka() {
     let started = Instant::now();
@@ -657,21 +667,53 @@ fn the_admin_calls_create_describe_commit_fetch_list_and_abort_on_kafka() {
     });
     assert_eq!(configs[0].topic, topic);
     let entries = &configs[0].entries;
-    let set: BTreeMap<&str, Option<&str>> = entries
-        .iter()
-        .filter(|e| e.source == admin::SOURCE_DYNAMIC_TOPIC)
-        .map(|e| (e.name.as_str(), e.value.as_deref()))
-        .collect();
     let want = BTreeMap::from([
-        ("retention.ms", Some("86400000")),
-        ("segment.bytes", Some("1048576")),
+        ("retention.ms".to_string(), Some("86400000".to_string())),
+        ("segment.bytes".to_string(), Some("1048576".to_string())),
     ]);
-    assert_eq!(set, want);
+    assert_eq!(set_on_topic(entries), want);
     let cleanup = entries.iter().find(|e| e.name == "cleanup.policy");
     let cleanup = cleanup.expect("every config is described");
     assert_eq!(cleanup.value.as_deref(), Some("delete"));
     assert_ne!(cleanup.source, admin::SOURCE_DYNAMIC_TOPIC);
     assert!(entries.len() > 20, "{} configs", entries.len());
+
+    // IncrementalAlterConfigs: retention.ms set anew and segment.bytes deleted, back to its
+    // default; what the change does not name stays as it was.
+    let changes = [
+        ("retention.ms".to_string(), Some("172800000".to_string())),
+        ("segment.bytes".to_string(), None),
+    ];
+    admin::alter_topic_configs(&mut any, topic, &changes).unwrap();
+    let want = BTreeMap::from([("retention.ms".to_string(), Some("172800000".to_string()))]);
+    let mut altered = Vec::new();
+    wait_until(Duration::from_secs(20), "the altered configs", || {
+        altered = admin::describe_topic_configs(&mut any, &[topic.to_string()]).unwrap();
+        altered[0].error.is_ok() && set_on_topic(&altered[0].entries) == want
+    });
+    let segment = altered[0]
+        .entries
+        .iter()
+        .find(|e| e.name == "segment.bytes");
+    let segment = segment.expect("a deleted config is still described, from its default");
+    assert_ne!(segment.value.as_deref(), Some("1048576"), "{segment:?}");
+    let cleanup = altered[0]
+        .entries
+        .iter()
+        .find(|e| e.name == "cleanup.policy");
+    assert_eq!(cleanup.and_then(|e| e.value.as_deref()), Some("delete"));
+    // A value Kafka refuses: the topic's error, with Kafka's message, and nothing changed.
+    let bad = [("retention.ms".to_string(), Some("soon".to_string()))];
+    match admin::alter_topic_configs(&mut any, topic, &bad) {
+        Err(AdminError::Kafka(ErrorCode(40), message)) => assert!(
+            message.contains("IncrementalAlterConfigs for topic `kp-admin`: INVALID_CONFIG (40)")
+                && message.contains(&node_addr(1)),
+            "{message}"
+        ),
+        wrong => panic!("INVALID_CONFIG expected: {wrong:?}"),
+    }
+    let after = admin::describe_topic_configs(&mut any, &[topic.to_string()]).unwrap();
+    assert_eq!(set_on_topic(&after[0].entries), want);
 
     // DescribeProducers at partition 0's leader: the idempotent producer's 50 records.
     c.ok(

@@ -19,8 +19,8 @@
 use replica_follower::protocol::codec::Reader;
 use replica_follower::protocol::{
     ApiKey, RefusedApi, api_versions, create_topics, describe_configs, describe_producers, fetch,
-    find_coordinator, init_producer_id, list_groups, list_offsets, metadata, offset_commit,
-    offset_fetch, offset_for_leader_epoch, sasl, write_txn_markers,
+    find_coordinator, incremental_alter_configs, init_producer_id, list_groups, list_offsets,
+    metadata, offset_commit, offset_fetch, offset_for_leader_epoch, sasl, write_txn_markers,
 };
 use replica_follower::serve::fuzzing::{self, Listener};
 use replica_follower::serve::limits;
@@ -328,6 +328,9 @@ fn check(request: &[u8], response: &[u8]) {
         ApiKey::CreateTopics => create_topics::decode_response(body, version).map(drop),
         ApiKey::InitProducerId => init_producer_id::decode_response(body, version).map(drop),
         ApiKey::DescribeConfigs => describe_configs::decode_response(body, version).map(drop),
+        ApiKey::IncrementalAlterConfigs => {
+            incremental_alter_configs::decode_response(body, version).map(drop)
+        }
         ApiKey::DescribeProducers => describe_producers::decode_response(body).map(drop),
         ApiKey::WriteTxnMarkers => write_txn_markers::decode_response(body).map(drop),
     };
