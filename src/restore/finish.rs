@@ -19,6 +19,8 @@
 //!    (OffsetCommit at its coordinator, as an empty group, generation -1) with leader epoch
 //!    0, the only epoch the restored logs hold; a group that has other offsets on the target
 //!    is left as it is and reported.
+//! 5. The retention `prepare` held off is given back: the archived `retention.ms` and
+//!    `retention.bytes`, or the target's defaults (the plan's `[[held]]` entries).
 
 use super::plan::Plan;
 use super::{Target, connect_addr, connect_target};
@@ -246,6 +248,34 @@ pub fn finish(
             Err(line) => {
                 all_ok = false;
                 writeln!(out, "GROUP {group}: {line}")?;
+            }
+        }
+    }
+    // 5. Retention back, now that the ranges are checked.
+    let mut held: BTreeMap<&str, Vec<(String, Option<String>)>> = BTreeMap::new();
+    for h in &plan.held {
+        held.entry(h.topic.as_str())
+            .or_default()
+            .push((h.name.clone(), h.value.clone()));
+    }
+    for (topic, changes) in &held {
+        let shown: Vec<String> = changes
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("(default)")))
+            .collect();
+        match admin::alter_topic_configs(&mut conn, topic, changes) {
+            Ok(()) => writeln!(
+                out,
+                "topic {topic}: retention given back: {}",
+                shown.join(" ")
+            )?,
+            Err(e) => {
+                all_ok = false;
+                writeln!(
+                    out,
+                    "TOPIC {topic}: retention not given back ({}): {e:#}",
+                    shown.join(" ")
+                )?;
             }
         }
     }

@@ -14,6 +14,11 @@
 //! topic_id = "bK0QdJ7eQkSmUCh6vYz2fA"     # the target's id of the topic
 //! log_start_offset = 0                    # the archive's range to restore
 //! log_end_offset = 1200
+//!
+//! [[held]]                                # retention, off until `restore finish`
+//! topic = "orders"
+//! name = "retention.ms"
+//! value = "604800000"                     # what finish sets; absent: the default
 //! ```
 
 use crate::checkpoint::TopicPartition;
@@ -35,6 +40,22 @@ pub struct Plan {
     pub source_cluster_id: Option<String>,
     #[serde(default, rename = "partition")]
     pub partitions: Vec<PlannedPartition>,
+    /// Configs `prepare` held off while the restore runs (retention, which would delete
+    /// restored segments by their old timestamps before `finish` checks them), and what
+    /// `finish` gives them back: the archived value, or none (the target's default).
+    #[serde(default, rename = "held")]
+    pub held: Vec<HeldConfig>,
+}
+
+/// A topic config held off by `prepare` and given back by `finish`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldConfig {
+    pub topic: String,
+    pub name: String,
+    /// The value `finish` sets; absent: the override is removed (the target's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,6 +169,18 @@ mod tests {
                 log_start_offset: 10,
                 log_end_offset: 1200,
             }],
+            held: vec![
+                HeldConfig {
+                    topic: "orders".into(),
+                    name: "retention.ms".into(),
+                    value: Some("86400000".into()),
+                },
+                HeldConfig {
+                    topic: "orders".into(),
+                    name: "retention.bytes".into(),
+                    value: None,
+                },
+            ],
         }
     }
 

@@ -9,7 +9,7 @@
 //! partition directories exist) and writes the plan: the target's cluster id, the broker,
 //! each partition's topic id there and the archive's range.
 
-use super::plan::{PLAN_VERSION, Plan, PlannedPartition};
+use super::plan::{HeldConfig, PLAN_VERSION, Plan, PlannedPartition};
 use super::{Target, connect_target};
 use crate::checkpoint::TopicPartition;
 use crate::checkpoint::upstream;
@@ -32,6 +32,11 @@ const NOT_RESTORED: [&str; 3] = [
     "follower.replication.throttled.replicas",
     "message.format.version",
 ];
+
+/// Configs off (-1) while the restore runs: Kafka's retention deletes segments by their
+/// newest timestamp, and restored segments may be old; `finish` gives them their archived
+/// values back once it has checked the restored ranges.
+pub const HELD: [&str; 2] = ["retention.ms", "retention.bytes"];
 
 /// One topic to restore: its partition count, configs, and the archive's ranges.
 struct TopicToRestore {
@@ -107,11 +112,20 @@ pub fn prepare(
         .to_string();
     let mut leader = super::connect_addr(target, &addr)?;
     let mut create = Vec::new();
+    let held_off: Vec<(String, Option<String>)> = HELD
+        .iter()
+        .map(|k| (k.to_string(), Some("-1".to_string())))
+        .collect();
     for (name, t) in &topics {
         match md.topics.get(name) {
             Some((e, parts)) if e.is_ok() && !parts.is_empty() => {
                 check_existing(&mut leader, name, t, parts.len(), &md, broker)?;
-                writeln!(out, "topic {name}: exists, empty, on broker {broker}")?;
+                admin::alter_topic_configs(&mut conn, name, &held_off)
+                    .with_context(|| format!("holding off the retention of topic {name}"))?;
+                writeln!(
+                    out,
+                    "topic {name}: exists, empty, on broker {broker}; retention off until `restore finish`"
+                )?;
             }
             _ => create.push(NewTopic {
                 name: name.clone(),
@@ -119,8 +133,15 @@ pub fn prepare(
                 configs: t
                     .configs
                     .iter()
-                    .filter(|(k, _)| !NOT_RESTORED.contains(&k.as_str()))
+                    .filter(|(k, _)| {
+                        !NOT_RESTORED.contains(&k.as_str()) && !HELD.contains(&k.as_str())
+                    })
                     .map(|(k, v)| (k.clone(), v.clone()))
+                    .chain(
+                        held_off
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())),
+                    )
                     .collect(),
             }),
         }
@@ -145,7 +166,7 @@ pub fn prepare(
             }
             writeln!(
                 out,
-                "topic {}: created with {} partition(s) on broker {broker}, {} config(s)",
+                "topic {}: created with {} partition(s) on broker {broker}, {} archived config(s); retention off until `restore finish`",
                 c.name,
                 t.map_or(0, |t| t.partitions),
                 t.map_or(0, |t| t.configs.len())
@@ -159,6 +180,16 @@ pub fn prepare(
         broker,
         source_cluster_id: crate::log::identity::read_cluster_id(data_dir)?,
         partitions: Vec::new(),
+        held: topics
+            .iter()
+            .flat_map(|(name, t)| {
+                HELD.iter().map(move |k| HeldConfig {
+                    topic: name.clone(),
+                    name: k.to_string(),
+                    value: t.configs.get(*k).cloned(),
+                })
+            })
+            .collect(),
     };
     for (name, t) in &topics {
         let id = md.topic_ids.get(name).with_context(|| {

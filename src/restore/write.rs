@@ -510,6 +510,7 @@ mod tests {
                 log_start_offset: 0,
                 log_end_offset: end,
             }],
+            held: Vec::new(),
         };
         (dir, data, log_dir, plan)
     }
