@@ -887,12 +887,20 @@ impl Target {
                     "{t}-{p} lives on node {NODE}: {d}"
                 );
             }
+            // The archived configs, retention held off until finish gives it back.
+            let mut want = src.view.configs[t].clone();
+            for k in ["retention.ms", "retention.bytes"] {
+                want[k] = json!("-1");
+            }
             let c = self.k.ok(json!({"cmd": "describe_configs", "topic": t}));
-            assert_eq!(
-                c["configs"], src.view.configs[t],
-                "{t}'s configs after prepare"
-            );
+            assert_eq!(c["configs"], want, "{t}'s configs after prepare");
         }
+        let text = std::fs::read_to_string(&plan).unwrap();
+        assert_eq!(
+            text.matches("[[held]]").count(),
+            4,
+            "retention.ms and retention.bytes of both topics held: {text}"
+        );
         plan
     }
 
