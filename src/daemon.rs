@@ -710,6 +710,7 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
             client_id: cfg.client_id.clone(),
             security: security.clone(),
             data_dir: cfg.data_dir.clone(),
+            follow: cfg.follow.iter().map(|f| f.topic.clone()).collect(),
             groups: cfg.groups.matcher(),
             groups_every: Duration::from_millis(cfg.groups.refresh_ms.unsigned_abs()),
         })

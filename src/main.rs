@@ -87,7 +87,7 @@ fn help(cmd: &str) -> &'static str {
             "replica-follower add-user --users-file FILE --user NAME [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]...\n                          [--iterations N] [--password-file F]\n\nWrites NAME's SCRAM credentials (a fresh salt, the stored and server keys: never the\npassword) into the serve listener's users file FILE (`[serve] sasl_users_file`), created\nif missing, replacing NAME's entry for each mechanism. The file is rewritten atomically\nwith mode 0600. PLAIN logins are checked against these entries.\n--mechanism: repeatable (default both). --iterations: 4096 to 16384 (default 8192).\nThe password is the first line of F (which must be readable by its owner only), or,\nwithout --password-file, the first line of standard input; never an argument.\nExit 2 on a bad flag or an empty password, 1 when FILE cannot be read or written.\n"
         }
         "restore prepare" => {
-            "replica-follower restore prepare --data-dir DIR --bootstrap HOST:PORT --broker N --plan FILE\n                                 [--topic T]... [--client-config FILE]\n\nThe first step of a restore into an Apache Kafka cluster, which must be up. For each\ntopic the replica in DIR holds (only those --topic names, when given): creates it on the\ntarget when missing, with the archived partition count and topic-level configs and\nevery partition's one replica on broker N; accepts one that exists only with that\npartition count, led by broker N and empty. Refuses (exit 1, nothing created past that\npoint) a topic that exists with data, with another partition count or on another\nbroker. Waits until broker N answers for every partition, then writes the plan FILE:\nthe target's cluster id, broker N, each partition's topic id there and the archive's\noffset range. Next: stop broker N and run `restore write`.\n--bootstrap: comma-separated host:port of the target. --client-config FILE: a TOML file\nwith a [security] table, the keys of the daemon's [security], for a secured target.\n"
+            "replica-follower restore prepare --data-dir DIR --bootstrap HOST:PORT --broker N --plan FILE\n                                 [--topic T]... [--client-config FILE]\n\nThe first step of a restore into an Apache Kafka cluster, which must be up. For each\ntopic the replica in DIR holds (only those --topic names, when given): creates it on the\ntarget when missing, with the archived partition count and topic-level configs and\nevery partition's one replica on broker N; accepts one that exists only with that\npartition count, led by broker N and empty. Refuses (exit 1, nothing created past that\npoint) a topic that exists with data, with another partition count or on another\nbroker. Waits until broker N answers for every partition, then writes the plan FILE:\nthe target's cluster id, broker N, each partition's topic id there and the archive's\noffset range. Next: stop broker N and run `restore write`.\n--bootstrap: comma-separated host:port of the target. --client-config FILE: a TOML file\nwith a [security] table, the keys of the daemon's [security], for a secured target (a\nbad one: exit 2).\n"
         }
         "restore finish" => {
             "replica-follower restore finish --data-dir DIR --plan FILE --bootstrap HOST:PORT [--client-config FILE]\n\nThe last step of a restore, with the plan's broker running again: checks every\npartition's log start and end on the target against the archive (nothing else is done\nwhen one differs); aborts the transactions the archive left open, so read_committed\nconsumers are not held at them; takes producer ids from every broker until each hands\nout one above the restored producers' ids; commits each archived consumer group's\noffsets of the planned partitions, for groups with no other offsets on the target.\nPrints a report; exit 0 only when everything matched and was done, 1 otherwise. May be\nrun again. --client-config FILE: as for `restore prepare`.\n"
@@ -634,16 +634,19 @@ fn repair(args: &Args) -> Result<ExitCode, String> {
     })
 }
 
-/// `--bootstrap` and `--client-config`: the target of a restore.
+/// `--bootstrap` and `--client-config`: the target of a restore; a bad client config is a
+/// bad configuration (printed, exit 2).
 fn restore_target(
     args: &Args,
-) -> Result<anyhow::Result<replica_follower::restore::Target>, String> {
+) -> Result<Result<replica_follower::restore::Target, ExitCode>, String> {
     let bootstrap = args.req("bootstrap")?;
     let client_config = args.values.get("client-config").map(PathBuf::from);
-    Ok(replica_follower::restore::Target::new(
-        bootstrap,
-        client_config.as_deref(),
-    ))
+    Ok(
+        replica_follower::restore::Target::new(bootstrap, client_config.as_deref()).map_err(|e| {
+            eprintln!("error: {}", logging::plain_chain(&e));
+            ExitCode::from(2)
+        }),
+    )
 }
 
 /// `restore prepare`: the topics on the target, and the plan.
@@ -657,30 +660,35 @@ fn restore_prepare(args: &Args) -> Result<ExitCode, String> {
         return Err("--broker must be ≥ 0".into());
     }
     let topics = args.lists.get("topic").cloned().unwrap_or_default();
-    let target = restore_target(args)?;
-    Ok(runtime(target.and_then(|t| {
-        let stdout = std::io::stdout();
+    let target = match restore_target(args)? {
+        Ok(t) => t,
+        Err(code) => return Ok(code),
+    };
+    let stdout = std::io::stdout();
+    Ok(runtime(
         replica_follower::restore::prepare::prepare(
             &data_dir,
-            &t,
+            &target,
             broker,
             &plan,
             &topics,
             &mut stdout.lock(),
         )
-        .map(drop)
-    })))
+        .map(drop),
+    ))
 }
 
 /// `restore finish`: checks, open transactions, producer ids, group offsets.
 fn restore_finish(args: &Args) -> Result<ExitCode, String> {
     let data_dir = PathBuf::from(args.req("data-dir")?);
     let plan = PathBuf::from(args.req("plan")?);
-    let target = restore_target(args)?;
-    let result = target.and_then(|t| {
-        let stdout = std::io::stdout();
-        replica_follower::restore::finish::finish(&data_dir, &t, &plan, &mut stdout.lock())
-    });
+    let target = match restore_target(args)? {
+        Ok(t) => t,
+        Err(code) => return Ok(code),
+    };
+    let stdout = std::io::stdout();
+    let result =
+        replica_follower::restore::finish::finish(&data_dir, &target, &plan, &mut stdout.lock());
     Ok(match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

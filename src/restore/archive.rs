@@ -6,7 +6,8 @@
 //!
 //! A thread of its own, outside the systemd watchdog's watch (a slow broker delays the
 //! archive, never the replication), with short request timeouts; a stop is seen between
-//! groups, and the daemon signals it first and waits for it last. Nothing is archived from a cluster other than the one the data dir recorded.
+//! requests, and the daemon signals it first and waits for it last, a second at most: a
+//! thread still in a request then ends with the process (its files are replaced atomically). Nothing is archived from a cluster other than the one the data dir recorded.
 //! Failures are said once (WARN) until a round succeeds again (INFO); entries the source no
 //! longer shows stay, with the time it last showed them.
 
@@ -28,6 +29,8 @@ use std::time::{Duration, Instant};
 /// How often the topics' configs and partition counts are archived (the fetcher manager's
 /// metadata refresh).
 pub const TOPICS_EVERY: Duration = crate::fetcher::manager::METADATA_REFRESH;
+/// How soon a failed round of topic configs is tried again.
+const RETRY: Duration = Duration::from_secs(5);
 /// The deadline of every request of a round.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -38,44 +41,71 @@ pub struct ArchiveOptions {
     pub client_id: String,
     pub security: Arc<ClientSecurity>,
     pub data_dir: PathBuf,
+    /// The followed topics, archived from the start, before they have a local log.
+    pub follow: Vec<String>,
     /// `[groups] include`, compiled; `None`: no group is archived.
     pub groups: Option<regex::RegexSet>,
     pub groups_every: Duration,
 }
 
-/// The running archive thread; stopped (and joined) when dropped.
+/// How long a stop waits for a thread in the middle of a request: longer, and it is left to
+/// end with the process (every file it writes is replaced atomically, so nothing is torn).
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// The running archive thread; stopped when dropped.
 pub struct Archiver {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    /// (stop asked, thread ended), and their wake-up.
+    state: Arc<(Mutex<(bool, bool)>, Condvar)>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Archiver {
     pub fn start(opts: ArchiveOptions) -> std::io::Result<Archiver> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let s2 = stop.clone();
+        let state = Arc::new((Mutex::new((false, false)), Condvar::new()));
+        let s2 = state.clone();
         let handle = std::thread::Builder::new()
             .name("upstream-archive".into())
-            .spawn(move || run(&opts, &s2))?;
+            .spawn(move || {
+                run(&opts, &s2);
+                let (m, cond) = &*s2;
+                m.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .1 = true;
+                cond.notify_all();
+            })?;
         Ok(Archiver {
-            stop,
+            state,
             handle: Some(handle),
         })
     }
 
     /// Asks the thread to stop after the request it is in, without waiting for it.
     pub fn signal(&self) {
-        let (flag, cond) = &*self.stop;
-        *flag
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        let (m, cond) = &*self.state;
+        m.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0 = true;
         cond.notify_all();
     }
 
-    /// [`Self::signal`], and waits for the thread to end.
+    /// [`Self::signal`], and waits up to [`STOP_WAIT`] for the thread to end.
     pub fn stop(&mut self) {
         self.signal();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        let (m, cond) = &*self.state;
+        let g = m.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (g, _) = cond
+            .wait_timeout_while(g, STOP_WAIT, |s| !s.1)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ended = g.1;
+        drop(g);
+        match self.handle.take() {
+            Some(h) if ended => {
+                let _ = h.join();
+            }
+            Some(_) => crate::log_debug!(
+                "the archive of topic configs and group offsets is in a request: not waited for"
+            ),
+            None => {}
         }
     }
 }
@@ -115,10 +145,11 @@ impl Said {
     }
 }
 
-fn run(opts: &ArchiveOptions, stop: &(Mutex<bool>, Condvar)) {
+fn run(opts: &ArchiveOptions, stop: &(Mutex<(bool, bool)>, Condvar)) {
     let (mut next_topics, mut next_groups) = (Instant::now(), Instant::now());
     let (mut topics_said, mut groups_said) = (Said::default(), Said::default());
     let mut unsupported_said = false;
+    let mut retry_topics = None;
     loop {
         let now = Instant::now();
         if now >= next_topics {
@@ -130,16 +161,24 @@ fn run(opts: &ArchiveOptions, stop: &(Mutex<bool>, Condvar)) {
                         );
                     }
                 }
-                r => topics_said.outcome("topic configs", r.map(Option::unwrap_or_default)),
+                r => {
+                    // A round that failed is tried again soon: a restore needs the configs.
+                    if r.is_err() {
+                        retry_topics = Some(Instant::now() + RETRY);
+                    }
+                    topics_said.outcome("topic configs", r.map(Option::unwrap_or_default));
+                }
             }
-            next_topics = Instant::now() + TOPICS_EVERY;
+            next_topics = retry_topics
+                .take()
+                .unwrap_or_else(|| Instant::now() + TOPICS_EVERY);
         }
         if opts.groups.is_some() && now >= next_groups {
             let stopping = || {
-                *stop
-                    .0
+                stop.0
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0
             };
             groups_said.outcome("consumer group offsets", archive_groups(opts, &stopping));
             next_groups = Instant::now() + opts.groups_every;
@@ -153,13 +192,13 @@ fn run(opts: &ArchiveOptions, stop: &(Mutex<bool>, Condvar)) {
         let g = flag
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *g {
+        if g.0 {
             return;
         }
         let (g, _) = cond
             .wait_timeout(g, wake.saturating_duration_since(Instant::now()))
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *g {
+        if g.0 {
             return;
         }
     }
@@ -218,6 +257,7 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
     let topics: Vec<String> = local
         .iter()
         .map(|tp| tp.topic.clone())
+        .chain(opts.follow.iter().cloned())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();

@@ -145,7 +145,7 @@ pub fn finish(
     if !mismatches.is_empty() {
         writeln!(
             out,
-            "{} partition(s) differ from the archive: nothing else was done (did the broker load the restored segments? see its log)",
+            "{} partition(s) differ from the plan: nothing else was done (was `restore write` run into this broker's log dir, and did the broker load it? see its log)",
             mismatches.len()
         )?;
         return Ok(false);
@@ -362,7 +362,7 @@ fn check_ranges(
             || !end.is_some_and(|e| (lowest..=highest).contains(&e))
         {
             out.push(format!(
-                "{tp}: log start {} and end {} on the target, {} and {} in the archive{}",
+                "{tp}: log start {} and end {} on the target, {} and {} in the plan{}",
                 start.map_or("?".into(), |o| o.to_string()),
                 end.map_or("?".into(), |o| o.to_string()),
                 p.log_start_offset,
@@ -471,9 +471,14 @@ fn commit_group(
         return Ok(Ok(format!("{} offset(s), as archived", offsets.len())));
     }
     if !now.is_empty() {
-        return Ok(Err(format!(
-            "has other committed offsets on the target ({} partition(s)); left as they are",
-            now.len()
+        // Its consumers resumed (or it was there before): theirs are the offsets now.
+        let differ = offsets
+            .iter()
+            .filter(|o| now.get(&key(o)) != Some(&o.offset))
+            .count();
+        return Ok(Ok(format!(
+            "has its own committed offsets on the target ({differ} of {} partition(s) differ from the archive): left as they are",
+            offsets.len()
         )));
     }
     let answers = match super::coordinated(COORDINATED_WITHIN, || {

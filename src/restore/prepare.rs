@@ -93,6 +93,18 @@ pub fn prepare(
     only: &[String],
     out: &mut dyn std::io::Write,
 ) -> Result<Plan> {
+    // Where the plan goes, before anything is created on the target.
+    let plan_dir = plan_path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !plan_dir.is_dir() {
+        bail!(
+            "--plan `{}`: the directory `{}` does not exist",
+            plan_path.display(),
+            plan_dir.display()
+        );
+    }
     let topics = archived_topics(data_dir, only)?;
     let names: Vec<String> = topics.keys().cloned().collect();
     let (mut conn, md) = connect_target(target, &names)?;

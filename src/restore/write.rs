@@ -52,8 +52,23 @@ pub fn write(data_dir: &Path, plan: &Plan, log_dir: &Path) -> Result<Vec<Written
     check_meta_properties(log_dir, plan)?;
     let _lock = lock_log_dir(log_dir, plan.broker)?;
     // Every partition checked before any is written.
+    let (held, _) = crate::inspect::status::collect(data_dir)?;
     for p in &plan.partitions {
         check_target(data_dir, log_dir, p)?;
+        let range = held
+            .iter()
+            .find(|s| s.tp == p.tp())
+            .map(|s| (s.log_start_offset, s.log_end_offset));
+        if !range.is_some_and(|(start, end)| start <= p.log_start_offset && p.log_end_offset <= end)
+        {
+            bail!(
+                "{}: the plan restores {}..{}, the replica holds {}: the plan does not match the replica (run `restore prepare` again)",
+                p.tp(),
+                p.log_start_offset,
+                p.log_end_offset,
+                range.map_or("nothing".to_string(), |(a, b)| format!("{a}..{b}"))
+            );
+        }
     }
     let mut out = Vec::new();
     for p in &plan.partitions {
@@ -612,7 +627,10 @@ mod tests {
     #[test]
     fn an_end_past_the_last_batch_is_an_empty_segment_there() {
         let (_d, data, log_dir, mut plan) = setup();
+        // Offsets the leader deleted before the replica got them: the replica's log ends at
+        // an empty segment past its last batch.
         let last = plan.partitions[0].log_end_offset;
+        File::create(data.join("orders-0").join(file_name(last + 5, "log"))).unwrap();
         plan.partitions[0].log_end_offset = last + 5;
         write(&data, &plan, &log_dir).unwrap();
         let dst = log_files(&log_dir.join("orders-0")).unwrap();
@@ -653,6 +671,18 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_plan_past_what_the_replica_holds_is_refused() {
+        let (_d, data, log_dir, mut plan) = setup();
+        plan.partitions[0].log_end_offset += 100;
+        let e = format!("{:#}", write(&data, &plan, &log_dir).unwrap_err());
+        assert!(e.contains("the plan does not match the replica"), "{e}");
+        assert_eq!(
+            file_len(&log_dir.join("orders-0").join(file_name(0, "log"))).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -162,6 +162,13 @@ const USAGE_CASES: &[(&str, &[&str])] = &[
         &["restore prepare --data-dir DIR --bootstrap 127.0.0.1:1 --plan DIR/plan"],
     ),
     (
+        "`restore prepare` or `finish` with a `--client-config` that cannot be read (or is not a `[security]` table)",
+        &[
+            "restore prepare --data-dir DIR --bootstrap 127.0.0.1:1 --broker 1 --plan DIR/plan --client-config FILE",
+            "restore finish --data-dir DIR --bootstrap 127.0.0.1:1 --plan DIR/plan --client-config FILE",
+        ],
+    ),
+    (
         "unknown flag (`status --bogus`)",
         &["status --data-dir DIR --bogus"],
     ),
