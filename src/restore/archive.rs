@@ -18,6 +18,7 @@ use crate::client::cluster::{ClusterMetadata, fetch_metadata};
 use crate::client::connection::BrokerConnection;
 use crate::log::data_dir::DataDir;
 use crate::protocol::ApiKey;
+use crate::protocol::error::ErrorCode;
 use crate::security::ClientSecurity;
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -154,19 +155,20 @@ fn run(opts: &ArchiveOptions, stop: &(Mutex<(bool, bool)>, Condvar)) {
         let now = Instant::now();
         if now >= next_topics {
             match archive_topics(opts) {
-                Ok(None) => {
+                Ok(Err(why)) => {
                     if !std::mem::replace(&mut unsupported_said, true) {
                         crate::log_info!(
-                            "the cluster does not offer DescribeConfigs: topic configs are not archived (a restore creates the topics with the target's defaults)"
+                            "{why}: topic configs are not archived (a restore creates those topics with the target's defaults)"
                         );
                     }
                 }
                 r => {
+                    let r = r.map(|done| done.unwrap_or_else(|why| why));
                     // A round that failed is tried again soon: a restore needs the configs.
                     if r.is_err() {
                         retry_topics = Some(Instant::now() + RETRY);
                     }
-                    topics_said.outcome("topic configs", r.map(Option::unwrap_or_default));
+                    topics_said.outcome("topic configs", r);
                 }
             }
             next_topics = retry_topics
@@ -250,9 +252,10 @@ fn local_partitions(data_dir: &Path) -> Result<BTreeSet<TopicPartition>> {
     Ok(DataDir::partitions(data_dir)?.into_iter().collect())
 }
 
-/// One round of topic configs; what was archived (`None`: the cluster does not offer
-/// DescribeConfigs).
-fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
+/// One round of topic configs: what was archived, or (`Err` inside) why the cluster gives
+/// none: it does not offer DescribeConfigs, or refuses it for every topic by authorization
+/// (a source's choice, said once at INFO, not a fault to warn of again and again).
+fn archive_topics(opts: &ArchiveOptions) -> Result<std::result::Result<String, String>> {
     let local = local_partitions(&opts.data_dir)?;
     let topics: Vec<String> = local
         .iter()
@@ -262,7 +265,7 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
         .into_iter()
         .collect();
     if topics.is_empty() {
-        return Ok(Some("no topic yet".into()));
+        return Ok(Ok("no topic yet".into()));
     }
     let (mut conn, md) = cluster(opts, &topics)?;
     let present: Vec<String> = topics
@@ -275,12 +278,12 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
         .cloned()
         .collect();
     if present.is_empty() {
-        return Ok(Some(
-            "none of the followed topics is on the cluster now".into(),
+        return Ok(Ok(
+            "none of the followed topics is on the cluster now".into()
         ));
     }
     if conn.version(ApiKey::DescribeConfigs).is_none() {
-        return Ok(None);
+        return Ok(Err("the cluster does not offer DescribeConfigs".into()));
     }
     let described = admin::describe_topic_configs(&mut conn, &present)?;
     let path = opts.data_dir.join(DataDir::TOPIC_CONFIGS);
@@ -288,7 +291,16 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
     let now = crate::clock::now_ms();
     let mut done = Vec::new();
     let mut failed = Vec::new();
+    let mut refused = Vec::new();
     for d in described {
+        if d.error == ErrorCode::TOPIC_AUTHORIZATION_FAILED {
+            refused.push(format!(
+                "{} ({})",
+                d.topic,
+                d.message.as_deref().unwrap_or_default()
+            ));
+            continue;
+        }
         if !d.error.is_ok() {
             failed.push(format!(
                 "DescribeConfigs of topic {}: {} {}",
@@ -318,6 +330,17 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
         );
     }
     upstream::write_topics(&path, &archive)?;
+    if done.is_empty() && failed.is_empty() && !refused.is_empty() {
+        return Ok(Err(format!(
+            "the cluster refuses to describe the configs of {} (TOPIC_AUTHORIZATION_FAILED)",
+            refused.join(", ")
+        )));
+    }
+    failed.extend(
+        refused
+            .iter()
+            .map(|t| format!("DescribeConfigs of topic {t}: TOPIC_AUTHORIZATION_FAILED")),
+    );
     if !failed.is_empty() {
         bail!(
             "{} archived; {}",
@@ -329,7 +352,7 @@ fn archive_topics(opts: &ArchiveOptions) -> Result<Option<String>> {
             failed.join("; ")
         );
     }
-    Ok(Some(done.join(", ")))
+    Ok(Ok(done.join(", ")))
 }
 
 /// `group`'s offsets just fetched, of the partitions the replica holds (`local`), into the
