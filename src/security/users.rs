@@ -290,29 +290,30 @@ mod tests {
             &f,
             "alice",
             &[SaslMechanism::ScramSha256, SaslMechanism::ScramSha512],
-            "pw1",
+            "pw-1!",
             4096,
         )
         .unwrap();
-        Users::add(&f, "bob", &[SaslMechanism::ScramSha512], "pw2", 8192).unwrap();
+        Users::add(&f, "bob", &[SaslMechanism::ScramSha512], "pw-2!", 8192).unwrap();
         let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let text = std::fs::read_to_string(&f).unwrap();
-        assert!(!text.contains("pw1") && !text.contains("pw2"));
+        // `-` and `!` are outside base64's alphabet: no salt or key can spell them by chance.
+        assert!(!text.contains("pw-1!") && !text.contains("pw-2!"));
         assert_eq!(text.lines().count(), 3);
         let users = Users::load(&f).unwrap();
         assert_eq!(users.names(), ["alice", "bob"]);
-        assert!(users.verify_plain("alice", "pw1"));
-        assert!(!users.verify_plain("alice", "pw2"));
-        assert!(users.verify_plain("bob", "pw2"));
-        assert!(!users.verify_plain("carol", "pw2"));
+        assert!(users.verify_plain("alice", "pw-1!"));
+        assert!(!users.verify_plain("alice", "pw-2!"));
+        assert!(users.verify_plain("bob", "pw-2!"));
+        assert!(!users.verify_plain("carol", "pw-2!"));
         assert!(users.lookup("bob", SaslMechanism::ScramSha256).is_none());
         let cred = users
             .lookup("bob", SaslMechanism::ScramSha512)
             .unwrap()
             .clone();
         assert_eq!(cred.iterations, 8192);
-        let (client, c1) = ScramClient::start(&SCRAM_SHA_512, "bob", "pw2").unwrap();
+        let (client, c1) = ScramClient::start(&SCRAM_SHA_512, "bob", "pw-2!").unwrap();
         let (server, s1) = ScramServer::client_first(&SCRAM_SHA_512, c1.as_bytes(), |u| {
             users.lookup(u, SaslMechanism::ScramSha512).cloned()
         })
