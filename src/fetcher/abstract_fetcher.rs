@@ -69,7 +69,8 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     round: u64,
     /// Fetches in a row that got no usable response, and the wait before the next.
     failures: FailureBackoff,
-    /// Partitions handed back in this round, and why: said in one line, not one each.
+    /// Partitions handed back since hand-backs were last said, and why: said in one line per
+    /// reason, not one each.
     handed_back: Vec<(TopicPartition, String)>,
     /// The KIP-227 session with this leader: what it holds and the next epoch.
     session: FetchSessionHandler,
@@ -79,7 +80,13 @@ pub struct AbstractFetcher<L: LeaderEndPoint, R: ReplicaOps> {
     session_fetched_at: Option<Instant>,
     /// When a session reset was last said at INFO.
     session_reset_said: Option<Instant>,
+    /// When hand-backs were last said: within [`HAND_BACKS_EVERY`] of it they gather.
+    hand_backs_said: Option<Instant>,
 }
+
+/// Hand-backs are said at most this often: a leader refusing many partitions hands them
+/// back in several responses a round, round after round.
+const HAND_BACKS_EVERY: Duration = Duration::from_secs(2);
 
 /// A test hook for the watchdog: with `RF_TEST_STALL_FETCHER_AFTER_MS=<ms>`, every fetcher
 /// stops making progress that long after its first round (it waits, ending only at
@@ -157,12 +164,26 @@ impl<L: LeaderEndPoint, R: ReplicaOps> AbstractFetcher<L, R> {
             position_moves: 0,
             session_fetched_at: None,
             session_reset_said: None,
+            hand_backs_said: None,
         }
     }
 
-    /// One line for the partitions handed back since the last call.
+    /// One line per reason for the partitions handed back since hand-backs were last said,
+    /// at most every [`HAND_BACKS_EVERY`] (each partition once, with its last reason).
     fn report_hand_backs(&mut self) {
-        let handed = std::mem::take(&mut self.handed_back);
+        if self.handed_back.is_empty()
+            || self
+                .hand_backs_said
+                .is_some_and(|t| t.elapsed() < HAND_BACKS_EVERY)
+        {
+            return;
+        }
+        self.hand_backs_said = Some(Instant::now());
+        let handed: Vec<(TopicPartition, String)> = std::mem::take(&mut self.handed_back)
+            .into_iter()
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
         let Some((first, why)) = handed.first() else {
             return;
         };
