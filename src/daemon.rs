@@ -706,9 +706,12 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     // watch: a slow broker delays the archive, never the replication.
     let mut archiver =
         crate::restore::archive::Archiver::start(crate::restore::archive::ArchiveOptions {
-            bootstrap: cfg.bootstrap_servers.clone(),
-            client_id: cfg.client_id.clone(),
-            security: security.clone(),
+            source: crate::restore::Target {
+                bootstrap: cfg.bootstrap_servers.clone(),
+                security: security.clone(),
+                client_id: cfg.client_id.clone(),
+                request_timeout: crate::restore::archive::REQUEST_TIMEOUT,
+            },
             data_dir: cfg.data_dir.clone(),
             follow: cfg.follow.iter().map(|f| f.topic.clone()).collect(),
             groups: cfg.groups.matcher(),

@@ -14,12 +14,11 @@
 use crate::checkpoint::TopicPartition;
 use crate::checkpoint::upstream::{self, GroupOffset, TopicArchive};
 use crate::client::admin;
-use crate::client::cluster::{ClusterMetadata, fetch_metadata};
+use crate::client::cluster::ClusterMetadata;
 use crate::client::connection::BrokerConnection;
 use crate::log::data_dir::DataDir;
 use crate::protocol::ApiKey;
 use crate::protocol::error::ErrorCode;
-use crate::security::ClientSecurity;
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -33,14 +32,13 @@ pub const TOPICS_EVERY: Duration = crate::fetcher::manager::METADATA_REFRESH;
 /// How soon a failed round of topic configs is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 /// The deadline of every request of a round.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the archiving thread needs.
 #[derive(Clone)]
 pub struct ArchiveOptions {
-    pub bootstrap: Vec<String>,
-    pub client_id: String,
-    pub security: Arc<ClientSecurity>,
+    /// The source cluster: bootstrap brokers, security, client id, request deadline.
+    pub source: super::Target,
     pub data_dir: PathBuf,
     /// The followed topics, archived from the start, before they have a local log.
     pub follow: Vec<String>,
@@ -206,45 +204,23 @@ fn run(opts: &ArchiveOptions, stop: &(Mutex<(bool, bool)>, Condvar)) {
     }
 }
 
-fn connect(opts: &ArchiveOptions, addr: &str) -> Result<BrokerConnection> {
-    Ok(BrokerConnection::connect_secured(
-        addr,
-        &format!("broker {addr}"),
-        &opts.security,
-        &opts.client_id,
-        64 << 20,
-        REQUEST_TIMEOUT,
-        |_| {},
-    )?)
-}
-
 /// A connection to the first bootstrap broker that answers, and its metadata of `topics`,
 /// from the cluster the data dir records (refused otherwise).
 fn cluster(
     opts: &ArchiveOptions,
     topics: &[String],
 ) -> Result<(BrokerConnection, ClusterMetadata)> {
-    let mut last = None;
-    for addr in &opts.bootstrap {
-        match connect(opts, addr).and_then(|mut c| {
-            let md = fetch_metadata(&mut c, topics)?;
-            Ok((c, md))
-        }) {
-            Ok((c, md)) => {
-                let recorded = crate::log::identity::read_cluster_id(&opts.data_dir)?;
-                if let (Some(r), Some(got)) = (&recorded, &md.cluster_id)
-                    && r != got
-                {
-                    bail!(
-                        "broker {addr} is in cluster {got}, the data dir replicates cluster {r}: nothing archived from it"
-                    );
-                }
-                return Ok((c, md));
-            }
-            Err(e) => last = Some(e),
-        }
+    let (c, md) = super::connect_target(&opts.source, topics)?;
+    let recorded = crate::log::identity::read_cluster_id(&opts.data_dir)?;
+    if let (Some(r), Some(got)) = (&recorded, &md.cluster_id)
+        && r != got
+    {
+        bail!(
+            "broker {} is in cluster {got}, the data dir replicates cluster {r}: nothing archived from it",
+            c.addr()
+        );
     }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("no bootstrap server configured")))
+    Ok((c, md))
 }
 
 /// The topics and partitions the replica holds (archived histories aside).
@@ -403,7 +379,7 @@ fn archive_groups(opts: &ArchiveOptions, stopping: &dyn Fn() -> bool) -> Result<
     let mut groups = BTreeSet::new();
     let mut conns: HashMap<i32, BrokerConnection> = HashMap::new();
     for (id, addr) in &md.brokers {
-        let listed = connect(opts, addr).and_then(|mut c| {
+        let listed = super::connect_addr(&opts.source, addr).and_then(|mut c| {
             let l = admin::list_groups(&mut c)?;
             conns.insert(*id, c);
             Ok(l)
@@ -426,18 +402,21 @@ fn archive_groups(opts: &ArchiveOptions, stopping: &dyn Fn() -> bool) -> Result<
             break;
         }
         let offsets = (|| {
-            let coord = super::coordinated(REQUEST_TIMEOUT, || {
+            let coord = super::coordinated(opts.source.request_timeout, || {
                 admin::find_coordinator(&mut bootstrap, admin::KEY_TYPE_GROUP, group)
             })
             .context("FindCoordinator")?;
             let conn = match conns.entry(coord.node_id) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(connect(opts, &format!("{}:{}", coord.host, coord.port))?)
-                }
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(super::connect_addr(
+                    &opts.source,
+                    &format!("{}:{}", coord.host, coord.port),
+                )?),
             };
-            super::coordinated(REQUEST_TIMEOUT, || admin::offset_fetch(conn, group))
-                .context("OffsetFetch")
+            super::coordinated(opts.source.request_timeout, || {
+                admin::offset_fetch(conn, group)
+            })
+            .context("OffsetFetch")
         })();
         match offsets {
             Ok(offsets) => archived += merge_group(&mut archive, group, offsets, &local, now),

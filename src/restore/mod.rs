@@ -31,11 +31,14 @@ use std::time::Duration;
 /// The deadline of each request to the target cluster.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The cluster restored into, and how to reach it.
+/// A cluster restored into (or archived from), and how to reach it.
+#[derive(Clone)]
 pub struct Target {
     pub bootstrap: Vec<String>,
     pub security: Arc<ClientSecurity>,
     pub client_id: String,
+    /// The deadline of each request.
+    pub request_timeout: Duration,
 }
 
 /// `--client-config FILE`: a `[security]` table with the keys of the daemon's.
@@ -73,6 +76,7 @@ impl Target {
                 .collect(),
             security,
             client_id: "replica-follower-restore".into(),
+            request_timeout: REQUEST_TIMEOUT,
         })
     }
 }
@@ -84,7 +88,7 @@ fn connect_addr(target: &Target, addr: &str) -> Result<BrokerConnection> {
         &target.security,
         &target.client_id,
         64 << 20,
-        REQUEST_TIMEOUT,
+        target.request_timeout,
         |_| {},
     )?)
 }
@@ -132,7 +136,7 @@ fn connect_target(
         }
     }
     anyhow::bail!(
-        "no broker of the target answered ({}): {}",
+        "no bootstrap broker answered ({}): {}",
         target.bootstrap.join(","),
         errors.join("; ")
     )

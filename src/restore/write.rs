@@ -23,7 +23,7 @@
 use super::plan::{Plan, PlannedPartition};
 use crate::checkpoint::{self, TopicPartition};
 use crate::log::data_dir::DataDir;
-use crate::log::format::segment::{file_name, parse_base_offset};
+use crate::log::format::segment::file_name;
 use crate::log::format::segment_reader::SegmentReader;
 use crate::record::SetEnd;
 use anyhow::{Context, Result, bail};
@@ -156,17 +156,10 @@ fn dir_name(p: &PlannedPartition) -> String {
 
 /// The `.log` files of a directory, by base offset.
 fn log_files(dir: &Path) -> Result<BTreeMap<i64, PathBuf>> {
-    let mut out = BTreeMap::new();
-    let entries =
-        fs::read_dir(dir).with_context(|| format!("failed to list `{}`", dir.display()))?;
-    for e in entries {
-        let e = e.with_context(|| format!("failed to list `{}`", dir.display()))?;
-        let name = e.file_name();
-        if let Some(base) = name.to_str().and_then(|n| parse_base_offset(n, "log")) {
-            out.insert(base, e.path());
-        }
-    }
-    Ok(out)
+    Ok(crate::log::partition::list_segment_bases(dir)?
+        .into_iter()
+        .map(|b| (b, dir.join(file_name(b, "log"))))
+        .collect())
 }
 
 fn file_len(p: &Path) -> Result<u64> {

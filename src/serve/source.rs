@@ -329,14 +329,20 @@ mod tests {
     use crate::serve::fuzzing;
     use crate::serve::limits::Descriptors;
 
-    #[test]
-    fn a_read_with_no_descriptor_left_serves_what_it_has_and_gives_them_back() {
+    /// Partition 0 of the fuzzer's data dir (several segments), stopped.
+    fn fuzz_view() -> (tempfile::TempDir, LogView) {
         let dir = tempfile::tempdir().unwrap();
         fuzzing::build_data_dir(dir.path()).unwrap();
-        let source = Source::stopped(dir.path()).unwrap();
-        let view = source
+        let view = Source::stopped(dir.path())
+            .unwrap()
             .view(&TopicPartition::new(fuzzing::TOPIC, 0), 0)
             .unwrap();
+        (dir, view)
+    }
+
+    #[test]
+    fn a_read_with_no_descriptor_left_serves_what_it_has_and_gives_them_back() {
+        let (_dir, view) = fuzz_view();
         let hw = view.high_watermark;
         let all = read_batches(&view, 0, hw, u64::MAX, true, None).unwrap();
         assert!(all.ranges.len() > 2, "{} segments read", all.ranges.len());
@@ -357,12 +363,7 @@ mod tests {
 
     #[test]
     fn files_beyond_a_responses_first_leave_the_reserve_for_other_responses() {
-        let dir = tempfile::tempdir().unwrap();
-        fuzzing::build_data_dir(dir.path()).unwrap();
-        let source = Source::stopped(dir.path()).unwrap();
-        let view = source
-            .view(&TopicPartition::new(fuzzing::TOPIC, 0), 0)
-            .unwrap();
+        let (_dir, view) = fuzz_view();
         let hw = view.high_watermark;
         let segments = read_batches(&view, 0, hw, u64::MAX, true, None)
             .unwrap()
