@@ -685,11 +685,18 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     check_brokers_at_start(&cfg, &security)?;
     // Before any log is loaded: loading opens every active segment.
     crate::log::resources::open_files::shared().set_budget(parts.max_open_files);
-    let logs = Arc::new(
-        LogManager::open(&cfg.data_dir, parts.log)?
-            .with_min_free_bytes(cfg.log.min_free_bytes)
-            .with_heartbeat(|| live.beat_current()),
-    );
+    // With an offsite copy, retention deletes only segments the bucket holds whole.
+    let hold = parts
+        .offsite
+        .as_ref()
+        .map(|_| Arc::new(crate::log::manager::RetentionHold::default()));
+    let mut opened = LogManager::open(&cfg.data_dir, parts.log)?
+        .with_min_free_bytes(cfg.log.min_free_bytes)
+        .with_heartbeat(|| live.beat_current());
+    if let Some(h) = &hold {
+        opened = opened.with_retention_hold(h.clone());
+    }
+    let logs = Arc::new(opened);
     // A segment lost from the middle looks like a gap: the leader says whether it is a hole,
     // and fills it, before anything is fetched (every request within the request timeout).
     crate::repair::fill_holes_at_start(&cfg, &logs, &security);
@@ -718,6 +725,20 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
             groups_every: Duration::from_millis(cfg.groups.refresh_ms.unsigned_abs()),
         })
         .context("failed to start the archive of topic configs and group offsets")?;
+    // The offsite copy, on a thread the watchdog does not watch: a failing store delays
+    // the copy, never the replication.
+    let mut uploader = match (&parts.offsite, &hold) {
+        (Some(o), Some(h)) => Some(crate::offsite::upload::Uploader::start(
+            crate::offsite::upload::UploaderOptions {
+                offsite: o.clone(),
+                data_dir: cfg.data_dir.clone(),
+                logs: logs.clone(),
+                hold: h.clone(),
+                live,
+            },
+        )?),
+        _ => None,
+    };
     let manager = FetcherManager::new(cfg.clone(), logs.clone(), security, live);
     let to_manager = manager.sender();
     let stop_manager = manager.stop_handle();
@@ -758,6 +779,9 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     // Interrupts whatever the manager and the fetchers wait on; the manager then joins them.
     stop_manager.stop();
     archiver.signal();
+    if let Some(u) = &uploader {
+        u.signal();
+    }
     if manager_thread.join().is_err() {
         crate::log_error!("the fetcher manager panicked");
     }
@@ -765,6 +789,9 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     monitor.shutdown();
     // Last: a round in a slow request must not delay the final checkpoint.
     archiver.stop();
+    if let Some(u) = uploader.as_mut() {
+        u.stop(Duration::from_secs(1));
+    }
     if let Some((running, addr, _thread)) = metrics {
         // Not joined: a client in the middle of a scrape must not hold up the shutdown; the
         // thread ends once woken, or with the process.

@@ -66,6 +66,7 @@ pub mod log;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod offsite;
 pub mod protocol;
 pub mod record;
 pub mod repair;

@@ -201,6 +201,8 @@ pub struct Live {
     /// age fires for a daemon that never reached its leader.
     created_ms: i64,
     beats: Mutex<BTreeMap<String, Instant>>,
+    /// The offsite copy's progress, when one is configured.
+    offsite: Mutex<Option<OffsiteLive>>,
     /// Moves on every change of a partition's figures or of the missing topics (after the
     /// change, under its lock): what the monitor compares to do nothing in a quiet second.
     generation: AtomicU64,
@@ -219,6 +221,7 @@ impl Default for Live {
             leader: Mutex::default(),
             created_ms: crate::clock::now_ms(),
             beats: Mutex::default(),
+            offsite: Mutex::default(),
             generation: AtomicU64::default(),
             #[cfg(test)]
             walks: AtomicU64::default(),
@@ -521,6 +524,19 @@ impl Live {
     }
 
     /// What the metadata refreshes found.
+    /// Publishes the offsite copy's figures.
+    pub fn set_offsite(&self, o: OffsiteLive) {
+        let mut slot = lock(&self.offsite);
+        if slot.as_ref() != Some(&o) {
+            *slot = Some(o);
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    pub fn offsite(&self) -> Option<OffsiteLive> {
+        lock(&self.offsite).clone()
+    }
+
     pub fn leader(&self) -> LeaderLive {
         lock(&self.leader).clone()
     }
@@ -667,6 +683,7 @@ impl Live {
             written_ms: crate::clock::now_ms(),
             missing_topics,
             leader: Some(self.leader()),
+            offsite: self.offsite(),
             partitions: self
                 .walk()
                 .iter()
@@ -681,6 +698,28 @@ impl Live {
     }
 }
 
+/// How far the offsite copy is behind the local replica.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OffsiteLive {
+    /// `endpoint/bucket`.
+    pub location: String,
+    /// Bytes of segments on the local disk that are not offsite yet.
+    pub pending_bytes: u64,
+    /// Segments with bytes not offsite yet.
+    pub pending_segments: u64,
+    /// When (ms since the epoch) the oldest byte not offsite yet was first seen; absent
+    /// when nothing is pending.
+    pub oldest_pending_ms: Option<i64>,
+    pub uploaded_bytes: u64,
+    pub uploaded_objects: u64,
+    /// Failed requests to the store.
+    pub errors: u64,
+    /// Why uploads fail, while they do.
+    pub failing: Option<String>,
+    /// When (ms since the epoch) a manifest was last written.
+    pub last_manifest_ms: Option<i64>,
+}
+
 /// `.live-status` as written by the daemon.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LiveFile {
@@ -693,6 +732,9 @@ pub struct LiveFile {
     pub leader: Option<LeaderLive>,
     #[serde(default)]
     pub partitions: Vec<LiveRecord>,
+    /// The offsite copy (absent without `[offsite]`).
+    #[serde(default)]
+    pub offsite: Option<OffsiteLive>,
 }
 
 /// One partition in `.live-status`.

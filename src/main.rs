@@ -29,6 +29,8 @@ Usage: replica-follower run --config FILE
   or:  replica-follower restore prepare --data-dir DIR --bootstrap HOST:PORT --broker N --plan FILE [--topic T]... [--client-config FILE]
   or:  replica-follower restore write --data-dir DIR --plan FILE --log-dir KAFKA_LOG_DIR
   or:  replica-follower restore finish --data-dir DIR --plan FILE --bootstrap HOST:PORT [--client-config FILE]
+  or:  replica-follower offsite restore --config FILE --to DIR [--topic T]... [--cluster ID]
+  or:  replica-follower offsite verify --config FILE
 Keeps an exact, crash-safe local replica of Kafka topic-partitions in Kafka's on-disk format,
 and can serve it back over the Kafka protocol.
 
@@ -43,6 +45,7 @@ Commands:
   check-config  validate a configuration file
   add-user      write a user's SCRAM credentials into the serve listener's users file
   restore       give the replica back to an Apache Kafka cluster, offsets and groups kept
+  offsite       the replica's copy in S3-compatible storage: rebuild a data dir, or compare
 
 An archived history (a re-created topic's old data, `<topic>-<p>.<old id>.archived/`) is read
 as topic `<topic>.<old id>.archived` by dump, offsets, verify --topic and serve; `status`
@@ -94,6 +97,15 @@ fn help(cmd: &str) -> &'static str {
         }
         "restore" => {
             "replica-follower restore prepare --data-dir DIR --bootstrap HOST:PORT --broker N --plan FILE\n                                 [--topic T]... [--client-config FILE]\nreplica-follower restore write --data-dir DIR --plan FILE --log-dir KAFKA_LOG_DIR\nreplica-follower restore finish --data-dir DIR --plan FILE --bootstrap HOST:PORT [--client-config FILE]\n\nGives the replica in DIR back to an Apache Kafka cluster with the same offsets, the\narchived consumer-group offsets ([groups]) and topic configs, in three steps:\n  prepare  the target up: create the topics on broker N, write the plan FILE;\n  write    broker N stopped: fill its log dir KAFKA_LOG_DIR from the replica;\n  finish   broker N started: check every partition, abort open transactions, move\n           producer ids past the restored ones, commit the groups' offsets.\nEach checks before it writes and may be run again. `replica-follower restore STEP --help`\ntells each step's details.\n"
+        }
+        "offsite" => {
+            "replica-follower offsite restore --config FILE --to DIR [--topic T]... [--cluster ID]\nreplica-follower offsite verify --config FILE\n\nThe daemon copies the replica to the S3-compatible store of the configuration's\n[offsite] section. These commands read that copy:\n  restore  rebuild a data dir from it, when the local one is lost;\n  verify   compare the local replica with it, naming every difference.\n`replica-follower offsite STEP --help` tells each one's details.\n"
+        }
+        "offsite restore" => {
+            "replica-follower offsite restore --config FILE --to DIR [--topic T]... [--cluster ID]\n\nRebuilds a data dir in DIR (missing or empty) from the copy in the store of FILE's\n[offsite] section: every partition history's segments byte for byte (those local\nretention had deleted too), their indexes, leader epochs, topic and cluster ids, the\nranges lost upstream, the diverged/ and damaged/ copies, archived histories, and the\ncheckpoints. Each object is authenticated (or CRC-checked) and each batch's CRC\nverified before a byte is written; each partition directory is made aside, fsynced and\nrenamed into place. `verify` passes on the result, and `run` resumes on it (point\ndata_dir at it). --topic: only these topics. --cluster: which source cluster, when the\nbucket holds several. Encrypted objects need offsite.encryption_key_file set to the key\nthey were written with; without it, or with another key, nothing is written (exit 2).\nExit 1 on any other failure: a partition left half-made is under .NAME.creating/ and is\nreplaced by the next run.\n"
+        }
+        "offsite verify" => {
+            "replica-follower offsite verify --config FILE\n\nCompares the replica in FILE's data_dir with its copy in the [offsite] store: fetches\nevery object the newest manifests name, checks it, and compares it with the local bytes.\nPrints one line per difference (a segment, index or copy that differs or is missing on\neither side, an object that fails its check) and a `pending` line for local bytes the\ndaemon has not uploaded yet (not a difference). Exit 0 when there is no difference, 1\notherwise. May run beside the daemon.\n"
         }
         "restore write" => {
             "replica-follower restore write --data-dir DIR --plan FILE --log-dir KAFKA_LOG_DIR\n\nWith the plan's broker stopped: fills the partition directories of its log dir\nKAFKA_LOG_DIR from the replica in DIR, so that the broker loads them as its own when it\nstarts. Refuses (exit 1, nothing written) a log dir whose meta.properties names another\ncluster or broker than the plan, one whose .lock a running broker holds, a replica of\nanother cluster than the plan's source, and a partition whose directory is missing,\nholds another topic id or holds data the archive does not have; a segment in place with\nother bytes than the archive's is refused when reached (the partitions before it stay\nwritten). Run it as root or as the broker's user: what it creates gets the log dir's owner. Each batch is CRC-checked and written with partition leader epoch 0; segments go\nthrough .tmp files, fsynced and renamed; Kafka's indexes and producer snapshots of those\npartitions are removed, so the broker rebuilds them from the segments. Idempotent: after\na crash, run it again. No partition outside the plan is touched. Prints one line per\npartition.\n"
@@ -222,8 +234,8 @@ fn main() -> ExitCode {
     }
     // `restore STEP ...` is the command `restore STEP`.
     let (cmd, argv) = match (cmd.as_str(), argv.get(1)) {
-        ("restore", Some(step)) if !step.starts_with('-') => {
-            let cmd = format!("restore {step}");
+        ("restore" | "offsite", Some(step)) if !step.starts_with('-') => {
+            let cmd = format!("{cmd} {step}");
             let rest = argv.into_iter().skip(2);
             (cmd.clone(), std::iter::once(cmd).chain(rest).collect())
         }
@@ -268,6 +280,16 @@ fn main() -> ExitCode {
         "restore write" => spec(&["data-dir", "plan", "log-dir"], &[]),
         "restore finish" => spec(&["data-dir", "plan", "bootstrap", "client-config"], &[]),
         "restore" => return usage_error("`restore` needs a step: prepare, write or finish"),
+        "offsite restore" => Spec {
+            values: &["config", "to", "cluster"],
+            repeatable: &["topic"],
+            flags: &[],
+        },
+        "offsite verify" => spec(&["config"], &[]),
+        "offsite" => return usage_error("`offsite` needs a step: restore or verify"),
+        other if let Some(step) = other.strip_prefix("offsite ") => {
+            return usage_error(&format!("unknown offsite step `{step}` (restore, verify)"));
+        }
         other if let Some(step) = other.strip_prefix("restore ") => {
             return usage_error(&format!(
                 "unknown restore step `{step}` (prepare, write, finish)"
@@ -309,6 +331,8 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
         "restore prepare" => restore_prepare(args),
         "restore write" => restore_write(args),
         "restore finish" => restore_finish(args),
+        "offsite restore" => offsite_restore(args),
+        "offsite verify" => offsite_verify(args),
         other => Err(format!("unknown command `{other}`")),
     }
 }
@@ -631,6 +655,73 @@ fn repair(args: &Args) -> Result<ExitCode, String> {
             }
         }
         Err(code) => code,
+    })
+}
+
+/// The configuration's `[offsite]`, resolved; none is a bad configuration (exit 2).
+fn offsite_config(
+    args: &Args,
+) -> Result<Result<(Config, std::sync::Arc<replica_follower::offsite::settings::Offsite>), ExitCode>, String>
+{
+    Ok(match load_config(args)? {
+        Ok((cfg, parts)) => match parts.offsite {
+            Some(o) => Ok((cfg, o)),
+            None => {
+                eprintln!(
+                    "error: {}: no [offsite] section: nothing says where the copy is",
+                    args.req("config")?
+                );
+                Err(ExitCode::from(2))
+            }
+        },
+        Err(code) => Err(code),
+    })
+}
+
+/// `offsite restore`: a data dir rebuilt from the bucket.
+fn offsite_restore(args: &Args) -> Result<ExitCode, String> {
+    let to = PathBuf::from(args.req("to")?);
+    let topics = args.lists.get("topic").cloned().unwrap_or_default();
+    let (cfg, o) = match offsite_config(args)? {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    let stdout = std::io::stdout();
+    let result = replica_follower::offsite::restore::restore(
+        &o,
+        &replica_follower::offsite::restore::RestoreOptions {
+            to: &to,
+            topics: &topics,
+            cluster: args.values.get("cluster").map(String::as_str),
+            index_interval_bytes: cfg.log.index_interval_bytes,
+        },
+        &mut stdout.lock(),
+    );
+    Ok(match result {
+        Err(e) if replica_follower::offsite::restore::is_key_error(&e) => {
+            eprintln!("error: {}", logging::plain_chain(&e));
+            ExitCode::from(2)
+        }
+        other => runtime(other),
+    })
+}
+
+/// `offsite verify`: the local replica against the bucket.
+fn offsite_verify(args: &Args) -> Result<ExitCode, String> {
+    let (cfg, o) = match offsite_config(args)? {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    let stdout = std::io::stdout();
+    let result = replica_follower::offsite::verify::verify(&o, &cfg.data_dir, &mut stdout.lock());
+    Ok(match result {
+        Ok(outcome) if outcome.differences == 0 => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) if replica_follower::offsite::restore::is_key_error(&e) => {
+            eprintln!("error: {}", logging::plain_chain(&e));
+            ExitCode::from(2)
+        }
+        Err(e) => runtime(Err(e)),
     })
 }
 

@@ -170,6 +170,58 @@ pub fn render(live: &Live, free_bytes: Option<u64>) -> String {
         "Time from sending a fetch to its whole response",
         lines,
     );
+    if let Some(o) = live.offsite() {
+        let now = crate::clock::now_ms();
+        let age = o
+            .oldest_pending_ms
+            .map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
+        for (name, kind, help, v) in [
+            (
+                "replica_follower_offsite_pending_bytes",
+                "gauge",
+                "Bytes of local segments not offsite yet",
+                o.pending_bytes as f64,
+            ),
+            (
+                "replica_follower_offsite_pending_segments",
+                "gauge",
+                "Local segments with bytes not offsite yet",
+                o.pending_segments as f64,
+            ),
+            (
+                "replica_follower_offsite_oldest_pending_age_seconds",
+                "gauge",
+                "How long the oldest byte not offsite yet has waited (0: none waits)",
+                age,
+            ),
+            (
+                "replica_follower_offsite_uploaded_bytes_total",
+                "counter",
+                "Bytes uploaded to the offsite store (before encryption)",
+                o.uploaded_bytes as f64,
+            ),
+            (
+                "replica_follower_offsite_uploaded_objects_total",
+                "counter",
+                "Objects uploaded to the offsite store",
+                o.uploaded_objects as f64,
+            ),
+            (
+                "replica_follower_offsite_errors_total",
+                "counter",
+                "Failed rounds of uploads to the offsite store",
+                o.errors as f64,
+            ),
+            (
+                "replica_follower_offsite_failing",
+                "gauge",
+                "1 while uploads to the offsite store fail",
+                if o.failing.is_some() { 1.0 } else { 0.0 },
+            ),
+        ] {
+            family(name, kind, help, vec![format!("{name} {v}")]);
+        }
+    }
     if let Some(free) = free_bytes {
         family(
             "replica_follower_data_dir_free_bytes",

@@ -29,6 +29,8 @@ pub struct Resolved {
     /// Most segment files held open at once: `log.max_open_files`, or its default for the
     /// open-file limit this process has ([`crate::log::resources::open_files::default_budget`]).
     pub max_open_files: usize,
+    /// `[offsite]`, its credentials and key read.
+    pub offsite: Option<Arc<crate::offsite::settings::Offsite>>,
 }
 
 /// Resolves `cfg`; an error names the configuration file, and the line and key where they
@@ -69,7 +71,13 @@ fn resolve_parts(cfg: &Config) -> Result<Resolved> {
     // name the key and the file.
     let client = ClientSecurity::from_section(&cfg.security)?;
     let listener = listener_security(&cfg.serve, &at)?;
+    let offsite = cfg
+        .offsite
+        .as_ref()
+        .map(|o| crate::offsite::settings::resolve(o, &at).map(Arc::new))
+        .transpose()?;
     Ok(Resolved {
+        offsite,
         client,
         listener,
         log: cfg.log_config(),

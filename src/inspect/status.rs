@@ -175,6 +175,52 @@ pub fn leader_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
     })
 }
 
+/// The line on the offsite copy (`None` when no daemon runs or it has no `[offsite]`).
+pub fn offsite_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
+    let o = dd.live.as_ref()?.offsite.as_ref()?;
+    let age = o.oldest_pending_ms.map_or_else(
+        || "nothing waits".to_string(),
+        |t| {
+            format!(
+                "the oldest waits for {}",
+                crate::logging::Human(std::time::Duration::from_millis(
+                    now_ms.saturating_sub(t).max(0) as u64
+                ))
+            )
+        },
+    );
+    let state = match &o.failing {
+        Some(why) => format!("FAILING ({why})"),
+        None => "uploading".to_string(),
+    };
+    Some(format!(
+        "offsite: {} {state}; {} bytes in {} segments not offsite yet, {age}; {} bytes in {} objects uploaded since start, {} failed rounds",
+        o.location, o.pending_bytes, o.pending_segments, o.uploaded_bytes, o.uploaded_objects, o.errors
+    ))
+}
+
+/// `status --json`'s `offsite` object (`null` when no daemon runs or without `[offsite]`).
+fn offsite_json(dd: &DataDirStatus, now_ms: i64) -> String {
+    let Some(o) = dd.live.as_ref().and_then(|l| l.offsite.as_ref()) else {
+        return "null".to_string();
+    };
+    format!(
+        "{{\"location\": {}, \"pending_bytes\": {}, \"pending_segments\": {}, \"oldest_pending_age_ms\": {}, \"uploaded_bytes\": {}, \"uploaded_objects\": {}, \"errors\": {}, \"failing\": {}, \"last_manifest_ms\": {}}}",
+        json_string(&o.location),
+        o.pending_bytes,
+        o.pending_segments,
+        o.oldest_pending_ms
+            .map_or_else(|| "null".to_string(), |t| now_ms.saturating_sub(t).max(0).to_string()),
+        o.uploaded_bytes,
+        o.uploaded_objects,
+        o.errors,
+        o.failing
+            .as_deref()
+            .map_or_else(|| "null".to_string(), json_string),
+        opt(o.last_manifest_ms, "null")
+    )
+}
+
 /// `status --json`'s `leader` object (`null` when no daemon runs).
 fn leader_json(dd: &DataDirStatus) -> String {
     let Some(leader) = dd.live.as_ref().and_then(|l| l.leader.as_ref()) else {
@@ -536,7 +582,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
     let str_or_null =
         |s: &Option<String>| s.as_deref().map_or_else(|| "null".to_string(), json_string);
     format!(
-        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"leader\": {}, \"missing_topics\": [{}], \"not_yet_logged\": [{}], {}}}",
+        "{{\"cluster_id\": {}, \"fetching_stopped\": {}, \"free_bytes\": {}, \"partitions\": [{}], \"archived\": [{}], \"failed\": [{}], \"disk_full\": {}, \"running\": {}, \"leader\": {}, \"offsite\": {}, \"missing_topics\": [{}], \"not_yet_logged\": [{}], {}}}",
         str_or_null(&dd.cluster_id),
         str_or_null(&dd.fetching_stopped),
         opt(dd.free_bytes, "null"),
@@ -546,6 +592,7 @@ pub fn render_json(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         str_or_null(&dd.disk_full),
         dd.live.is_some(),
         leader_json(dd),
+        offsite_json(dd, crate::clock::now_ms()),
         dd.live
             .as_ref()
             .map(|l| l
@@ -625,6 +672,10 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
         (None, None) => s.push_str("not running: figures from the checkpoint files\n"),
     }
     if let Some(line) = leader_line(dd, crate::clock::now_ms()) {
+        s.push_str(&line);
+        s.push('\n');
+    }
+    if let Some(line) = offsite_line(dd, crate::clock::now_ms()) {
         s.push_str(&line);
         s.push('\n');
     }

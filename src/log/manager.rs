@@ -201,6 +201,34 @@ pub struct LogManager {
     said_on_demand: AtomicBool,
     /// Beaten as a checkpoint pass gets through its logs (the daemon's watchdog).
     heartbeat: Heartbeat,
+    /// Set when another copy must hold a segment before retention may delete it.
+    hold: Option<Arc<RetentionHold>>,
+}
+
+/// How far retention may go in each log while another copy (the offsite one) must hold a
+/// segment before it is deleted here: each log's floor is the offset below which every
+/// segment is held there. A log without a floor loses nothing to retention.
+#[derive(Debug, Default)]
+pub struct RetentionHold {
+    floors: Mutex<BTreeMap<TopicPartition, i64>>,
+}
+
+impl RetentionHold {
+    /// Every segment of `tp` that ends at or below `floor` is held elsewhere.
+    pub fn set(&self, tp: &TopicPartition, floor: i64) {
+        self.floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(tp.clone(), floor);
+    }
+    pub fn floor(&self, tp: &TopicPartition) -> i64 {
+        self.floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(tp)
+            .copied()
+            .unwrap_or(i64::MIN)
+    }
 }
 
 /// Called by the thread doing a checkpoint pass each time one more log is flushed and synced:
@@ -390,6 +418,7 @@ impl LogManager {
             appended: Arc::default(),
             said_on_demand: AtomicBool::new(false),
             heartbeat: Heartbeat::default(),
+            hold: None,
         };
         manager.note_open_files();
         Ok(manager)
@@ -429,6 +458,12 @@ impl LogManager {
     }
 
     /// What a checkpoint pass calls as it gets through its logs (nothing by default).
+    /// Retention deletes only what `hold` says is held elsewhere.
+    pub fn with_retention_hold(mut self, hold: Arc<RetentionHold>) -> Self {
+        self.hold = Some(hold);
+        self
+    }
+
     pub fn with_heartbeat(mut self, beat: impl Fn() + Send + Sync + 'static) -> Self {
         self.heartbeat = Heartbeat(Box::new(beat));
         self

@@ -349,6 +349,15 @@ impl PartitionLog {
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
     }
+    /// Moves on every truncation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+    /// Whether the directory was archived (a re-created topic): its files are no longer this
+    /// log's.
+    pub fn is_retired(&self) -> bool {
+        self.retired
+    }
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark
     }
@@ -773,6 +782,12 @@ impl PartitionLog {
     /// Applies `retention_bytes` and `retention_ms`: deletes the oldest inactive segments and
     /// moves the log start to the first segment kept.
     pub fn apply_retention(&mut self, now: i64) -> Result<()> {
+        self.apply_retention_below(now, i64::MAX)
+    }
+
+    /// [`Self::apply_retention`], deleting only segments that end at or below `floor` (those
+    /// another copy holds).
+    pub fn apply_retention_below(&mut self, now: i64, floor: i64) -> Result<()> {
         let mut size = self.size_bytes() as i64;
         let mut new_start = None;
         let count = self.segments.len();
@@ -785,7 +800,7 @@ impl PartitionLog {
             let by_time = self.config.retention_ms >= 0
                 && seg.max_timestamp() >= 0
                 && now - seg.max_timestamp() > self.config.retention_ms;
-            if !(by_size || by_time) {
+            if !(by_size || by_time) || seg.next_offset() > floor {
                 break;
             }
             size -= seg.size() as i64;

@@ -236,14 +236,18 @@ impl LogManager {
             if log.retired {
                 continue; // archived meanwhile: its paths now belong to the new log
             }
+            let floor = self.hold.as_ref().map_or(i64::MAX, |h| h.floor(&tp));
             if log.failed.is_none()
-                && let Err(e) = log.apply_retention(now)
+                && let Err(e) = log.apply_retention_below(now, floor)
             {
                 crate::log_error!("{tp}: retention failed: {e:#}");
             }
             // Only time cuts an unchanged log: by size, a log can pass the limit only by an
             // append, which marks it.
-            if self.config.retention_ms >= 0 && log.segments().nth(1).is_some() {
+            // A held log is looked at again until the copy holds what retention would cut.
+            if (self.config.retention_ms >= 0 || self.hold.is_some())
+                && log.segments().nth(1).is_some()
+            {
                 candidates.insert(tp);
             }
         }

@@ -1,0 +1,168 @@
+//! Objects in the bucket as the rest of the offsite code sees them: sealed on the way up,
+//! opened (and so checked) on the way down, named relative to the configured prefix.
+
+use super::envelope;
+use super::manifest::{Manifest, PartitionKey};
+use super::settings::Offsite;
+use super::store::{Put, StoreError};
+use anyhow::{Context, Result, bail};
+
+/// Creates object `name` holding `plain` (sealed), unless it exists.
+pub fn put(o: &Offsite, name: &str, plain: &[u8]) -> Result<Put> {
+    let sealed = envelope::seal(o.key.as_ref(), name, plain)
+        .with_context(|| format!("cannot seal object `{name}`"))?;
+    Ok(o.store.put_new(&o.object(name), &sealed)?)
+}
+
+/// The plaintext of object `name`; `None` when there is no such object.
+pub fn get(o: &Offsite, name: &str) -> Result<Option<Vec<u8>>> {
+    let Some(sealed) = o.store.get(&o.object(name))? else {
+        return Ok(None);
+    };
+    match envelope::open(o.key.as_ref(), name, &sealed) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) => Err(open_error(o, name, e)),
+    }
+}
+
+/// Why object `name` could not be opened, with what to do about it.
+fn open_error(o: &Offsite, name: &str, e: envelope::OpenError) -> anyhow::Error {
+    use envelope::OpenError as E;
+    match e {
+        E::NeedsKey { .. } => anyhow::anyhow!(
+            "object `{}` in {} is encrypted and no key is configured: set offsite.encryption_key_file to the key it was written with",
+            o.object(name),
+            o.location
+        ),
+        E::WrongKey { .. } => anyhow::anyhow!(
+            "object `{}` in {} was encrypted with another key than offsite.encryption_key_file: {e}",
+            o.object(name),
+            o.location
+        ),
+        other => anyhow::anyhow!(
+            "object `{}` in {} is damaged: {other}",
+            o.object(name),
+            o.location
+        ),
+    }
+}
+
+/// Whether `e` is a store failure worth retrying (unreachable, timeout, 5xx, SlowDown).
+pub fn is_transient(e: &anyhow::Error) -> bool {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<StoreError>())
+        .is_some_and(StoreError::is_transient)
+}
+
+/// The store error inside `e`, if any.
+pub fn store_error(e: &anyhow::Error) -> Option<&StoreError> {
+    e.chain().find_map(|c| c.downcast_ref::<StoreError>())
+}
+
+fn manifest_exists(o: &Offsite, key: &PartitionKey, generation: u64) -> Result<bool> {
+    Ok(o.store.exists(&o.object(&key.manifest(generation)))?)
+}
+
+/// The newest manifest generation of `key` (0: none), found by probing names: generations
+/// are written one after the other from 1, so doubling then halving finds the last in about
+/// 2·log2(n) requests, without listing.
+pub fn latest_generation(o: &Offsite, key: &PartitionKey) -> Result<u64> {
+    if !manifest_exists(o, key, 1)? {
+        return Ok(0);
+    }
+    let mut low = 1u64; // exists
+    let mut high = 2u64;
+    while manifest_exists(o, key, high)? {
+        low = high;
+        high = high.saturating_mul(2);
+        if high == u64::MAX {
+            bail!("{}: manifest generations run past {low}", key.describe());
+        }
+    }
+    // low exists, high does not.
+    while high - low > 1 {
+        let mid = low + (high - low) / 2;
+        if manifest_exists(o, key, mid)? {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    Ok(low)
+}
+
+/// The newest manifest of `key`, if it has one; checked to be of that partition.
+pub fn latest_manifest(o: &Offsite, key: &PartitionKey) -> Result<Option<Manifest>> {
+    let generation = latest_generation(o, key)?;
+    if generation == 0 {
+        return Ok(None);
+    }
+    read_manifest(o, key, generation).map(Some)
+}
+
+pub fn read_manifest(o: &Offsite, key: &PartitionKey, generation: u64) -> Result<Manifest> {
+    let name = key.manifest(generation);
+    let bytes = get(o, &name)?
+        .with_context(|| format!("manifest `{}` vanished from {}", o.object(&name), o.location))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("manifest `{}` is not text", o.object(&name)))?;
+    let m = Manifest::parse(&text, &o.object(&name))?;
+    if m.key != *key || m.generation != generation {
+        bail!(
+            "manifest `{}` describes {} generation {}, not {} generation {generation}",
+            o.object(&name),
+            m.key.describe(),
+            m.generation,
+            key.describe()
+        );
+    }
+    Ok(m)
+}
+
+/// The common prefixes one level under `under` (relative names, each ending in `/`).
+fn children(o: &Offsite, under: &str) -> Result<Vec<String>> {
+    let listing = o.store.list(&o.object(under), Some("/"))?;
+    Ok(listing
+        .prefixes
+        .into_iter()
+        .filter_map(|p| p.strip_prefix(&o.prefix).map(str::to_string))
+        .collect())
+}
+
+/// Every partition history the bucket holds (of `cluster`, or of every cluster), found by
+/// listing one level at a time: cluster, topic, topic id, partition.
+pub fn partitions(o: &Offsite, cluster: Option<&str>) -> Result<Vec<PartitionKey>> {
+    let clusters = match cluster {
+        Some(c) => vec![format!("{c}/")],
+        None => children(o, "")?,
+    };
+    let mut out = Vec::new();
+    for c in clusters {
+        for t in children(o, &c)? {
+            for id in children(o, &t)? {
+                for p in children(o, &id)? {
+                    let parts: Vec<&str> = p.trim_end_matches('/').split('/').collect();
+                    if let [cluster_id, topic, topic_id, partition] = parts.as_slice()
+                        && let Ok(partition) = partition.parse::<i32>()
+                    {
+                        let topic_id = match *topic_id {
+                            "-" => None,
+                            t => match crate::protocol::uuid::Uuid::parse(t) {
+                                Some(u) => Some(u),
+                                None => continue,
+                            },
+                        };
+                        out.push(PartitionKey {
+                            cluster_id: (*cluster_id).to_string(),
+                            topic: (*topic).to_string(),
+                            topic_id,
+                            partition,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,315 @@
+//! `replica-follower offsite restore`: a data dir rebuilt from the bucket.
+//!
+//! Each partition history's newest manifest says what to fetch. Every piece is checked (its
+//! authentication or CRC, its CRC-32C in the manifest, then each batch's own CRC) before a
+//! byte of it is written. A partition directory is made as `.<name>.creating/`, fsynced,
+//! and renamed into place whole; the checkpoints are written last. The result is what the
+//! daemon had uploaded: segments, indexes, leader epochs, identity, the ranges lost upstream,
+//! `diverged/` and `damaged/` copies and archived histories; segments its retention had
+//! deleted locally are back too.
+
+use super::bucket;
+use super::manifest::{FileSum, Manifest, PartitionKey};
+use super::settings::Offsite;
+use super::upload::walk_batches;
+use crate::checkpoint::{TopicPartition, fsync_dir};
+use crate::log::data_dir::DataDir;
+use crate::log::format::segment::{Segment, file_name};
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub struct RestoreOptions<'a> {
+    pub to: &'a Path,
+    /// Only these topics (all when empty).
+    pub topics: &'a [String],
+    /// The cluster whose histories to restore; needed only when the bucket holds several.
+    pub cluster: Option<&'a str>,
+    pub index_interval_bytes: u64,
+}
+
+/// Whether the error is a key problem (missing or wrong), which is a bad configuration.
+pub fn is_key_error(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    text.contains("offsite.encryption_key_file")
+}
+
+/// The directory a history is restored to.
+fn dir_name(m: &Manifest) -> String {
+    let tp = TopicPartition::new(m.key.topic.clone(), m.key.partition);
+    if m.archived {
+        format!(
+            "{}.{}{}",
+            tp.dir_name(),
+            m.key
+                .topic_id
+                .map_or_else(|| "unknown-id".to_string(), |u| u.to_string()),
+            DataDir::ARCHIVED_SUFFIX
+        )
+    } else {
+        tp.dir_name()
+    }
+}
+
+/// Rebuilds a data dir in `opts.to` (which must be missing or empty); prints one line per
+/// partition to `out`.
+pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> Result<()> {
+    let to = opts.to;
+    if to.exists() {
+        let mut entries = fs::read_dir(to)
+            .with_context(|| format!("cannot read `{}`", to.display()))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "lost+found");
+        if let Some(first) = entries.next() {
+            bail!(
+                "`{}` is not empty (it holds `{first}`): restore into a new or empty directory",
+                to.display()
+            );
+        }
+    }
+    o.store.check()?;
+    let cluster = match opts.cluster {
+        Some(c) => c.to_string(),
+        None => {
+            let all = bucket::partitions(o, None)?;
+            let mut clusters: Vec<String> = all.iter().map(|k| k.cluster_id.clone()).collect();
+            clusters.dedup();
+            match clusters.as_slice() {
+                [] => bail!(
+                    "{} holds no replica under prefix `{}`",
+                    o.location,
+                    o.prefix
+                ),
+                [one] => one.clone(),
+                many => bail!(
+                    "{} holds the replicas of {} clusters ({}): say which with --cluster",
+                    o.location,
+                    many.len(),
+                    many.join(", ")
+                ),
+            }
+        }
+    };
+    let mut keys = bucket::partitions(o, Some(&cluster))?;
+    for t in opts.topics {
+        if !keys.iter().any(|k| &k.topic == t) {
+            bail!(
+                "topic `{t}` is not in {} (cluster {cluster}, prefix `{}`)",
+                o.location,
+                o.prefix
+            );
+        }
+    }
+    if !opts.topics.is_empty() {
+        keys.retain(|k| opts.topics.contains(&k.topic));
+    }
+    let mut manifests = Vec::new();
+    for k in &keys {
+        if let Some(m) = bucket::latest_manifest(o, k)? {
+            manifests.push(m);
+        }
+    }
+    if manifests.is_empty() {
+        bail!("{} holds no manifest of cluster {cluster}", o.location);
+    }
+    // Two live histories of one partition (a re-creation whose old history was not yet
+    // marked archived): the newest is the live one.
+    let mut newest: BTreeMap<(String, i32), (i64, PartitionKey)> = BTreeMap::new();
+    for m in manifests.iter().filter(|m| !m.archived) {
+        let slot = (m.key.topic.clone(), m.key.partition);
+        if newest.get(&slot).is_none_or(|(t, _)| *t < m.written_ms) {
+            newest.insert(slot, (m.written_ms, m.key.clone()));
+        }
+    }
+    for m in &mut manifests {
+        if !m.archived
+            && newest
+                .get(&(m.key.topic.clone(), m.key.partition))
+                .is_some_and(|(_, k)| *k != m.key)
+        {
+            m.archived = true;
+        }
+    }
+    fs::create_dir_all(to).with_context(|| format!("cannot create `{}`", to.display()))?;
+    crate::log::identity::write_cluster_id(to, &cluster)?;
+    let mut hw = BTreeMap::new();
+    let mut starts = BTreeMap::new();
+    let mut total = 0u64;
+    for m in &manifests {
+        let name = dir_name(m);
+        let (end, bytes) = restore_partition(o, m, to, &name, opts.index_interval_bytes)
+            .with_context(|| format!("cannot restore {}", m.key.describe()))?;
+        total += bytes;
+        writeln!(
+            out,
+            "{name}: offsets {}..{end}, {} segments, {bytes} bytes (manifest generation {})",
+            m.log_start_offset,
+            m.segments.len(),
+            m.generation
+        )?;
+        if !m.archived {
+            let tp = TopicPartition::new(m.key.topic.clone(), m.key.partition);
+            hw.insert(tp.clone(), end);
+            starts.insert(tp, m.log_start_offset);
+        }
+    }
+    crate::checkpoint::write_offsets(&to.join(DataDir::REPLICATION_OFFSET), &hw)?;
+    crate::checkpoint::write_offsets(&to.join(DataDir::RECOVERY_POINT), &hw)?;
+    crate::checkpoint::write_offsets(&to.join(DataDir::LOG_START_OFFSET), &starts)?;
+    fsync_dir(to)?;
+    writeln!(
+        out,
+        "restored {} partition histories of cluster {cluster} ({total} bytes) into `{}`",
+        manifests.len(),
+        to.display()
+    )?;
+    Ok(())
+}
+
+/// Fetches object `name` and checks it against `sum`.
+fn fetch(o: &Offsite, name: &str, sum: Option<&FileSum>) -> Result<Vec<u8>> {
+    let bytes = bucket::get(o, name)?
+        .with_context(|| format!("object `{}` is missing from {}", o.object(name), o.location))?;
+    if let Some(s) = sum
+        && FileSum::of(&bytes) != *s
+    {
+        bail!(
+            "object `{}` does not hold what its manifest says ({} bytes, CRC-32C {:08x})",
+            o.object(name),
+            s.size,
+            s.crc
+        );
+    }
+    Ok(bytes)
+}
+
+/// One partition directory; returns its log end offset and the bytes of its segments.
+fn restore_partition(
+    o: &Offsite,
+    m: &Manifest,
+    to: &Path,
+    name: &str,
+    index_interval_bytes: u64,
+) -> Result<(i64, u64)> {
+    let work = to.join(format!(".{name}{}", DataDir::CREATING_SUFFIX));
+    if work.exists() {
+        fs::remove_dir_all(&work).with_context(|| format!("cannot remove `{}`", work.display()))?;
+    }
+    fs::create_dir_all(&work).with_context(|| format!("cannot create `{}`", work.display()))?;
+    let mut bytes_total = 0;
+    let mut end = m.log_start_offset;
+    let now = crate::clock::now_ms();
+    let mut rebuild = Vec::new();
+    for (base, seg) in &m.segments {
+        let path = work.join(file_name(*base, "log"));
+        let mut f = fs::File::create(&path)
+            .with_context(|| format!("cannot create `{}`", path.display()))?;
+        let mut written = 0u64;
+        for p in &seg.pieces {
+            if written >= seg.size {
+                break;
+            }
+            let bytes = fetch(
+                o,
+                &m.key.piece(*base, p),
+                Some(&FileSum {
+                    size: p.to - p.from,
+                    crc: p.crc,
+                }),
+            )?;
+            let keep = usize::try_from((seg.size - written).min(bytes.len() as u64))
+                .context("piece too large")?;
+            let kept = bytes.get(..keep).unwrap_or_default();
+            let walked = walk_batches(kept, |_, _| true)
+                .with_context(|| format!("segment {base}, bytes from {}", p.from))?;
+            if walked != kept.len() {
+                bail!("segment {base}: a piece ends inside a batch");
+            }
+            f.write_all(kept)
+                .with_context(|| format!("cannot write `{}`", path.display()))?;
+            written += kept.len() as u64;
+        }
+        if written != seg.size {
+            bail!(
+                "segment {base}: its pieces hold {written} of its {} bytes",
+                seg.size
+            );
+        }
+        f.sync_all()
+            .with_context(|| format!("cannot fsync `{}`", path.display()))?;
+        bytes_total += written;
+        end = end.max(seg.next_offset);
+        match &seg.indexes {
+            Some(ix) => {
+                for (kind, sum) in [
+                    ("index", ix.index),
+                    ("timeindex", ix.timeindex),
+                    ("txnindex", ix.txnindex),
+                ] {
+                    let bytes = fetch(o, &m.key.index(*base, kind, &sum), Some(&sum))?;
+                    write_synced(&work.join(file_name(*base, kind)), &bytes)?;
+                }
+            }
+            None => rebuild.push(*base),
+        }
+    }
+    // Segments uploaded without indexes (the active one): rebuilt from their batches, as
+    // recovery does; an aborted-transaction index starts empty (the daemon's load rebuilds
+    // the producer state from the log).
+    for base in rebuild {
+        write_synced(&work.join(file_name(base, "txnindex")), &[])?;
+        let (seg, _) = Segment::open(&work, base, index_interval_bytes, now, true, false)
+            .with_context(|| format!("cannot rebuild the indexes of segment {base}"))?;
+        drop(seg);
+    }
+    if m.segments.is_empty() {
+        // A log always has a segment: an empty one at its start.
+        drop(Segment::create(
+            &work,
+            m.log_start_offset,
+            index_interval_bytes,
+            now,
+        )?);
+    }
+    crate::checkpoint::write_epochs(&work.join(DataDir::LEADER_EPOCH), &m.epochs)?;
+    if !m.lost.is_empty() {
+        crate::checkpoint::write_ranges(&work.join(DataDir::LOST_UPSTREAM), &m.lost)?;
+    }
+    if let Some(id) = m.key.topic_id {
+        crate::log::identity::write_topic_id(&work, id)?;
+    }
+    for (fname, sum) in &m.files {
+        let bytes = fetch(o, &m.key.file(fname, sum), Some(sum))?;
+        let path = work.join(fname);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create `{}`", parent.display()))?;
+        }
+        write_synced(&path, &bytes)?;
+        if let Some(parent) = path.parent() {
+            fsync_dir(parent)?;
+        }
+    }
+    fsync_dir(&work)?;
+    let dest: PathBuf = to.join(name);
+    fs::rename(&work, &dest).with_context(|| {
+        format!(
+            "cannot rename `{}` to `{}`",
+            work.display(),
+            dest.display()
+        )
+    })?;
+    fsync_dir(to)?;
+    Ok((end, bytes_total))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f =
+        fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot write `{}`", path.display()))
+}
