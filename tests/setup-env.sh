@@ -52,3 +52,19 @@ elif ! kafka_libs=$("$venv/bin/python" tests/support/leaders.py install-kafka 2>
 elif [ -n "${SETUP_ENV_VERBOSE:-}" ]; then
     echo "== Apache Kafka: $kafka_libs"
 fi
+
+# s3s-fs, the second S3 server of tests/offsite.rs (beside moto): built from crates.io once
+# into target/s3s-fs (about 1.5 minutes on 2 cores); later runs build nothing. 0.14.1 is the
+# newest whose rust-version (1.92) this toolchain meets: 0.15 and later want 1.96. Keep the
+# version equal to S3S_FS_VERSION in tests/support/s3.rs. When the build fails the reason is
+# printed here in one line and the s3s-fs tests fail saying what is missing.
+# tests/demo.sh, which needs no S3 server, sets INSTALL_S3S_FS=0.
+s3s_fs_version=0.14.1
+if [ "${INSTALL_S3S_FS:-1}" != 0 ] \
+    && [ "$(target/s3s-fs/bin/s3s-fs --version 2>/dev/null)" != "s3s-fs $s3s_fs_version" ]; then
+    echo "== building s3s-fs $s3s_fs_version into target/s3s-fs (cargo install)"
+    if ! s3s_fs_out=$(cargo install s3s-fs --version "$s3s_fs_version" --features binary --locked \
+        --root target/s3s-fs 2>&1); then
+        echo "== s3s-fs could not be built, the s3s-fs tests of tests/offsite.rs will fail: $(printf '%s\n' "$s3s_fs_out" | grep -m 1 '^error' || printf '%s\n' "$s3s_fs_out" | tail -n 1)"
+    fi
+fi
