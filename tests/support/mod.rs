@@ -12,6 +12,7 @@ pub mod docs;
 pub mod fetch_session;
 pub mod hostile;
 pub mod kafka;
+pub mod s3;
 pub mod sasl;
 pub mod scrape;
 pub mod test_leader;
