@@ -3,3 +3,4 @@
 //! [`store`] the blocking S3 client that puts, gets and lists them.
 
 pub mod envelope;
+pub mod store;
