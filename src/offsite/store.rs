@@ -105,7 +105,7 @@ pub struct StoreError {
     /// What went wrong: `HTTP 404 NoSuchBucket: The specified bucket does not exist`, or the
     /// transport error.
     pub detail: String,
-    /// `GET`, `PUT`, `HEAD` (an existence check), `LIST`.
+    /// `GET` (an object, or its first byte to see whether it exists), `PUT`, `LIST`.
     pub op: &'static str,
     /// The object key, or the listed prefix.
     pub key: Option<String>,
@@ -336,12 +336,12 @@ impl Store {
             .get(url.as_str())
             .header("Range", "bytes=0-0")
             .call();
-        let reply = self.read("HEAD", key, sent, MAX_ERROR_BYTES)?;
+        let reply = self.read("GET", key, sent, MAX_ERROR_BYTES)?;
         match reply.status {
             // 416: the object exists and is empty.
             200 | 206 | 416 => Ok(true),
             404 if s3_code(&reply.body).as_deref() == Some("NoSuchKey") => Ok(false),
-            _ => Err(self.refused("HEAD", key, &reply)),
+            _ => Err(self.refused("GET", key, &reply)),
         }
     }
 
@@ -456,7 +456,8 @@ impl Store {
             kind,
             detail,
             op,
-            key: key.map(String::from),
+            // The whole bucket is listed under the empty prefix: no key to name.
+            key: key.filter(|k| !k.is_empty()).map(String::from),
             status: None,
             code: None,
             place: Arc::clone(&self.place),

@@ -368,6 +368,10 @@ fn check_proves_the_bucket_with_one_small_listing() {
         "{}",
         e.detail
     );
+    assert!(
+        e.to_string().starts_with("S3 LIST in bucket `archive`"),
+        "{e}"
+    );
     let seen = server.join().unwrap();
     assert!(seen[0].head.contains("max-keys=1"), "{}", seen[0].head);
 }
