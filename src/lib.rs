@@ -33,7 +33,9 @@
 //! 18. [`restore`] — the replica given back to an Apache Kafka cluster with the same offsets
 //!     (`restore prepare | write | finish`).
 //! 19. [`metrics`] — the Prometheus endpoint.
-//! 20. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
+//! 20. [`offsite`] — copies in S3-compatible storage: each object's envelope (plain with a
+//!     CRC-32C, or AES-256-GCM in authenticated chunks) and a blocking S3 client.
+//! 21. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
 //!     wires the others together.
 //!
 //! `main.rs` only parses the command line and dispatches.

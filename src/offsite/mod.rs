@@ -1,5 +1,9 @@
-//! The offsite tier: the replica copied to S3-compatible object storage, encrypted, and
-//! restorable from there when the local disk is lost.
+//! Offsite copies of the replica in S3-compatible storage, encrypted, restorable when the
+//! local disk is lost: [`envelope`] is the byte format of every object in the bucket (plain
+//! with a checksum, or encrypted and authenticated), [`store`] the blocking S3 client that
+//! puts, gets and lists them, [`bucket`] objects as the rest sees them, [`manifest`] the
+//! object layout and each partition's manifest, [`settings`] `[offsite]` made ready,
+//! [`upload`] the daemon's uploader thread, [`restore`] and [`verify`] the commands.
 
 pub mod bucket;
 pub mod envelope;
