@@ -437,10 +437,17 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
     let hws = high_watermarks(&mut k, TOPIC);
     for p in 0..2 {
         let tp = TopicPartition::new(TOPIC, p);
-        wait_until(Duration::from_secs(60), "the resumed daemon catches up", || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err(e) =
             kafka::compare_with_kafka_dir(&kafka_dir.join(tp.dir_name()), &data, &tp, hws[p as usize])
-                .is_ok()
-        });
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon resumed on the restored data dir does not catch up: {e}\n{}",
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
     wait_until(Duration::from_secs(60), "the copy catches up again", || {
         offsite_status(&data)["pending_bytes"].as_u64() == Some(0)
