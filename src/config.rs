@@ -495,7 +495,10 @@ pub struct OffsiteSection {
     #[serde(default = "default_max_delay_ms", deserialize_with = "positive_i64")]
     pub max_delay_ms: i64,
     /// How long one request to the store may take.
-    #[serde(default = "default_offsite_timeout_ms", deserialize_with = "positive_i64")]
+    #[serde(
+        default = "default_offsite_timeout_ms",
+        deserialize_with = "positive_i64"
+    )]
     pub request_timeout_ms: i64,
 }
 
@@ -537,8 +540,7 @@ fn endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 fn bucket_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let v = String::deserialize(d)?;
     let ok = (3..=63).contains(&v.len())
-        && v
-            .bytes()
+        && v.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
         && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());

@@ -529,7 +529,8 @@ impl Live {
         let mut slot = lock(&self.offsite);
         if slot.as_ref() != Some(&o) {
             *slot = Some(o);
-            self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
         }
     }
 

@@ -661,8 +661,16 @@ fn repair(args: &Args) -> Result<ExitCode, String> {
 /// The configuration's `[offsite]`, resolved; none is a bad configuration (exit 2).
 fn offsite_config(
     args: &Args,
-) -> Result<Result<(Config, std::sync::Arc<replica_follower::offsite::settings::Offsite>), ExitCode>, String>
-{
+) -> Result<
+    Result<
+        (
+            Config,
+            std::sync::Arc<replica_follower::offsite::settings::Offsite>,
+        ),
+        ExitCode,
+    >,
+    String,
+> {
     Ok(match load_config(args)? {
         Ok((cfg, parts)) => match parts.offsite {
             Some(o) => Ok((cfg, o)),

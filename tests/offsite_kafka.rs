@@ -29,17 +29,16 @@ use replica_follower::offsite::settings::Offsite;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use support::kafka::{self, KAFKA_4};
 use support::s3::{S3Server, write_key_file};
 use support::{Config, Daemon, Leader, wait_until};
 
 const KEY: [u8; 32] = [
-    0x5a, 0x11, 0x93, 0x0c, 0x7e, 0x2d, 0x44, 0xb8, 0x01, 0xfe, 0x39, 0x6a, 0xc2, 0x8d, 0x57,
-    0x10, 0x9b, 0x3e, 0xa4, 0x62, 0x0f, 0xd1, 0x78, 0x25, 0xe6, 0x4b, 0x83, 0x1c, 0xbd, 0x70,
-    0x2a, 0x95,
+    0x5a, 0x11, 0x93, 0x0c, 0x7e, 0x2d, 0x44, 0xb8, 0x01, 0xfe, 0x39, 0x6a, 0xc2, 0x8d, 0x57, 0x10,
+    0x9b, 0x3e, 0xa4, 0x62, 0x0f, 0xd1, 0x78, 0x25, 0xe6, 0x4b, 0x83, 0x1c, 0xbd, 0x70, 0x2a, 0x95,
 ];
 /// A text every record value carries (tests/support/leaders.py's pattern).
 const VALUE_TEXT: &[u8] = b"replica-follower-test-data|";
@@ -51,8 +50,10 @@ fn node_log_dir(k: &Leader) -> PathBuf {
 }
 
 fn high_watermarks(k: &mut Leader, topic: &str) -> Vec<i64> {
-    let r = k.ok(json!({"cmd": "high_watermarks", "topic": topic, "partitions": [0, 1],
-        "isolation": "read_uncommitted"}));
+    let r = k.ok(
+        json!({"cmd": "high_watermarks", "topic": topic, "partitions": [0, 1],
+        "isolation": "read_uncommitted"}),
+    );
     r["watermarks"]
         .as_array()
         .unwrap()
@@ -224,9 +225,7 @@ fn assert_bucket_sound(s3: &S3Server, o: &Offsite) -> usize {
     let mut ranges: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     for (name, bytes) in &objects {
         assert!(
-            !bytes
-                .windows(VALUE_TEXT.len())
-                .any(|w| w == VALUE_TEXT),
+            !bytes.windows(VALUE_TEXT.len()).any(|w| w == VALUE_TEXT),
             "object {name} holds record text in plaintext"
         );
         assert!(
@@ -238,7 +237,10 @@ fn assert_bucket_sound(s3: &S3Server, o: &Offsite) -> usize {
         if let Some((dir, file)) = name.rsplit_once('/')
             && let Some(p) = replica_follower::offsite::manifest::parse_piece_name(file)
         {
-            ranges.entry(dir.to_string()).or_default().push((p.from, p.to));
+            ranges
+                .entry(dir.to_string())
+                .or_default()
+                .push((p.from, p.to));
         }
     }
     for (dir, mut rs) in ranges {
@@ -288,7 +290,10 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
     let sampler = Sampler::start(o.clone(), data.clone(), TOPIC);
     produce_for(&mut k, TOPIC, &mut seed, Duration::from_secs(6));
     wait_until(Duration::from_secs(30), "uploads begin", || {
-        offsite_status(&data)["uploaded_objects"].as_u64().unwrap_or(0) > 0
+        offsite_status(&data)["uploaded_objects"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
     });
 
     // 1. The store unreachable for 15 s while records keep coming: following goes on, the
@@ -303,7 +308,8 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
         "status does not say uploads fail: {during}"
     );
     assert!(
-        during["pending_bytes"].as_u64().unwrap() > 0 && during["oldest_pending_age_ms"].as_i64().unwrap() > 2_000,
+        during["pending_bytes"].as_u64().unwrap() > 0
+            && during["oldest_pending_age_ms"].as_i64().unwrap() > 2_000,
         "status shows no offsite lag while the store is cut: {during}"
     );
     let scrape = support::http(&metrics, b"GET /metrics HTTP/1.0\r\n\r\n");
@@ -349,11 +355,15 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
     // 3. Killed -9 after a piece is uploaded and before a manifest names it.
     let mut d = Daemon::start_with_env(
         &config,
-        &[("RF_TEST_PAUSE_AT", "offsite-piece-uploaded"), ("RF_TEST_PAUSE_MS", "60000")],
+        &[
+            ("RF_TEST_PAUSE_AT", "offsite-piece-uploaded"),
+            ("RF_TEST_PAUSE_MS", "60000"),
+        ],
     );
     produce_round(&mut k, TOPIC, &mut seed);
     wait_until(Duration::from_secs(30), "a piece is uploaded", || {
-        d.log_text().contains("test pause at offsite-piece-uploaded")
+        d.log_text()
+            .contains("test pause at offsite-piece-uploaded")
     });
     d.kill9();
     let mut d = Daemon::start(&config);
@@ -361,10 +371,17 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
 
     // Everything the leader has is offsite within max_delay_ms.
     let hws = high_watermarks(&mut k, TOPIC);
-    wait_until(Duration::from_secs(60), "the bucket holds every record", || {
-        let ms = manifests(&o, &data, TOPIC);
-        (0..2).all(|p| ms.get(&p).is_some_and(|m| held_from_zero(m) >= hws[p as usize]))
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "the bucket holds every record",
+        || {
+            let ms = manifests(&o, &data, TOPIC);
+            (0..2).all(|p| {
+                ms.get(&p)
+                    .is_some_and(|m| held_from_zero(m) >= hws[p as usize])
+            })
+        },
+    );
     let (violations, deepest) = sampler.finish();
     assert!(
         violations.is_empty(),
@@ -392,15 +409,18 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
         "--to",
         data.to_str().unwrap(),
     ]);
-    assert_eq!(code, Some(2), "a restore without the key must be refused:\n{out}");
+    assert_eq!(
+        code,
+        Some(2),
+        "a restore without the key must be refused:\n{out}"
+    );
     assert!(
         out.contains("offsite.encryption_key_file"),
         "the refusal does not name the key:\n{out}"
     );
     assert!(
-        std::fs::read_dir(&data).map_or(true, |mut e| e.all(|e| {
-            e.unwrap().file_name() == "meta.properties"
-        })),
+        std::fs::read_dir(&data).map_or(true, |mut e| e
+            .all(|e| { e.unwrap().file_name() == "meta.properties" })),
         "a refused restore wrote partitions"
     );
     let _ = std::fs::remove_dir_all(&data);
@@ -437,10 +457,16 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
     let hws = high_watermarks(&mut k, TOPIC);
     for p in 0..2 {
         let tp = TopicPartition::new(TOPIC, p);
+        // Retention deletes the restored old segments again once the bucket is seen to hold
+        // them: the comparison starts where the local log does.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while let Err(e) =
-            kafka::compare_with_kafka_dir(&kafka_dir.join(tp.dir_name()), &data, &tp, hws[p as usize])
-        {
+        while let Err(e) = kafka::compare_with_kafka_dir_from(
+            &kafka_dir.join(tp.dir_name()),
+            &data,
+            &tp,
+            first_local_base(&data.join(tp.dir_name())).unwrap_or(0),
+            hws[p as usize],
+        ) {
             assert!(
                 Instant::now() < deadline,
                 "the daemon resumed on the restored data dir does not catch up: {e}\n{}",
@@ -477,7 +503,10 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
     let o2 = offsite_of(&config2);
     wait_until(Duration::from_secs(60), "s3s-fs holds every record", || {
         let ms = manifests(&o2, &data2, topic2);
-        (0..2).all(|p| ms.get(&p).is_some_and(|m| held_from_zero(m) >= hws2[p as usize]))
+        (0..2).all(|p| {
+            ms.get(&p)
+                .is_some_and(|m| held_from_zero(m) >= hws2[p as usize])
+        })
     });
     assert!(d2.stop().success());
     assert_bucket_sound(&s3s, &o2);
@@ -492,9 +521,17 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
     assert_eq!(code, Some(0), "offsite restore from s3s-fs failed:\n{out}");
     for p in 0..2 {
         let tp = TopicPartition::new(topic2, p);
-        kafka::compare_with_kafka_dir(&kafka_dir.join(tp.dir_name()), &data2, &tp, hws2[p as usize])
-            .unwrap_or_else(|e| panic!("{tp} restored from s3s-fs differs from Kafka's: {e}"));
+        kafka::compare_with_kafka_dir(
+            &kafka_dir.join(tp.dir_name()),
+            &data2,
+            &tp,
+            hws2[p as usize],
+        )
+        .unwrap_or_else(|e| panic!("{tp} restored from s3s-fs differs from Kafka's: {e}"));
     }
     let (ok, out) = support::verify(&data2);
-    assert!(ok, "verify fails on the data dir restored from s3s-fs:\n{out}");
+    assert!(
+        ok,
+        "verify fails on the data dir restored from s3s-fs:\n{out}"
+    );
 }

@@ -195,7 +195,12 @@ pub fn offsite_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
     };
     Some(format!(
         "offsite: {} {state}; {} bytes in {} segments not offsite yet, {age}; {} bytes in {} objects uploaded since start, {} failed rounds",
-        o.location, o.pending_bytes, o.pending_segments, o.uploaded_bytes, o.uploaded_objects, o.errors
+        o.location,
+        o.pending_bytes,
+        o.pending_segments,
+        o.uploaded_bytes,
+        o.uploaded_objects,
+        o.errors
     ))
 }
 
@@ -209,8 +214,10 @@ fn offsite_json(dd: &DataDirStatus, now_ms: i64) -> String {
         json_string(&o.location),
         o.pending_bytes,
         o.pending_segments,
-        o.oldest_pending_ms
-            .map_or_else(|| "null".to_string(), |t| now_ms.saturating_sub(t).max(0).to_string()),
+        o.oldest_pending_ms.map_or_else(
+            || "null".to_string(),
+            |t| now_ms.saturating_sub(t).max(0).to_string()
+        ),
         o.uploaded_bytes,
         o.uploaded_objects,
         o.errors,

@@ -39,6 +39,11 @@ fn open_error(o: &Offsite, name: &str, e: envelope::OpenError) -> anyhow::Error 
             o.object(name),
             o.location
         ),
+        E::Unencrypted => anyhow::anyhow!(
+            "object `{}` in {} is not encrypted, but offsite.encryption_key_file is set: this prefix was written without a key (one prefix keeps one key, or none, for its whole life)",
+            o.object(name),
+            o.location
+        ),
         other => anyhow::anyhow!(
             "object `{}` in {} is damaged: {other}",
             o.object(name),
@@ -102,8 +107,13 @@ pub fn latest_manifest(o: &Offsite, key: &PartitionKey) -> Result<Option<Manifes
 
 pub fn read_manifest(o: &Offsite, key: &PartitionKey, generation: u64) -> Result<Manifest> {
     let name = key.manifest(generation);
-    let bytes = get(o, &name)?
-        .with_context(|| format!("manifest `{}` vanished from {}", o.object(&name), o.location))?;
+    let bytes = get(o, &name)?.with_context(|| {
+        format!(
+            "manifest `{}` vanished from {}",
+            o.object(&name),
+            o.location
+        )
+    })?;
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("manifest `{}` is not text", o.object(&name)))?;
     let m = Manifest::parse(&text, &o.object(&name))?;

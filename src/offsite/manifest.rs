@@ -223,11 +223,7 @@ impl Manifest {
         }
         for (base, seg) in &self.segments {
             let state = if seg.is_closed() { "closed" } else { "open" };
-            let _ = writeln!(
-                s,
-                "segment {base} {} {} {state}",
-                seg.next_offset, seg.size
-            );
+            let _ = writeln!(s, "segment {base} {} {} {state}", seg.next_offset, seg.size);
             for p in &seg.pieces {
                 let _ = writeln!(s, "piece {} {} {:08x}", p.from, p.to, p.crc);
             }

@@ -295,13 +295,8 @@ fn restore_partition(
     }
     fsync_dir(&work)?;
     let dest: PathBuf = to.join(name);
-    fs::rename(&work, &dest).with_context(|| {
-        format!(
-            "cannot rename `{}` to `{}`",
-            work.display(),
-            dest.display()
-        )
-    })?;
+    fs::rename(&work, &dest)
+        .with_context(|| format!("cannot rename `{}` to `{}`", work.display(), dest.display()))?;
     fsync_dir(to)?;
     Ok((end, bytes_total))
 }

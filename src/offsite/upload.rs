@@ -285,7 +285,7 @@ impl Worker {
             let Some(view) = live_view(&cluster, &tp, &log) else {
                 continue;
             };
-            self.partition(view)?;
+            self.partition_or_relist(view)?;
         }
         for a in crate::log::identity::list_archived(&self.data_dir).unwrap_or_default() {
             if self.stopping() {
@@ -301,7 +301,7 @@ impl Worker {
                 continue;
             }
             match archived_view(key.clone(), &a.path) {
-                Ok(view) => self.partition(view)?,
+                Ok(view) => self.partition_or_relist(view)?,
                 Err(e) => crate::log_warn!(
                     "offsite: archived history `{}` cannot be read: {e:#}",
                     a.path.display()
@@ -309,6 +309,17 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// [`Self::partition`]; after a failure, pieces it uploaded may be in no manifest: the
+    /// next round lists them again and takes them, so none is uploaded twice.
+    fn partition_or_relist(&mut self, view: LocalView) -> Result<()> {
+        let key = view.key.clone();
+        self.partition(view).inspect_err(|_| {
+            if let Some(st) = self.parts.get_mut(&key) {
+                st.adopted = false;
+            }
+        })
     }
 
     /// One partition's round. Store errors end the round (the caller backs off); a local
@@ -387,23 +398,11 @@ impl Worker {
             }
         }
         lost.sort_unstable();
-        let log_start = if next.generation == 0 && !changed {
-            view.log_start
-        } else if next.segments.is_empty() {
-            view.log_start
-        } else {
-            next.log_start_offset.min(view.log_start).max(
-                next.segments
-                    .keys()
-                    .next()
-                    .copied()
-                    .unwrap_or(view.log_start),
-            )
-        };
+        // The history's first offset: local retention only raises the local one.
         let log_start = if next.generation == 0 {
             view.log_start
         } else {
-            log_start
+            next.log_start_offset.min(view.log_start)
         };
         if epochs != next.epochs || lost != next.lost || log_start != next.log_start_offset {
             next.epochs = epochs;
@@ -574,7 +573,8 @@ fn last_offset_in(path: &Path, size: u64) -> Result<Option<i64>> {
 
 /// Bytes [from, to) of a file.
 pub fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
-    let mut f = fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let mut f =
+        fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
     f.seek(SeekFrom::Start(from))
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let len = usize::try_from(to.saturating_sub(from)).context("range too large")?;
@@ -589,13 +589,31 @@ pub fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
 }
 
 /// Calls `f(header, end position)` for each whole batch in `bytes`, checking its CRC, until
-/// `f` says stop; errors on a damaged batch. Returns where the walk stopped.
-pub fn walk_batches(bytes: &[u8], mut f: impl FnMut(&BatchHeader, usize) -> bool) -> Result<usize> {
+/// `f` says stop; errors on a damaged batch or a partial one at the end. Returns where the
+/// walk stopped.
+pub fn walk_batches(bytes: &[u8], f: impl FnMut(&BatchHeader, usize) -> bool) -> Result<usize> {
+    walk(bytes, false, f)
+}
+
+/// [`walk_batches`] over a window of a file that may end inside a batch: the walk stops
+/// before that batch.
+fn walk_window(bytes: &[u8], f: impl FnMut(&BatchHeader, usize) -> bool) -> Result<usize> {
+    walk(bytes, true, f)
+}
+
+fn walk(
+    bytes: &[u8],
+    partial_tail: bool,
+    mut f: impl FnMut(&BatchHeader, usize) -> bool,
+) -> Result<usize> {
     let mut pos = 0usize;
     while pos < bytes.len() {
         let rest = bytes.get(pos..).unwrap_or_default();
-        let h = BatchHeader::parse(rest, rest.len())
-            .map_err(|e| anyhow::anyhow!("batch at byte {pos}: {e}"))?;
+        let h = match BatchHeader::parse(rest, usize::MAX) {
+            Ok(h) => h,
+            Err(crate::record::BatchError::Truncated { .. }) if partial_tail => break,
+            Err(e) => anyhow::bail!("batch at byte {pos}: {e}"),
+        };
         let end = pos + h.size_in_bytes;
         let batch = bytes.get(pos..end).unwrap_or_default();
         h.verify_crc(batch)
@@ -705,7 +723,11 @@ fn adopt_orphans(o: &Offsite, m: &mut Manifest, view: &LocalView) -> Result<bool
     let mut changed = false;
     for seg in &view.segments {
         let have = m.segments.get(&seg.base).map_or(0, |e| e.size);
-        if have >= seg.size || m.segments.get(&seg.base).is_some_and(SegmentEntry::is_closed) {
+        if have >= seg.size
+            || m.segments
+                .get(&seg.base)
+                .is_some_and(SegmentEntry::is_closed)
+        {
             continue;
         }
         let prefix = view.key.pieces_of(seg.base);
@@ -784,7 +806,7 @@ fn upload_segment(
         let bytes = read_range(&path, at, seg.size.min(at.max(want_to)))?;
         let mut end = 0usize;
         let mut last = None;
-        let walked = walk_batches(&bytes, |h, e| {
+        let walked = walk_window(&bytes, |h, e| {
             if h.last_offset >= view.durable || (last.is_some() && e as u64 > PIECE_MAX) {
                 return false;
             }
@@ -802,18 +824,17 @@ fn upload_segment(
             return Ok(changed);
         }
         if end == 0 {
-            if bytes.len() as u64 == PIECE_MAX && seg.size > at + PIECE_MAX {
-                // A batch larger than a piece: read all of it.
-                let prefix = bytes.get(..bytes.len().min(61)).unwrap_or_default();
-                let h = BatchHeader::parse_prefix(prefix, usize::MAX)
-                    .map_err(|e| anyhow::anyhow!("segment {}: {e}", seg.base))?;
-                if h.last_offset < view.durable {
-                    let whole = read_range(&path, at, at + h.size_in_bytes as u64)?;
-                    walk_batches(&whole, |_, _| true)?;
-                    changed |= put_piece(o, m, view, seg.base, at, &whole, h.last_offset, uploaded)?;
-                    at += whole.len() as u64;
-                    continue;
-                }
+            // A batch larger than a piece: one piece of its own.
+            if let Ok(h) = BatchHeader::parse_prefix(&bytes, usize::MAX)
+                && at + h.size_in_bytes as u64 <= seg.size
+                && h.size_in_bytes > bytes.len()
+                && h.last_offset < view.durable
+            {
+                let whole = read_range(&path, at, at + h.size_in_bytes as u64)?;
+                walk_batches(&whole, |_, _| true)?;
+                changed |= put_piece(o, m, view, seg.base, at, &whole, h.last_offset, uploaded)?;
+                at += whole.len() as u64;
+                continue;
             }
             break;
         }
@@ -859,7 +880,10 @@ fn upload_segment(
     Ok(changed)
 }
 
-#[expect(clippy::too_many_arguments, reason = "one call site, each argument distinct")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site, each argument distinct"
+)]
 fn put_piece(
     o: &Offsite,
     m: &mut Manifest,
@@ -979,10 +1003,7 @@ mod tests {
             vec![(0, 0), (2, 100), (5, 300), (6, 400)]
         );
         // A truncation dropped the local epoch 5: so does the merge.
-        assert_eq!(
-            merge_epochs(&offsite, &[(2, 150)]),
-            vec![(0, 0), (2, 100)]
-        );
+        assert_eq!(merge_epochs(&offsite, &[(2, 150)]), vec![(0, 0), (2, 100)]);
         assert_eq!(merge_epochs(&[], &[(1, 5)]), vec![(1, 5)]);
         assert_eq!(merge_epochs(&offsite, &[]), offsite.to_vec());
     }

@@ -82,19 +82,29 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
             continue;
         };
         let bases = crate::log::partition::list_segment_bases(&dir)?;
-        let first_local = bases.first().copied().unwrap_or(i64::MAX);
+        // A running daemon's retention may delete a segment while it is compared: one gone
+        // below the local log's first segment, as listed now, went that way.
+        let retained_away = |base: i64| {
+            crate::log::partition::list_segment_bases(&dir)
+                .ok()
+                .and_then(|b| b.first().copied())
+                .is_none_or(|first| base < first)
+        };
         let mut below = 0usize;
-        for (base, seg) in &m.segments {
+        'segments: for (base, seg) in &m.segments {
             let path = dir.join(file_name(*base, "log"));
             let local_size = fs::metadata(&path).map(|md| md.len()).ok();
             let Some(local_size) = local_size else {
-                if *base < first_local {
+                if retained_away(*base) {
                     below += 1;
                 } else {
                     outcome.differences += 1;
                     said(
                         out,
-                        format!("{label}: segment {base} is offsite ({} bytes) but missing locally", seg.size),
+                        format!(
+                            "{label}: segment {base} is offsite ({} bytes) but missing locally",
+                            seg.size
+                        ),
                     )?;
                 }
                 continue;
@@ -116,7 +126,15 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                     Ok(Some(b)) => b,
                     Ok(None) => {
                         outcome.differences += 1;
-                        said(out, format!("{label}: segment {base}: object `{}` (bytes {}..{}) is missing", o.object(&name), p.from, p.to))?;
+                        said(
+                            out,
+                            format!(
+                                "{label}: segment {base}: object `{}` (bytes {}..{}) is missing",
+                                o.object(&name),
+                                p.from,
+                                p.to
+                            ),
+                        )?;
                         continue;
                     }
                     Err(e) if super::restore::is_key_error(&e) => return Err(e),
@@ -128,7 +146,13 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                 };
                 if crc32c::crc32c(&remote) != p.crc || remote.len() as u64 != p.to - p.from {
                     outcome.differences += 1;
-                    said(out, format!("{label}: segment {base}: object `{}` does not hold what the manifest says", o.object(&name)))?;
+                    said(
+                        out,
+                        format!(
+                            "{label}: segment {base}: object `{}` does not hold what the manifest says",
+                            o.object(&name)
+                        ),
+                    )?;
                     continue;
                 }
                 if let Err(e) = walk_batches(
@@ -138,13 +162,28 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                     |_, _| true,
                 ) {
                     outcome.differences += 1;
-                    said(out, format!("{label}: segment {base}: bytes {}..{upto} offsite hold a bad batch: {e:#}", p.from))?;
+                    said(
+                        out,
+                        format!(
+                            "{label}: segment {base}: bytes {}..{upto} offsite hold a bad batch: {e:#}",
+                            p.from
+                        ),
+                    )?;
                 }
                 if local_size >= upto {
-                    let local = read_range(&path, p.from, upto)?;
-                    let remote = remote
-                        .get(..local.len())
-                        .unwrap_or_default();
+                    let local = match read_range(&path, p.from, upto) {
+                        Ok(l) => l,
+                        Err(_) if retained_away(*base) => {
+                            below += 1;
+                            continue 'segments;
+                        }
+                        Err(e) => {
+                            outcome.differences += 1;
+                            said(out, format!("{label}: segment {base}: {e:#}"))?;
+                            continue;
+                        }
+                    };
+                    let remote = remote.get(..local.len()).unwrap_or_default();
                     if local != remote {
                         let at = local
                             .iter()
@@ -155,7 +194,10 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                         outcome.differences += 1;
                         said(
                             out,
-                            format!("{label}: segment {base}: bytes {}..{upto} differ from the local ones (first at byte {at})", p.from),
+                            format!(
+                                "{label}: segment {base}: bytes {}..{upto} differ from the local ones (first at byte {at})",
+                                p.from
+                            ),
                         )?;
                     }
                 }
@@ -171,7 +213,13 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                         Ok(Some(b)) if FileSum::of(&b) == sum => {}
                         Ok(_) => {
                             outcome.differences += 1;
-                            said(out, format!("{label}: segment {base}: its {kind} object `{}` is missing or differs from the manifest", o.object(&name)))?;
+                            said(
+                                out,
+                                format!(
+                                    "{label}: segment {base}: its {kind} object `{}` is missing or differs from the manifest",
+                                    o.object(&name)
+                                ),
+                            )?;
                         }
                         Err(e) => {
                             outcome.differences += 1;
@@ -182,7 +230,12 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                         && FileSum::of(&local) != sum
                     {
                         outcome.differences += 1;
-                        said(out, format!("{label}: segment {base}: the local {kind} differs from the one offsite"))?;
+                        said(
+                            out,
+                            format!(
+                                "{label}: segment {base}: the local {kind} differs from the one offsite"
+                            ),
+                        )?;
                     }
                 }
             }
@@ -194,7 +247,12 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
             let have = m.segments.get(base).map_or(0, |s| s.size);
             if size > have {
                 outcome.pending_bytes += size - have;
-                said(out, format!("{label}: pending: segment {base} bytes {have}..{size} are not offsite yet"))?;
+                said(
+                    out,
+                    format!(
+                        "{label}: pending: segment {base} bytes {have}..{size} are not offsite yet"
+                    ),
+                )?;
             }
         }
         for (fname, sum) in &m.files {
@@ -202,11 +260,17 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                 Ok(b) if FileSum::of(&b) == sum.to_owned() => {}
                 Ok(_) => {
                     outcome.differences += 1;
-                    said(out, format!("{label}: `{fname}` differs from its copy offsite"))?;
+                    said(
+                        out,
+                        format!("{label}: `{fname}` differs from its copy offsite"),
+                    )?;
                 }
                 Err(_) => {
                     outcome.differences += 1;
-                    said(out, format!("{label}: `{fname}` is offsite but missing locally"))?;
+                    said(
+                        out,
+                        format!("{label}: `{fname}` is offsite but missing locally"),
+                    )?;
                 }
             }
         }
@@ -216,12 +280,20 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
             && !m.epochs.iter().any(|e| e.0 == first.0)
         {
             outcome.differences += 1;
-            said(out, format!("{label}: leader epoch {} is local but not in the manifest", first.0))?;
+            said(
+                out,
+                format!(
+                    "{label}: leader epoch {} is local but not in the manifest",
+                    first.0
+                ),
+            )?;
         }
         if below > 0 {
             said(
                 out,
-                format!("{label}: {below} segments below the local log start are offsite only (local retention)"),
+                format!(
+                    "{label}: {below} segments below the local log start are offsite only (local retention)"
+                ),
             )?;
         }
     }
