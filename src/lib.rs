@@ -28,13 +28,15 @@
 //! 15. [`inspect`] — `status`, `dump`, `offsets`, `verify`: read-only views of a data dir.
 //! 16. [`serve`] — the replica as a read-only Kafka broker: snapshots of the logs streamed to
 //!     clients from the segment files.
-//! 17. [`resolve`] — a [`config::Config`] turned into the runtime parts it names (TLS, SASL
-//!     users, log settings, descriptor budget, listen addresses), reading the files.
-//! 18. [`restore`] — the replica given back to an Apache Kafka cluster with the same offsets
+//! 17. [`offsite`] — copies in S3-compatible storage: each object's envelope (plain with a
+//!     CRC-32C, or AES-256-GCM in authenticated chunks), a blocking S3 client, the manifests,
+//!     the uploader thread, and `offsite restore | verify`.
+//! 18. [`resolve`] — a [`config::Config`] turned into the runtime parts it names (TLS, SASL
+//!     users, log settings, descriptor budget, listen addresses, the offsite store), reading
+//!     the files.
+//! 19. [`restore`] — the replica given back to an Apache Kafka cluster with the same offsets
 //!     (`restore prepare | write | finish`).
-//! 19. [`metrics`] — the Prometheus endpoint.
-//! 20. [`offsite`] — copies in S3-compatible storage: each object's envelope (plain with a
-//!     CRC-32C, or AES-256-GCM in authenticated chunks) and a blocking S3 client.
+//! 20. [`metrics`] — the Prometheus endpoint.
 //! 21. [`daemon`] — start-up, signals, the data-dir lock, the periodic checkpoint task; it
 //!     wires the others together.
 //!

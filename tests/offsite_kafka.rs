@@ -147,11 +147,14 @@ fn first_local_base(dir: &Path) -> Option<i64> {
         .min()
 }
 
+/// What the sampler found: the violations, and the deepest first local segment per partition.
+type Sampled = (Vec<String>, BTreeMap<i32, i64>);
+
 /// Checks, every 100 ms, that each batch below the local log's first segment is offsite:
 /// local retention deleted only what the bucket held whole.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<(Vec<String>, BTreeMap<i32, i64>)>>,
+    thread: Option<std::thread::JoinHandle<Sampled>>,
 }
 
 impl Sampler {
@@ -191,7 +194,7 @@ impl Sampler {
         }
     }
 
-    fn finish(mut self) -> (Vec<String>, BTreeMap<i32, i64>) {
+    fn finish(mut self) -> Sampled {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.take().unwrap().join().unwrap()
     }
