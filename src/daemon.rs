@@ -626,6 +626,7 @@ fn reload(
         ("[metrics]", new.metrics != running.metrics),
         ("[serve]", new.serve != running.serve),
         ("[groups]", new.groups != running.groups),
+        ("[offsite]", new.offsite != running.offsite),
         // TLS material is loaded once at start; a new CA or certificate needs a restart.
         ("[security]", new.security != running.security),
     ]

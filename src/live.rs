@@ -719,6 +719,10 @@ pub struct OffsiteLive {
     pub failing: Option<String>,
     /// When (ms since the epoch) a manifest was last written.
     pub last_manifest_ms: Option<i64>,
+    /// Partitions whose uploads stopped because the local log and the copy disagree, each
+    /// `name: why`.
+    #[serde(default)]
+    pub stopped: Vec<String>,
 }
 
 /// `.live-status` as written by the daemon.

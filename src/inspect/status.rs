@@ -193,15 +193,21 @@ pub fn offsite_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
         Some(why) => format!("FAILING ({why})"),
         None => "uploading".to_string(),
     };
-    Some(format!(
-        "offsite: {} {state}; {} bytes in {} segments not offsite yet, {age}; {} bytes in {} objects uploaded since start, {} failed rounds",
-        o.location,
-        o.pending_bytes,
-        o.pending_segments,
-        o.uploaded_bytes,
-        o.uploaded_objects,
-        o.errors
-    ))
+    Some(
+        format!(
+            "offsite: {} {state}; {} bytes in {} segments not offsite yet, {age}; {} bytes in {} objects uploaded since start, {} failed rounds",
+            o.location,
+            o.pending_bytes,
+            o.pending_segments,
+            o.uploaded_bytes,
+            o.uploaded_objects,
+            o.errors
+        ) + &o
+            .stopped
+            .iter()
+            .map(|s| format!("\noffsite: uploads STOPPED for {s}"))
+            .collect::<String>(),
+    )
 }
 
 /// `status --json`'s `offsite` object (`null` when no daemon runs or without `[offsite]`).
@@ -210,7 +216,7 @@ fn offsite_json(dd: &DataDirStatus, now_ms: i64) -> String {
         return "null".to_string();
     };
     format!(
-        "{{\"location\": {}, \"pending_bytes\": {}, \"pending_segments\": {}, \"oldest_pending_age_ms\": {}, \"uploaded_bytes\": {}, \"uploaded_objects\": {}, \"errors\": {}, \"failing\": {}, \"last_manifest_ms\": {}}}",
+        "{{\"location\": {}, \"pending_bytes\": {}, \"pending_segments\": {}, \"oldest_pending_age_ms\": {}, \"uploaded_bytes\": {}, \"uploaded_objects\": {}, \"errors\": {}, \"failing\": {}, \"last_manifest_ms\": {}, \"stopped\": [{}]}}",
         json_string(&o.location),
         o.pending_bytes,
         o.pending_segments,
@@ -224,7 +230,12 @@ fn offsite_json(dd: &DataDirStatus, now_ms: i64) -> String {
         o.failing
             .as_deref()
             .map_or_else(|| "null".to_string(), json_string),
-        opt(o.last_manifest_ms, "null")
+        opt(o.last_manifest_ms, "null"),
+        o.stopped
+            .iter()
+            .map(|s| json_string(s))
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }
 

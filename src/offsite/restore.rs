@@ -256,10 +256,11 @@ fn restore_partition(
             None => rebuild.push(*base),
         }
     }
-    // Segments uploaded without indexes (the active one): rebuilt from their batches, as
-    // recovery does; an aborted-transaction index starts empty (the daemon's load rebuilds
-    // the producer state from the log).
-    for base in rebuild {
+    // Segments uploaded without indexes (the active one) of a live history are recovered by
+    // the log's own loader once in place (indexes, aborted transactions, producer state);
+    // an archived history's are rebuilt from their batches here.
+    let open_base = rebuild.first().copied();
+    for base in rebuild.into_iter().filter(|_| m.archived) {
         write_synced(&work.join(file_name(base, "txnindex")), &[])?;
         let (seg, _) = Segment::open(&work, base, index_interval_bytes, now, true, false)
             .with_context(|| format!("cannot rebuild the indexes of segment {base}"))?;
@@ -298,6 +299,28 @@ fn restore_partition(
     fs::rename(&work, &dest)
         .with_context(|| format!("cannot rename `{}` to `{}`", work.display(), dest.display()))?;
     fsync_dir(to)?;
+    if let (Some(base), false) = (open_base, m.archived) {
+        let tp = TopicPartition::new(m.key.topic.clone(), m.key.partition);
+        let config = crate::log::LogConfig {
+            index_interval_bytes,
+            ..crate::log::LogConfig::default()
+        };
+        let hints = crate::log::loader::CheckpointHints {
+            recovery_point: Some(base),
+            log_start_offset: Some(m.log_start_offset),
+            high_watermark: Some(end),
+        };
+        let loaded = crate::log::loader::load(to, &tp, config, hints, false)
+            .with_context(|| format!("cannot load the restored log of {tp}"))?;
+        if let Some((mut log, _)) = loaded {
+            log.flush()?;
+            log.snapshot_producer_state(true)?;
+            let loaded_end = log.log_end_offset();
+            if loaded_end != end {
+                bail!("the restored log of {tp} ends at {loaded_end}, its manifest at {end}");
+            }
+        }
+    }
     Ok((end, bytes_total))
 }
 

@@ -258,6 +258,15 @@ impl Worker {
         let mut f = self.figures.clone();
         f.pending_bytes = self.parts.values().map(|p| p.pending_bytes).sum();
         f.pending_segments = self.parts.values().map(|p| p.pending_segments).sum();
+        f.stopped = self
+            .parts
+            .iter()
+            .filter_map(|(k, p)| {
+                p.stopped
+                    .as_ref()
+                    .map(|why| format!("{}: {why}", k.describe()))
+            })
+            .collect();
         f.oldest_pending_ms = self
             .parts
             .values()
