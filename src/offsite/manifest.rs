@@ -32,7 +32,8 @@
 //! epoch <epoch> <start offset>                    one per leader-epoch entry
 //! lost <first> <last>                             one per range lost upstream
 //! segment <base> <next offset> <size> <open|closed>
-//! piece <from> <to> <crc32c>                      the segment's pieces, in order
+//! piece <from> <to> <crc32c>                      the segment's pieces, in order (each starts
+//!                                                 inside or at the end of the one before)
 //! index <size> <crc32c>                           a closed segment's three indexes
 //! timeindex <size> <crc32c>
 //! txnindex <size> <crc32c>
@@ -78,8 +79,9 @@ pub struct Indexes {
     pub txnindex: FileSum,
 }
 
-/// One segment: its first `size` bytes are the concatenation of its pieces (the last may
-/// reach past `size` when a truncation cut it).
+/// One segment: its first `size` bytes are its pieces, each from its `from` up to where the
+/// next one starts (a truncation can cut a segment inside a piece, and the bytes appended
+/// after it start a new piece there), the last one cut to `size`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentEntry {
     pub next_offset: i64,
@@ -90,6 +92,24 @@ pub struct SegmentEntry {
 }
 
 impl SegmentEntry {
+    /// Each piece with the end of the bytes it gives the segment: up to where the next piece
+    /// starts (a piece a truncation cut is followed by one starting inside it), or to `size`.
+    pub fn used(&self) -> Vec<(Piece, u64)> {
+        let mut out = Vec::with_capacity(self.pieces.len());
+        for (i, p) in self.pieces.iter().enumerate() {
+            let end = self
+                .pieces
+                .get(i + 1)
+                .map_or(self.size, |n| n.from)
+                .min(p.to)
+                .min(self.size);
+            if end > p.from {
+                out.push((*p, end));
+            }
+        }
+        out
+    }
+
     /// Whether every byte of a closed segment of `size` bytes is in.
     pub fn is_closed(&self) -> bool {
         self.indexes.is_some()
@@ -340,9 +360,16 @@ fn parse(text: &str) -> Result<Manifest> {
                         to: num(parts.next(), "piece end")?,
                         crc: hex(parts.next())?,
                     };
-                    let expect = seg.pieces.last().map_or(0, |l| l.to);
-                    if p.from != expect || p.to <= p.from {
-                        bail!("piece {}..{} does not follow {expect}", p.from, p.to);
+                    let follows = match seg.pieces.last() {
+                        None => p.from == 0,
+                        Some(l) => l.from < p.from && p.from <= l.to,
+                    };
+                    if !follows || p.to <= p.from {
+                        bail!(
+                            "piece {}..{} does not follow the one before it",
+                            p.from,
+                            p.to
+                        );
                     }
                     seg.pieces.push(p);
                 }
@@ -474,6 +501,35 @@ mod tests {
         let changed = text.replace("segment 40 45 50", "segment 40 45 51");
         let e = format!("{:#}", Manifest::parse(&changed, "m").unwrap_err());
         assert!(e.contains("manifest `m`") && e.contains("CRC-32C"), "{e}");
+    }
+
+    #[test]
+    fn a_piece_a_truncation_cut_gives_bytes_up_to_the_next_one() {
+        let piece = |from, to| Piece { from, to, crc: 1 };
+        let seg = SegmentEntry {
+            next_offset: 9,
+            size: 250,
+            pieces: vec![piece(0, 100), piece(100, 200), piece(150, 260)],
+            indexes: None,
+        };
+        assert_eq!(
+            seg.used(),
+            vec![
+                (piece(0, 100), 100),
+                (piece(100, 200), 150),
+                (piece(150, 260), 250)
+            ]
+        );
+        let mut m = sample();
+        m.segments.insert(40, seg);
+        assert_eq!(Manifest::parse(&m.render(), "t").unwrap(), m);
+        // A piece that starts past the end of the one before leaves a hole: refused.
+        let mut m = sample();
+        if let Some(s) = m.segments.get_mut(&40) {
+            s.pieces.push(piece(70, 80));
+            s.size = 80;
+        }
+        assert!(Manifest::parse(&m.render(), "t").is_err());
     }
 
     #[test]

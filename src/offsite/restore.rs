@@ -208,20 +208,22 @@ fn restore_partition(
         let mut f = fs::File::create(&path)
             .with_context(|| format!("cannot create `{}`", path.display()))?;
         let mut written = 0u64;
-        for p in &seg.pieces {
-            if written >= seg.size {
-                break;
+        for (p, used_to) in seg.used() {
+            if p.from != written {
+                bail!(
+                    "segment {base}: a piece starts at byte {} where {written} bytes are written",
+                    p.from
+                );
             }
             let bytes = fetch(
                 o,
-                &m.key.piece(*base, p),
+                &m.key.piece(*base, &p),
                 Some(&FileSum {
                     size: p.to - p.from,
                     crc: p.crc,
                 }),
             )?;
-            let keep = usize::try_from((seg.size - written).min(bytes.len() as u64))
-                .context("piece too large")?;
+            let keep = usize::try_from(used_to - p.from).context("piece too large")?;
             let kept = bytes.get(..keep).unwrap_or_default();
             let walked = walk_batches(kept, |_, _| true)
                 .with_context(|| format!("segment {base}, bytes from {}", p.from))?;

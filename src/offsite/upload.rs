@@ -709,8 +709,12 @@ fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
                     entry.indexes = None;
                     changed = true;
                 }
-                // The last piece wholly inside the local file must match it.
-                if let Some(p) = entry.pieces.iter().rev().find(|p| p.to <= l.size) {
+                // The last piece wholly inside the local file must match it, in the last
+                // segment: only there can a truncation have cut bytes the copy holds, and
+                // checking every segment would read the whole log at each start.
+                if base == last_local
+                    && let Some(p) = entry.pieces.iter().rev().find(|p| p.to <= l.size)
+                {
                     let bytes = read_range(&path, p.from, p.to)?;
                     if crc32c::crc32c(&bytes) != p.crc {
                         bail!(

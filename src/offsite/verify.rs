@@ -119,9 +119,8 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                     ),
                 )?;
             }
-            for p in &seg.pieces {
-                let upto = p.to.min(seg.size);
-                let name = key.piece(*base, p);
+            for (p, upto) in seg.used() {
+                let name = key.piece(*base, &p);
                 let remote = match bucket::get(o, &name) {
                     Ok(Some(b)) => b,
                     Ok(None) => {
