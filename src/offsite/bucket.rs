@@ -7,11 +7,24 @@ use super::settings::Offsite;
 use super::store::{Put, StoreError};
 use anyhow::{Context, Result, bail};
 
-/// Creates object `name` holding `plain` (sealed), unless it exists.
+/// Creates object `name` holding `plain` (sealed), unless it exists. One that exists (put
+/// before a kill, or by a PUT whose answer was lost) is read back and must hold `plain`: a
+/// store may keep the bytes of a PUT it refused, and nothing may take those for a copy.
 pub fn put(o: &Offsite, name: &str, plain: &[u8]) -> Result<Put> {
     let sealed = envelope::seal(o.key.as_ref(), name, plain)
         .with_context(|| format!("cannot seal object `{name}`"))?;
-    Ok(o.store.put_new(&o.object(name), &sealed)?)
+    let put = o.store.put_new(&o.object(name), &sealed)?;
+    if put == Put::Existed {
+        let found = get(o, name)?;
+        if found.as_deref() != Some(plain) {
+            bail!(
+                "object `{}` in {} exists with other bytes than those to upload; objects are never overwritten: move it aside in the bucket (the daemon uploads it again)",
+                o.object(name),
+                o.location
+            );
+        }
+    }
+    Ok(put)
 }
 
 /// The plaintext of object `name`; `None` when there is no such object.

@@ -423,17 +423,14 @@ impl Worker {
             next.generation += 1;
             next.written_ms = now;
             let name = view.key.manifest(next.generation);
-            match bucket::put(&o, &name, next.render().as_bytes())? {
-                super::store::Put::Created => {}
-                super::store::Put::Existed => {
-                    // Another writer got there first: start again from what the bucket says.
+            // Existed: a PUT whose answer was lost, its bytes read back equal. Other bytes
+            // under that name: another writer, or this one's view is stale; the next round
+            // starts again from what the bucket holds.
+            if let Err(e) = bucket::put(&o, &name, next.render().as_bytes()) {
+                if !bucket::is_transient(&e) {
                     self.parts.remove(&view.key);
-                    bail!(
-                        "manifest `{}` exists already: another daemon uploads {} to this bucket and prefix",
-                        o.object(&name),
-                        view.key.describe()
-                    );
                 }
+                return Err(e);
             }
             uploaded.0 += 1;
             self.figures.last_manifest_ms = Some(now);
