@@ -166,10 +166,21 @@ impl StoreError {
             Kind::NoSuchBucket => {
                 format!("bucket `{b}` does not exist at {e}: create it or fix offsite.bucket")
             }
-            Kind::BadCredentials => format!(
-                "{e} refused the credentials ({}): check the offsite access key, secret key and session token",
-                self.code.as_deref().unwrap_or("no code")
-            ),
+            Kind::BadCredentials => {
+                let code = self.code.as_deref().unwrap_or("no code");
+                let check = match code {
+                    "InvalidAccessKeyId" => {
+                        "it knows no such access key id: check offsite.access_key_file (or AWS_ACCESS_KEY_ID)"
+                    }
+                    "SignatureDoesNotMatch" => {
+                        "the secret key is not the access key id's: check offsite.secret_key_file (or AWS_SECRET_ACCESS_KEY)"
+                    }
+                    _ => {
+                        "the session token is invalid or has expired: renew AWS_SESSION_TOKEN, or use offsite.access_key_file and offsite.secret_key_file"
+                    }
+                };
+                format!("{e} refused the credentials ({code}): {check}")
+            }
             Kind::AccessDenied => format!(
                 "the credentials may not {} in bucket `{b}`: grant them s3:ListBucket, s3:GetObject and s3:PutObject on it",
                 self.op

@@ -139,16 +139,22 @@ fn a_missing_bucket_is_named_with_endpoint_key_status_code_and_message() {
 
 #[test]
 fn refused_credentials_are_bad_credentials() {
-    for code in [
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "InvalidToken",
+    // The advice names the setting to check.
+    for (code, setting) in [
+        ("InvalidAccessKeyId", "offsite.access_key_file"),
+        ("SignatureDoesNotMatch", "offsite.secret_key_file"),
+        ("InvalidToken", "AWS_SESSION_TOKEN"),
+        ("ExpiredToken", "AWS_SESSION_TOKEN"),
     ] {
         let e = get_error(s3_error("403 Forbidden", code, "nope"));
         assert_eq!(e.kind, Kind::BadCredentials, "{code}");
         assert_eq!(e.code.as_deref(), Some(code));
         assert!(!e.is_transient());
-        assert!(e.advice().contains(code), "{}", e.advice());
+        let advice = e.advice();
+        assert!(
+            advice.contains(code) && advice.contains(setting),
+            "{advice}"
+        );
     }
 }
 

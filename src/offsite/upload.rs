@@ -154,6 +154,9 @@ struct Worker {
     figures: OffsiteLive,
     /// What the current failure was said as, while uploads fail.
     failing: Option<String>,
+    /// The cause of the last ERROR said while uploads fail: a store that was unreachable
+    /// (a WARN) and then refuses the bucket or the credentials says so too, once.
+    said_error: Option<String>,
     backoff: Duration,
     said_no_cluster: bool,
 }
@@ -178,6 +181,7 @@ impl Worker {
             parts: BTreeMap::new(),
             figures,
             failing: None,
+            said_error: None,
             backoff: BACKOFF_FIRST,
             said_no_cluster: false,
         }
@@ -220,6 +224,7 @@ impl Worker {
                             self.o.location
                         );
                     }
+                    self.said_error = None;
                     self.figures.failing = None;
                     self.backoff = BACKOFF_FIRST;
                     self.tick()
@@ -227,18 +232,27 @@ impl Worker {
                 Err(e) => {
                     self.figures.errors += 1;
                     let text = describe(&self.o, &e);
-                    if self.failing.is_none() {
-                        if bucket::is_transient(&e) {
+                    if bucket::is_transient(&e) {
+                        if self.failing.is_none() {
                             crate::log_warn!(
                                 "offsite: uploads to {} fail ({text}); following goes on, uploads are retried with backoff",
                                 self.o.location
                             );
-                        } else {
+                        }
+                    } else {
+                        // Said once per cause (the advice, not the store's words, which
+                        // change from one request to the next).
+                        let cause =
+                            bucket::store_error(&e).map_or_else(|| text.clone(), |se| se.advice());
+                        if self.said_error.as_ref() != Some(&cause) {
                             crate::log_error!(
                                 "offsite: uploads to {} fail: {text}; following goes on, uploads are retried",
                                 self.o.location
                             );
+                            self.said_error = Some(cause);
                         }
+                    }
+                    if self.failing.is_none() {
                         self.failing = Some(text.clone());
                     }
                     self.figures.failing = Some(text);
@@ -481,10 +495,11 @@ fn jitter(d: Duration) -> Duration {
     d.mul_f64(factor)
 }
 
-/// One line for a failed round: the store's own words and what to check.
+/// One line for a failed round: what to check, then the store's own words (`S3 GET: HTTP 403
+/// RequestTimeTooSkewed: …`), which the advice alone would hide.
 fn describe(o: &Offsite, e: &anyhow::Error) -> String {
     match bucket::store_error(e) {
-        Some(se) => se.advice(),
+        Some(se) => format!("{} (S3 {}: {})", se.advice(), se.op, se.detail),
         None => format!("{e:#} ({})", o.location),
     }
 }
