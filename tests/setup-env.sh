@@ -22,22 +22,23 @@ fi
 # with certificates the openssl CLI makes; tests/it/cli/man_page.rs rebuilds the man page with
 # help2man and renders it with man (man-db); tests/it/cli/alert_rules.rs checks and tests the
 # shipped alert rules with promtool (prometheus; the service the package may start is stopped
-# and disabled: the tests run promtool alone).
+# and disabled: the tests run promtool alone); tests/it/faults/offsite_store.rs runs the daemon
+# with its clock two hours ahead under libfaketime (faketime).
 # Installed from
 # Debian when missing and when we may (root, as in CI); otherwise those tests fail saying what
 # is missing.
 if { ! command -v systemd-analyze >/dev/null || [ ! -x /bin/kill ] || ! command -v strace >/dev/null \
     || ! command -v kcat >/dev/null || ! command -v socat >/dev/null || ! command -v stunnel4 >/dev/null \
     || ! command -v openssl >/dev/null || ! command -v help2man >/dev/null || ! command -v man >/dev/null \
-    || ! command -v promtool >/dev/null; } \
+    || ! command -v promtool >/dev/null || ! command -v faketime >/dev/null; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing systemd, procps, strace, kcat, socat, stunnel4, openssl, help2man, man-db and prometheus (promtool) from Debian (for tests/it: cli::units, cli::unit_syscalls, serve::clients, security::tls, cli::man_page, cli::install_block, cli::alert_rules)"
-    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl help2man man-db >/dev/null \
+    echo "== installing systemd, procps, strace, kcat, socat, stunnel4, openssl, help2man, man-db, faketime and prometheus (promtool) from Debian (for tests/it: cli::units, cli::unit_syscalls, serve::clients, security::tls, cli::man_page, cli::install_block, cli::alert_rules, faults::offsite_store)"
+    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd procps strace kcat socat stunnel4 openssl help2man man-db faketime >/dev/null \
         && if ! command -v promtool >/dev/null; then
             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
                 && { systemctl disable --now prometheus >/dev/null 2>&1 || true; }
         fi; } \
-        || echo "== could not install them: tests/it's cli::units, cli::unit_syscalls, serve::clients, security::tls, cli::man_page, cli::install_block and cli::alert_rules will say what is missing"
+        || echo "== could not install them: tests/it's cli::units, cli::unit_syscalls, serve::clients, security::tls, cli::man_page, cli::install_block, cli::alert_rules and faults::offsite_store will say what is missing"
 fi
 
 # Apache Kafka itself (tests/kafka.rs with tests/kafka/, and tests/kafka_3_9.rs): the jars

@@ -11,6 +11,7 @@ mod kill_loop;
 mod leader_failover;
 mod leader_storms;
 mod missing_segment;
+mod offsite_store;
 mod open_files_budget;
 mod repair_bit_rot;
 mod repair_hole;
