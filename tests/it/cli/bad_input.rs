@@ -4,14 +4,46 @@
 //! fails this test: the list and the program cannot drift apart.
 
 use crate::support;
-use crate::support::run_cli as run;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The offsite credentials the environment may give, and systemd's credentials folder: the
+/// cases run without them, so that what they test is the configuration's.
+const CREDENTIAL_ENV: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "CREDENTIALS_DIRECTORY",
+];
+
+/// Runs the binary with `args`, without [`CREDENTIAL_ENV`]: (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    run_with(args, &[])
+}
+
+fn run_with(args: &[&str], env: &[(&str, &Path)]) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(support::bin());
+    for var in CREDENTIAL_ENV {
+        cmd.env_remove(var);
+    }
+    let out = cmd
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run binary");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 /// The heading of the README section this test holds the program to.
 const SECTION: &str = "#### Bad input and what it says";
 
-/// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `CMD`, `PID`, `line N`
-/// not yet filled in) and where the message goes.
+/// One README row: its exit code, its message (placeholders `FILE`, `DIR`, `KEYFILE`, `CMD`,
+/// `PID`, `line N` not yet filled in) and where the message goes.
 struct Row {
     name: String,
     exit: i32,
@@ -55,6 +87,8 @@ struct Setup {
     file: PathBuf,
     dir: PathBuf,
     line: Option<usize>,
+    /// The secret or key file the row's key names (`KEYFILE`).
+    keyfile: Option<PathBuf>,
     /// Held while the case runs: the data-dir lock, as a running daemon holds it.
     _lock: Option<std::fs::File>,
 }
@@ -87,7 +121,46 @@ impl Scratch {
             file: self.file(),
             dir: self.dir(),
             line: None,
+            keyfile: None,
             _lock: None,
+        }
+    }
+
+    /// A config with an `[offsite]` section whose credential and key files (mode 0600) are
+    /// in `creds/`, after `spoil` changed them; `key` is the key whose line is `N` and whose
+    /// file is `KEYFILE`.
+    fn offsite(&self, key: &str, spoil: impl FnOnce(&Path)) -> Setup {
+        let creds = self.0.path().join("creds");
+        std::fs::create_dir(&creds).unwrap();
+        for (name, text) in [
+            ("access", "AKIDEXAMPLE\n"),
+            ("secret", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n"),
+            ("key", &format!("{}\n", "0f".repeat(32))),
+        ] {
+            let p = creds.join(name);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let section = format!(
+            "[offsite]\nendpoint = \"http://127.0.0.1:1\"\nbucket = \"replica\"\n\
+             access_key_file = \"{0}/access\"\nsecret_key_file = \"{0}/secret\"\n\
+             encryption_key_file = \"{0}/key\"\n",
+            creds.display()
+        );
+        spoil(&creds);
+        let text = format!("{BASE}topic = \"orders\"\n{section}")
+            .replace("DIR", &self.dir().display().to_string());
+        let line = text
+            .lines()
+            .position(|l| l.starts_with(&format!("{key} = ")))
+            .map(|i| i + 1);
+        let keyfile = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = \"")))
+            .map(|v| PathBuf::from(v.trim_end_matches('"')));
+        Setup {
+            keyfile,
+            ..self.config_text(&text, line)
         }
     }
 
@@ -444,6 +517,37 @@ const CONFIG_CASES: &[(&str, &str, Option<usize>)] = &[
         "topic = \"orders\"\n[serve]\nfollower_addresses = [\"10.0.0.0/40\"]\n",
         Some(6),
     ),
+    (
+        "bad `offsite.endpoint` (not an http:// or https:// URL)",
+        "topic = \"orders\"\n[offsite]\nendpoint = \"ftp://store:9000\"\nbucket = \"replica\"\n",
+        Some(6),
+    ),
+    (
+        "bad `offsite.bucket`",
+        "topic = \"orders\"\n[offsite]\nendpoint = \"http://store:9000\"\nbucket = \"My_Bucket\"\n",
+        Some(7),
+    ),
+    (
+        "`offsite.prefix` starting with `/`",
+        "topic = \"orders\"\n[offsite]\nendpoint = \"http://store:9000\"\nbucket = \"replica\"\nprefix = \"/replica\"\n",
+        Some(8),
+    ),
+    (
+        "`offsite.max_delay_ms` not positive",
+        "topic = \"orders\"\n[offsite]\nendpoint = \"http://store:9000\"\nbucket = \"replica\"\nmax_delay_ms = 0\n",
+        Some(8),
+    ),
+    (
+        "unknown key in `[offsite]`",
+        "topic = \"orders\"\n[offsite]\nendpoint = \"http://store:9000\"\nbucket = \"replica\"\nsecret_key = \"s3cret\"\n",
+        Some(8),
+    ),
+    // The section's header is the line: the key is missing.
+    (
+        "neither `offsite.access_key_file` nor `AWS_ACCESS_KEY_ID`",
+        "topic = \"orders\"\n[offsite]\nendpoint = \"http://store:9000\"\nbucket = \"replica\"\n",
+        Some(5),
+    ),
 ];
 
 /// Makes a case's files and says what to run.
@@ -532,6 +636,39 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
             ],
         )
     }),
+    ("`offsite.access_key_file` missing", |s| {
+        s.offsite("access_key_file", |creds| {
+            std::fs::remove_file(creds.join("access")).unwrap();
+        })
+    }),
+    (
+        "`offsite.access_key_file` readable by its group (mode 0640; the same for each key file)",
+        |s| {
+            s.offsite("access_key_file", |creds| {
+                let mode = std::fs::Permissions::from_mode(0o640);
+                std::fs::set_permissions(creds.join("access"), mode).unwrap();
+            })
+        },
+    ),
+    ("`offsite.access_key_file` empty", |s| {
+        s.offsite("access_key_file", |creds| {
+            std::fs::write(creds.join("access"), "\n").unwrap();
+        })
+    }),
+    ("`offsite.encryption_key_file` not 64 hex digits", |s| {
+        s.offsite("encryption_key_file", |creds| {
+            std::fs::write(creds.join("key"), "0123456789abcdef\n").unwrap();
+        })
+    }),
+    (
+        "`offsite.encryption_key_file` readable by others (mode 0644)",
+        |s| {
+            s.offsite("encryption_key_file", |creds| {
+                let mode = std::fs::Permissions::from_mode(0o644);
+                std::fs::set_permissions(creds.join("key"), mode).unwrap();
+            })
+        },
+    ),
     ("`verify` finding a problem (one line per problem)", |s| {
         // Stopped cleanly: the garbage is damage, not the torn tail of an unclean stop (a note).
         let garbage: &[u8] = &[b'x'; 100];
@@ -574,12 +711,14 @@ fn case_names() -> impl Iterator<Item = &'static str> {
 fn fill(message: &str, setup: &Setup, cmd: &str) -> String {
     let file = setup.file.display().to_string();
     let dir = setup.dir.display().to_string();
+    let keyfile = setup.keyfile.as_ref().map(|k| k.display().to_string());
     let line = setup.line.map(|n| format!("line {n}"));
     let pid = std::process::id().to_string();
     let mut out = String::new();
     let mut rest = message;
     while !rest.is_empty() {
         let token: Option<(&str, &str)> = [
+            ("KEYFILE", keyfile.as_deref()),
             ("FILE", Some(file.as_str())),
             ("DIR", Some(dir.as_str())),
             ("CMD", Some(cmd)),
@@ -638,4 +777,74 @@ fn every_bad_input_in_the_readme_gets_its_exit_code_and_message() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Not a README row, as it is not bad input: a systemd credential (`LoadCredential=`, root's
+/// and group-readable, mode 0440, under `$CREDENTIALS_DIRECTORY`) is taken for each offsite
+/// key file as for `security.sasl_password_file`; the same files with no
+/// `$CREDENTIALS_DIRECTORY`, or outside it, are refused naming the key and the file.
+#[test]
+fn offsite_key_files_may_be_systemd_credentials_as_the_sasl_password_file() {
+    let scratch = Scratch(tempfile::tempdir().unwrap());
+    let creds = scratch.0.path().join("credentials");
+    std::fs::create_dir(&creds).unwrap();
+    for (name, text) in [
+        ("access", "AKIDEXAMPLE".to_string()),
+        (
+            "secret",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_string(),
+        ),
+        ("key", "0f".repeat(32)),
+        ("kafka-password", "s3cret".to_string()),
+    ] {
+        let p = creds.join(name);
+        std::fs::write(&p, format!("{text}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o440)).unwrap();
+    }
+    let text = format!(
+        "data_dir = \"{}\"\nbootstrap_servers = [\"127.0.0.1:1\"]\n[[follow]]\ntopic = \"orders\"\n\
+         [security]\nprotocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"replica\"\nsasl_password_file = \"{1}/kafka-password\"\n\
+         [offsite]\nendpoint = \"http://127.0.0.1:1\"\nbucket = \"replica\"\n\
+         access_key_file = \"{1}/access\"\nsecret_key_file = \"{1}/secret\"\n\
+         encryption_key_file = \"{1}/key\"\n",
+        scratch.dir().display(),
+        creds.display()
+    );
+    std::fs::write(scratch.file(), text).unwrap();
+    let file = scratch.file();
+    let args = ["check-config", "--config", file.to_str().unwrap()];
+
+    let (code, out, err) = run_with(&args, &[("CREDENTIALS_DIRECTORY", &creds)]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains(": ok ("), "{out}");
+
+    let elsewhere = scratch.0.path().join("elsewhere");
+    for credentials_directory in [None, Some(elsewhere.as_path())] {
+        let env: Vec<(&str, &Path)> = credentials_directory
+            .map(|d| ("CREDENTIALS_DIRECTORY", d))
+            .into_iter()
+            .collect();
+        let (code, out, err) = run_with(&args, &env);
+        assert_eq!(code, Some(2), "{out}{err}");
+        // The first file read is refused: the SASL password's, as before this section.
+        let expected = format!(
+            "key `security.sasl_password_file`: `{}/kafka-password` has mode 0440",
+            creds.display()
+        );
+        assert!(err.contains(&expected), "{expected:?} not in {err}");
+    }
+    // With the SASL password a credential no more, the offsite keys are refused in turn.
+    std::fs::set_permissions(
+        creds.join("kafka-password"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let (code, out, err) = run(&args);
+    assert_eq!(code, Some(2), "{out}{err}");
+    let expected = format!(
+        "line 13: key `offsite.access_key_file`: `{}/access` has mode 0440",
+        creds.display()
+    );
+    assert!(err.contains(&expected), "{expected:?} not in {err}");
 }
