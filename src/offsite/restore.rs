@@ -9,9 +9,9 @@
 //! deleted locally are back too.
 
 use super::bucket;
+use super::local::walk_batches;
 use super::manifest::{FileSum, Manifest, PartitionKey};
 use super::settings::Offsite;
-use super::upload::walk_batches;
 use crate::checkpoint::{TopicPartition, fsync_dir};
 use crate::log::data_dir::DataDir;
 use crate::log::format::segment::{Segment, file_name};

@@ -15,18 +15,21 @@
 //! uploaded twice.
 
 use super::bucket;
+use super::local::{
+    LocalSegment, LocalView, archived_view, durable_end, live_view, offsite_end, read_range,
+    walk_batches, walk_window,
+};
 use super::manifest::{FileSum, Indexes, Manifest, PartitionKey, Piece, SegmentEntry};
+use super::reconcile::{adopt_orphans, merge_epochs, reconcile};
 use super::settings::Offsite;
-use crate::checkpoint::TopicPartition;
 use crate::live::{Live, OffsiteLive};
 use crate::log::data_dir::DataDir;
-use crate::log::manager::{LogManager, RetentionHold, lock_log};
+use crate::log::manager::{LogManager, RetentionHold};
 use crate::record::BatchHeader;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,33 +39,6 @@ pub const PIECE_MAX: u64 = 16 << 20;
 /// Backoff after a failed round: doubles from the first to the last, with jitter.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
-
-/// One segment of a local log, as a round found it.
-#[derive(Debug, Clone)]
-struct LocalSegment {
-    base: i64,
-    size: u64,
-    next_offset: i64,
-    /// Rolled (or archived): its bytes and indexes are final.
-    closed: bool,
-}
-
-/// A local log (or archived history) as one round sees it.
-#[derive(Debug, Clone)]
-struct LocalView {
-    key: PartitionKey,
-    tp: Option<TopicPartition>,
-    dir: PathBuf,
-    archived: bool,
-    log_start: i64,
-    /// Offsets below this are fsynced: only they go up.
-    durable: i64,
-    /// Moves on every truncation of the log.
-    generation: u64,
-    segments: Vec<LocalSegment>,
-    epochs: Vec<(i32, i64)>,
-    lost: Vec<(i64, i64)>,
-}
 
 /// What the uploader knows of one partition history.
 #[derive(Debug)]
@@ -504,303 +480,6 @@ fn describe(o: &Offsite, e: &anyhow::Error) -> String {
     }
 }
 
-fn live_view(
-    cluster: &str,
-    tp: &TopicPartition,
-    log: &crate::log::manager::SharedLog,
-) -> Option<LocalView> {
-    let log = lock_log(log);
-    if log.is_retired() || log.failed().is_some() {
-        return None;
-    }
-    let count = log.segments().count();
-    let segments = log
-        .segments()
-        .enumerate()
-        .map(|(i, s)| LocalSegment {
-            base: s.base_offset,
-            size: s.size(),
-            next_offset: s.next_offset(),
-            closed: i + 1 < count,
-        })
-        .collect();
-    Some(LocalView {
-        key: PartitionKey {
-            cluster_id: cluster.to_string(),
-            topic: tp.topic.clone(),
-            topic_id: log.topic_id(),
-            partition: tp.partition,
-        },
-        tp: Some(tp.clone()),
-        dir: log.dir.clone(),
-        archived: false,
-        log_start: log.log_start_offset(),
-        durable: log.recovery_point(),
-        generation: log.generation(),
-        segments,
-        epochs: log.epoch_cache().entries().to_vec(),
-        lost: log.lost_upstream().to_vec(),
-    })
-}
-
-/// An archived history, read from its directory: nothing writes to it any more, so every
-/// segment is closed and every byte durable.
-fn archived_view(key: PartitionKey, dir: &Path) -> Result<LocalView> {
-    let bases = crate::log::partition::list_segment_bases(dir)?;
-    let mut segments = Vec::new();
-    for (i, base) in bases.iter().enumerate() {
-        let path = dir.join(crate::log::format::segment::file_name(*base, "log"));
-        let size = fs::metadata(&path)
-            .with_context(|| format!("cannot read `{}`", path.display()))?
-            .len();
-        let next_offset = match bases.get(i + 1) {
-            Some(n) => *n,
-            None => last_offset_in(&path, size)?.map_or(*base, |l| l + 1),
-        };
-        segments.push(LocalSegment {
-            base: *base,
-            size,
-            next_offset,
-            closed: true,
-        });
-    }
-    let epochs = crate::checkpoint::read_epochs(&dir.join(DataDir::LEADER_EPOCH))?;
-    let lost = crate::checkpoint::read_ranges(&dir.join(DataDir::LOST_UPSTREAM))?;
-    Ok(LocalView {
-        key,
-        tp: None,
-        dir: dir.to_path_buf(),
-        archived: true,
-        log_start: bases.first().copied().unwrap_or(0),
-        durable: i64::MAX,
-        generation: 0,
-        segments,
-        epochs,
-        lost,
-    })
-}
-
-/// The last offset of the last batch in the first `size` bytes of a segment file.
-fn last_offset_in(path: &Path, size: u64) -> Result<Option<i64>> {
-    let bytes = read_range(path, 0, size)?;
-    let mut last = None;
-    walk_batches(&bytes, |h, _| {
-        last = Some(h.last_offset);
-        true
-    })
-    .with_context(|| format!("`{}`", path.display()))?;
-    Ok(last)
-}
-
-/// Bytes [from, to) of a file.
-pub fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>> {
-    let mut f =
-        fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
-    f.seek(SeekFrom::Start(from))
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
-    let len = usize::try_from(to.saturating_sub(from)).context("range too large")?;
-    let mut buf = vec![0u8; len];
-    f.read_exact(&mut buf).with_context(|| {
-        format!(
-            "cannot read bytes {from}..{to} of `{}` (it is shorter)",
-            path.display()
-        )
-    })?;
-    Ok(buf)
-}
-
-/// Calls `f(header, end position)` for each whole batch in `bytes`, checking its CRC, until
-/// `f` says stop; errors on a damaged batch or a partial one at the end. Returns where the
-/// walk stopped.
-pub fn walk_batches(bytes: &[u8], f: impl FnMut(&BatchHeader, usize) -> bool) -> Result<usize> {
-    walk(bytes, false, f)
-}
-
-/// [`walk_batches`] over a window of a file that may end inside a batch: the walk stops
-/// before that batch.
-fn walk_window(bytes: &[u8], f: impl FnMut(&BatchHeader, usize) -> bool) -> Result<usize> {
-    walk(bytes, true, f)
-}
-
-fn walk(
-    bytes: &[u8],
-    partial_tail: bool,
-    mut f: impl FnMut(&BatchHeader, usize) -> bool,
-) -> Result<usize> {
-    let mut pos = 0usize;
-    while pos < bytes.len() {
-        let rest = bytes.get(pos..).unwrap_or_default();
-        let h = match BatchHeader::parse(rest, usize::MAX) {
-            Ok(h) => h,
-            Err(crate::record::BatchError::Truncated { .. }) if partial_tail => break,
-            Err(e) => anyhow::bail!("batch at byte {pos}: {e}"),
-        };
-        let end = pos + h.size_in_bytes;
-        let batch = bytes.get(pos..end).unwrap_or_default();
-        h.verify_crc(batch)
-            .map_err(|e| anyhow::anyhow!("batch at byte {pos} (offset {}): {e}", h.base_offset))?;
-        if !f(&h, end) {
-            break;
-        }
-        pos = end;
-    }
-    Ok(pos)
-}
-
-/// Where the durable bytes of the view end: (segment base, byte position) of the last
-/// segment with any.
-fn durable_end(view: &LocalView) -> (i64, u64) {
-    view.segments
-        .iter()
-        .rev()
-        .find(|s| s.size > 0)
-        .map_or((i64::MIN, 0), |s| (s.base, s.size))
-}
-
-/// Where the bytes offsite stop being contiguous with the local log: the first local
-/// segment not wholly offsite, and how much of it is.
-fn offsite_end(m: &Manifest, view: &LocalView) -> (i64, u64) {
-    for s in &view.segments {
-        let have = m.segments.get(&s.base).map_or(0, |e| e.size);
-        if have < s.size {
-            return (s.base, have);
-        }
-    }
-    (i64::MAX, 0)
-}
-
-/// Brings the manifest in line with a log that was truncated (the removed bytes, when
-/// committed, are in `diverged/` and go up as files): segments the truncation removed leave
-/// it, a segment it cut is cut. Segments below the local log start (retention) and missing
-/// from the middle (damage) stay. The kept bytes are checked against the local ones.
-fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
-    let mut changed = false;
-    let Some(first_local) = view.segments.first().map(|s| s.base) else {
-        return Ok(false);
-    };
-    let last_local = view
-        .segments
-        .iter()
-        .rev()
-        .find(|s| s.size > 0)
-        .map_or(first_local, |s| s.base);
-    let bases: Vec<i64> = m.segments.keys().copied().collect();
-    for base in bases {
-        if base < first_local {
-            continue;
-        }
-        let local = view.segments.iter().find(|s| s.base == base);
-        let Some(entry) = m.segments.get_mut(&base) else {
-            continue;
-        };
-        match local {
-            None if base > last_local => {
-                crate::log_info!(
-                    "offsite: {}: segment {base} was truncated away locally; the next manifest leaves it out (its committed batches are in diverged/)",
-                    view.key.describe()
-                );
-                m.segments.remove(&base);
-                changed = true;
-            }
-            None => {}
-            Some(l) => {
-                let path = view
-                    .dir
-                    .join(crate::log::format::segment::file_name(base, "log"));
-                if l.size < entry.size {
-                    if base != last_local {
-                        bail!(
-                            "segment {base} holds {} bytes locally and {} offsite, and it is not the last one",
-                            l.size,
-                            entry.size
-                        );
-                    }
-                    entry.pieces.retain(|p| p.from < l.size);
-                    entry.size = l.size;
-                    entry.next_offset = l.next_offset;
-                    entry.indexes = None;
-                    changed = true;
-                }
-                // The last piece wholly inside the local file must match it, in the last
-                // segment: only there can a truncation have cut bytes the copy holds, and
-                // checking every segment would read the whole log at each start.
-                if base == last_local
-                    && let Some(p) = entry.pieces.iter().rev().find(|p| p.to <= l.size)
-                {
-                    let bytes = read_range(&path, p.from, p.to)?;
-                    if crc32c::crc32c(&bytes) != p.crc {
-                        bail!(
-                            "bytes {}..{} of segment {base} differ from their copy offsite",
-                            p.from,
-                            p.to
-                        );
-                    }
-                }
-            }
-        }
-    }
-    Ok(changed)
-}
-
-/// Takes into the manifest the pieces a killed run uploaded after its last manifest, when
-/// they continue a segment and match the local bytes, so they are not uploaded again.
-fn adopt_orphans(o: &Offsite, m: &mut Manifest, view: &LocalView) -> Result<bool> {
-    let mut changed = false;
-    for seg in &view.segments {
-        let have = m.segments.get(&seg.base).map_or(0, |e| e.size);
-        if have >= seg.size
-            || m.segments
-                .get(&seg.base)
-                .is_some_and(SegmentEntry::is_closed)
-        {
-            continue;
-        }
-        let prefix = view.key.pieces_of(seg.base);
-        let listing = o.store.list(&o.object(&prefix), None)?;
-        let mut found: BTreeMap<u64, Piece> = BTreeMap::new();
-        for (name, _) in &listing.objects {
-            if let Some(p) = name
-                .strip_prefix(&o.object(&prefix))
-                .and_then(super::manifest::parse_piece_name)
-            {
-                found.insert(p.from, p);
-            }
-        }
-        let path = view
-            .dir
-            .join(crate::log::format::segment::file_name(seg.base, "log"));
-        let mut at = have;
-        while let Some(p) = found.get(&at).copied() {
-            if p.to > seg.size {
-                break;
-            }
-            let bytes = read_range(&path, p.from, p.to)?;
-            if crc32c::crc32c(&bytes) != p.crc {
-                break;
-            }
-            let mut last = None;
-            walk_batches(&bytes, |h, _| {
-                last = Some(h.last_offset);
-                true
-            })?;
-            let entry = m.segments.entry(seg.base).or_insert(SegmentEntry {
-                next_offset: seg.base,
-                size: 0,
-                pieces: Vec::new(),
-                indexes: None,
-            });
-            entry.pieces.push(p);
-            entry.size = p.to;
-            if let Some(l) = last {
-                entry.next_offset = l + 1;
-            }
-            at = p.to;
-            changed = true;
-        }
-    }
-    Ok(changed)
-}
-
 /// Uploads what `seg` has that the manifest lacks: for a closed segment all of it and its
 /// indexes, for the active one its durable tail when `tail_due`.
 fn upload_segment(
@@ -993,43 +672,4 @@ fn upload_files(
         }
     }
     Ok(changed)
-}
-
-/// The epochs of the whole history: those the bucket has below the local log's first epoch
-/// (retention moved the local file's start up), then the local ones, the first starting
-/// where the bucket says it did.
-pub fn merge_epochs(offsite: &[(i32, i64)], local: &[(i32, i64)]) -> Vec<(i32, i64)> {
-    let Some(&(first_epoch, first_start)) = local.first() else {
-        return offsite.to_vec();
-    };
-    let mut out: Vec<(i32, i64)> = offsite
-        .iter()
-        .copied()
-        .filter(|(e, _)| *e < first_epoch)
-        .collect();
-    let start = offsite
-        .iter()
-        .find(|(e, _)| *e == first_epoch)
-        .map_or(first_start, |(_, s)| (*s).min(first_start));
-    out.push((first_epoch, start));
-    out.extend(local.iter().skip(1).copied());
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn epochs_merge_keeps_the_history_retention_cut_locally() {
-        let offsite = [(0, 0), (2, 100), (5, 300)];
-        assert_eq!(
-            merge_epochs(&offsite, &[(2, 150), (5, 300), (6, 400)]),
-            vec![(0, 0), (2, 100), (5, 300), (6, 400)]
-        );
-        // A truncation dropped the local epoch 5: so does the merge.
-        assert_eq!(merge_epochs(&offsite, &[(2, 150)]), vec![(0, 0), (2, 100)]);
-        assert_eq!(merge_epochs(&[], &[(1, 5)]), vec![(1, 5)]);
-        assert_eq!(merge_epochs(&offsite, &[]), offsite.to_vec());
-    }
 }

@@ -9,9 +9,9 @@
 //! expected, and counted.
 
 use super::bucket;
+use super::local::{read_range, walk_batches};
 use super::manifest::{FileSum, PartitionKey};
 use super::settings::Offsite;
-use super::upload::{read_range, walk_batches};
 use crate::log::data_dir::DataDir;
 use crate::log::format::segment::file_name;
 use anyhow::{Context, Result};
