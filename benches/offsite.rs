@@ -6,23 +6,24 @@
 //! (16 MiB, the largest piece the uploader puts), from four distinct pseudo-random buffers:
 //! 1. `disk`: the pieces written to one file in `target/bench/offsite` (the filesystem of the
 //!    replica's data dirs here), then `fsync`: the rate the replica itself writes at best.
-//! 2. `copy`: each piece copied into a new buffer, what sealing costs before its own work;
-//!    `seal`: `envelope::seal` of every piece, plain (CRC-32C) and encrypted (AES-256-GCM in
-//!    64 KiB chunks): the CPU the uploader spends before any byte leaves.
+//! 2. What the uploader spends before any byte leaves: `copy`, each piece copied into a new
+//!    buffer (what sealing costs before its own work); `sha256`, the SHA-256 every PUT sends
+//!    as its checksum; `seal`, `envelope::seal` of every piece, plain (CRC-32C) and encrypted
+//!    (AES-256-GCM in 64 KiB chunks).
 //! 3. `put`: `bucket::put` of every piece (seal, SHA-256 of the body, the existence check,
 //!    the conditional PUT), plain and encrypted, to each S3 server on loopback, straight to
 //!    the server (not through the test proxy): s3s-fs (Rust, stores files, checks the SigV4
-//!    signature and the SHA-256) and moto (Python, keeps objects in memory).
+//!    signature and the SHA-256) and moto (Python).
 //!
 //! The client's CPU is that of the bench's one working thread (`CLOCK_THREAD_CPUTIME_ID`; the
 //! daemon's uploader is one thread too, and the bench's other threads are the idle test
 //! proxies, whose CPU is reported apart), the server's is utime + stime from
-//! `/proc/<pid>/stat`, over the same window; the seconds each waited for a CPU while runnable
-//! come from `schedstat`, so the other load of a shared machine shows. A `sync` (untimed) before each timed
-//! part keeps one part's write-back out of the next. The figures are medians over `--reps N`
-//! (3); plain and encrypted alternate which goes first. The ratios are taken per repetition,
-//! from parts measured minutes apart at most, then their median is shown: the machine is
-//! shared and noisy.
+//! `/proc/<pid>/stat`, over the same window; the seconds each waited for a CPU while
+//! runnable come from `schedstat`, so the other load of a shared machine shows. A `sync`
+//! (untimed) before each timed part keeps one part's write-back out of the next. The figures
+//! are medians over `--reps N` (3); plain and encrypted alternate which goes first. The
+//! ratios are taken per repetition, from parts measured a minute apart at most, then their
+//! median is shown: the machine is shared and noisy.
 //!
 //! MB is 10^6 bytes, GB 10^9.
 #![allow(
@@ -44,6 +45,7 @@ use replica_follower::offsite::envelope::{self, Key};
 use replica_follower::offsite::settings::Offsite;
 use replica_follower::offsite::store::{Put, Store, StoreSettings};
 use replica_follower::offsite::{bucket, upload};
+use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -200,6 +202,15 @@ fn copy(bufs: &[Vec<u8>], total: u64, tck: f64) -> Run {
     })
 }
 
+/// The SHA-256 `Store::put_new` sends as `x-amz-checksum-sha256`, alone.
+fn sha256(bufs: &[Vec<u8>], total: u64, tck: f64) -> Run {
+    measure(total, None, tck, || {
+        for (_, p) in pieces(bufs, total) {
+            std::hint::black_box(Sha256::digest(p));
+        }
+    })
+}
+
 fn seal(key: Option<&Key>, bufs: &[Vec<u8>], total: u64, tck: f64) -> Run {
     measure(total, None, tck, || {
         for (i, p) in pieces(bufs, total) {
@@ -335,6 +346,7 @@ fn main() {
 
     let mut disk = Row::new("disk write + fsync", None);
     let mut copied = Row::new("copy to a new buffer", None);
+    let mut hashed = Row::new("SHA-256 (the PUT's)", None);
     let mut seal_plain = Row::new("seal, plain", None);
     let mut seal_enc = Row::new("seal, encrypted", None);
     let mut puts: Vec<(Row, Row)> = started
@@ -356,6 +368,7 @@ fn main() {
         let plain_first = rep % 2 == 1;
         disk.runs.push(disk_write(dir.path(), &bufs, total, tck));
         copied.runs.push(copy(&bufs, total, tck));
+        hashed.runs.push(sha256(&bufs, total, tck));
         let order = if plain_first {
             [None, Some(&key)]
         } else {
@@ -384,7 +397,7 @@ fn main() {
                 }
             }
         }
-        let line: Vec<String> = [&disk, &copied, &seal_plain, &seal_enc]
+        let line: Vec<String> = [&disk, &copied, &hashed, &seal_plain, &seal_enc]
             .into_iter()
             .chain(puts.iter().flat_map(|(a, b)| [a, b]))
             .map(|r| {
@@ -406,12 +419,12 @@ fn main() {
         PIECE >> 20
     );
     println!(
-        "| part                      | MB/s   | client CPU s/GB | server CPU s/GB | client run+wait % | server run+wait % | bound by | every run (MB/s) |"
+        "| part                      | MB/s    | client CPU s/GB | server CPU s/GB | client run+wait % | server run+wait % | bound by | every run (MB/s) |"
     );
     println!(
-        "|---------------------------|--------|-----------------|-----------------|-------------------|-------------------|----------|------------------|"
+        "|---------------------------|---------|-----------------|-----------------|-------------------|-------------------|----------|------------------|"
     );
-    let all: Vec<&Row> = [&disk, &copied, &seal_plain, &seal_enc]
+    let all: Vec<&Row> = [&disk, &copied, &hashed, &seal_plain, &seal_enc]
         .into_iter()
         .chain(puts.iter().flat_map(|(a, b)| [a, b]))
         .collect();
@@ -425,7 +438,7 @@ fn main() {
             ("-".to_string(), "-".to_string())
         };
         println!(
-            "| {:<25} | {:>6.1} | {:>15.2} | {:>15} | {:>17} | {:>17} | {:<8} | {} |",
+            "| {:<25} | {:>7.1} | {:>15.2} | {:>15} | {:>17} | {:>17} | {:<8} | {} |",
             r.name,
             r.med(Run::mb_s),
             r.med(Run::cpu_per_gb),
