@@ -153,6 +153,11 @@ impl S3Server {
         }
     }
 
+    /// The server's process id (for its CPU time in `/proc/<pid>/stat`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// s3s-fs's root folder (the bucket is `root/<bucket>`); None for moto.
     pub fn root(&self) -> Option<PathBuf> {
         (self.kind == Kind::S3sFs).then(|| self.dir.path().join("root"))
