@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offsite copies (issue 23), side by side in one run: the local disk write rate (16 MiB pieces
+# Offsite copies, side by side in one run: the local disk write rate (16 MiB pieces
 # to one file, fsync), the CPU of sealing 16 MiB pieces plain and encrypted, and the upload
 # rate with the client's and the server's CPU per GB to s3s-fs and moto on loopback (see
 # benches/offsite.rs). Installs what it needs as tests/run.sh does (moto into
