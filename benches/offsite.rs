@@ -1,4 +1,4 @@
-//! Offsite benchmark (issue 23): upload throughput against the local disk write rate, and the
+//! Offsite benchmark: upload throughput against the local disk write rate, and the
 //! CPU per GB of sealing and uploading with and without encryption, side by side in one run.
 //! Run it with `bash benches/offsite.sh` (see the README).
 //!
