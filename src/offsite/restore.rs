@@ -249,6 +249,11 @@ fn restore_partition(
                     ("timeindex", ix.timeindex),
                     ("txnindex", ix.txnindex),
                 ] {
+                    // A segment without aborted transactions has no `.txnindex` (the log
+                    // creates one with its first entry): an empty one is not written.
+                    if kind == "txnindex" && sum.size == 0 {
+                        continue;
+                    }
                     let bytes = fetch(o, &m.key.index(*base, kind, &sum), Some(&sum))?;
                     write_synced(&work.join(file_name(*base, kind)), &bytes)?;
                 }
@@ -257,10 +262,9 @@ fn restore_partition(
         }
     }
     // Segments uploaded without indexes (the active one): rebuilt from their batches, as
-    // recovery does; an aborted-transaction index starts empty (the daemon's load rebuilds
+    // recovery does; an aborted-transaction index starts absent (the daemon's load rebuilds
     // the producer state from the log).
     for base in rebuild {
-        write_synced(&work.join(file_name(base, "txnindex")), &[])?;
         let (seg, _) = Segment::open(&work, base, index_interval_bytes, now, true, false)
             .with_context(|| format!("cannot rebuild the indexes of segment {base}"))?;
         drop(seg);
