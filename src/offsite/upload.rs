@@ -649,9 +649,14 @@ fn offsite_end(m: &Manifest, view: &LocalView) -> (i64, u64) {
 }
 
 /// Brings the manifest in line with a log that was truncated (the removed bytes, when
-/// committed, are in `diverged/` and go up as files): segments the truncation removed leave
-/// it, a segment it cut is cut. Segments below the local log start (retention) and missing
-/// from the middle (damage) stay. The kept bytes are checked against the local ones.
+/// committed, are in `diverged/` and go up as files). The truncation cut one local segment
+/// and removed those after it, and the log may have gone on past the cut, even rolled,
+/// before this round: so, from the first piece offsite that the local file no longer holds
+/// as it is (shorter there, or other bytes in its range), everything offsite is stale. That
+/// piece and the rest of its segment leave the manifest (the bytes before the cut go up again
+/// from the local file), and so does every later segment. Those local bytes must be whole,
+/// CRC-valid batches: other bytes are damage, not a truncation, and an error. Segments below
+/// the local log start (retention) and missing from the middle (damage) stay.
 fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
     let mut changed = false;
     let Some(first_local) = view.segments.first().map(|s| s.base) else {
@@ -663,6 +668,8 @@ fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
         .rev()
         .find(|s| s.size > 0)
         .map_or(first_local, |s| s.base);
+    // The segment where the copy stops matching the local log.
+    let mut diverged = false;
     let bases: Vec<i64> = m.segments.keys().copied().collect();
     for base in bases {
         if base < first_local {
@@ -672,47 +679,82 @@ fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
         let Some(entry) = m.segments.get_mut(&base) else {
             continue;
         };
-        match local {
-            None if base > last_local => {
-                crate::log_info!(
-                    "offsite: {}: segment {base} was truncated away locally; the next manifest leaves it out (its committed batches are in diverged/)",
-                    view.key.describe()
-                );
-                m.segments.remove(&base);
-                changed = true;
-            }
-            None => {}
-            Some(l) => {
-                let path = view
-                    .dir
-                    .join(crate::log::format::segment::file_name(base, "log"));
-                if l.size < entry.size {
-                    if base != last_local {
-                        bail!(
-                            "segment {base} holds {} bytes locally and {} offsite, and it is not the last one",
-                            l.size,
-                            entry.size
-                        );
-                    }
-                    entry.pieces.retain(|p| p.from < l.size);
-                    entry.size = l.size;
-                    entry.next_offset = l.next_offset;
-                    entry.indexes = None;
-                    changed = true;
-                }
-                // The last piece wholly inside the local file must match it.
-                if let Some(p) = entry.pieces.iter().rev().find(|p| p.to <= l.size) {
-                    let bytes = read_range(&path, p.from, p.to)?;
-                    if crc32c::crc32c(&bytes) != p.crc {
-                        bail!(
-                            "bytes {}..{} of segment {base} differ from their copy offsite",
-                            p.from,
-                            p.to
-                        );
-                    }
-                }
-            }
+        if diverged || (local.is_none() && base > last_local) {
+            crate::log_info!(
+                "offsite: {}: segment {base} was truncated away locally; the next manifest leaves it out (its committed batches are in diverged/)",
+                view.key.describe()
+            );
+            m.segments.remove(&base);
+            changed = true;
+            continue;
         }
+        let Some(l) = local else {
+            continue;
+        };
+        let path = view
+            .dir
+            .join(crate::log::format::segment::file_name(base, "log"));
+        // A truncation replaces a suffix: the pieces the local file still holds as they are
+        // come first, so the first one it does not is found by halving.
+        let holds = |p: &Piece| -> Result<bool> {
+            Ok(p.to <= l.size && crc32c::crc32c(&read_range(&path, p.from, p.to)?) == p.crc)
+        };
+        let (mut kept, mut beyond) = (0usize, entry.pieces.len());
+        if let Some(last) = entry.pieces.last()
+            && !holds(last)?
+        {
+            beyond -= 1;
+            while kept < beyond {
+                let mid = kept + (beyond - kept) / 2;
+                match entry.pieces.get(mid) {
+                    Some(p) if holds(p)? => kept = mid + 1,
+                    _ => beyond = mid,
+                }
+            }
+            if let Some(p) = entry.pieces.get(kept) {
+                // The piece holding the cut: the local bytes from its start on are the kept
+                // batches, then those appended since.
+                let upto = p.to.min(l.size);
+                walk_window(&read_range(&path, p.from, upto)?, |_, _| true).with_context(|| {
+                    format!(
+                        "bytes {}..{upto} of segment {base} differ from their copy offsite, and the local ones are damaged",
+                        p.from
+                    )
+                })?;
+            }
+        } else {
+            kept = beyond;
+        }
+        if kept == entry.pieces.len() {
+            continue;
+        }
+        diverged = true;
+        changed = true;
+        let Some(last_piece) = kept.checked_sub(1).and_then(|i| entry.pieces.get(i)) else {
+            crate::log_info!(
+                "offsite: {}: segment {base} was truncated locally; the next manifest leaves out its copy and it goes up again",
+                view.key.describe()
+            );
+            m.segments.remove(&base);
+            continue;
+        };
+        let mut last = None;
+        walk_batches(
+            &read_range(&path, last_piece.from, last_piece.to)?,
+            |h, _| {
+                last = Some(h.last_offset);
+                true
+            },
+        )?;
+        entry.pieces.truncate(kept);
+        entry.size = entry.pieces.last().map_or(0, |p| p.to);
+        entry.next_offset = last.map_or(base, |l| l + 1);
+        entry.indexes = None;
+        crate::log_info!(
+            "offsite: {}: segment {base} was truncated locally; the next manifest keeps its first {} bytes offsite, the rest goes up again",
+            view.key.describe(),
+            entry.size
+        );
     }
     Ok(changed)
 }
