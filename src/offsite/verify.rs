@@ -257,7 +257,7 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
         }
         for (fname, sum) in &m.files {
             match fs::read(dir.join(fname)) {
-                Ok(b) if FileSum::of(&b) == sum.to_owned() => {}
+                Ok(b) if FileSum::of(&b) == *sum => {}
                 Ok(_) => {
                     outcome.differences += 1;
                     said(
