@@ -1,18 +1,26 @@
 //! Keeping a partition's manifest in line with its local log: after a truncation, after a
 //! kill (pieces uploaded but in no manifest), and across local retention (the leader epochs).
 
-use super::local::{LocalView, read_range, walk_batches};
+use super::local::{LocalView, read_range, walk_batches, walk_window};
 use super::manifest::{Manifest, Piece, SegmentEntry};
 use super::settings::Offsite;
-use anyhow::{Result, bail};
+use crate::log::format::segment::file_name;
+use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 
 /// Brings the manifest in line with a log that was truncated (the removed bytes, when
-/// committed, are in `diverged/` and go up as files): segments the truncation removed leave
-/// it, a segment it cut is cut. Segments below the local log start (retention) and missing
-/// from the middle (damage) stay. The kept bytes are checked against the local ones.
+/// committed, are in `diverged/` and go up as files). A truncation replaces a suffix of the
+/// log, and the log may have gone on past the cut, even rolled, before this round: so the
+/// pieces offsite the local files still hold as they are come first, and from the first one
+/// they do not (shorter there, or other bytes in its range) everything offsite is stale. That
+/// piece, the rest of its segment and every later segment leave the manifest, and the local
+/// bytes from its start go up again. The last piece is checked first: when the local file
+/// holds it, nothing was cut, at the cost of one read. Otherwise the first stale piece is
+/// found by halving over the pieces of the segments the local log has. The local bytes from
+/// there must be whole, CRC-valid batches: other bytes are damage, not a truncation, and an
+/// error. Segments below the local log start (retention) and missing from the middle
+/// (damage) stay.
 pub(super) fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
-    let mut changed = false;
     let Some(first_local) = view.segments.first().map(|s| s.base) else {
         return Ok(false);
     };
@@ -22,62 +30,94 @@ pub(super) fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
         .rev()
         .find(|s| s.size > 0)
         .map_or(first_local, |s| s.base);
-    let bases: Vec<i64> = m.segments.keys().copied().collect();
-    for base in bases {
-        if base < first_local {
-            continue;
-        }
-        let local = view.segments.iter().find(|s| s.base == base);
-        let Some(entry) = m.segments.get_mut(&base) else {
-            continue;
-        };
-        match local {
-            None if base > last_local => {
-                crate::log_info!(
-                    "offsite: {}: segment {base} was truncated away locally; the next manifest leaves it out (its committed batches are in diverged/)",
-                    view.key.describe()
-                );
-                m.segments.remove(&base);
-                changed = true;
-            }
-            None => {}
-            Some(l) => {
-                let path = view
-                    .dir
-                    .join(crate::log::format::segment::file_name(base, "log"));
-                if l.size < entry.size {
-                    if base != last_local {
-                        bail!(
-                            "segment {base} holds {} bytes locally and {} offsite, and it is not the last one",
-                            l.size,
-                            entry.size
-                        );
-                    }
-                    entry.pieces.retain(|p| p.from < l.size);
-                    entry.size = l.size;
-                    entry.next_offset = l.next_offset;
-                    entry.indexes = None;
-                    changed = true;
-                }
-                // The last piece wholly inside the local file must match it, in the last
-                // segment: only there can a truncation have cut bytes the copy holds, and
-                // checking every segment would read the whole log at each start.
-                if base == last_local
-                    && let Some(p) = entry.pieces.iter().rev().find(|p| p.to <= l.size)
-                {
-                    let bytes = read_range(&path, p.from, p.to)?;
-                    if crc32c::crc32c(&bytes) != p.crc {
-                        bail!(
-                            "bytes {}..{} of segment {base} differ from their copy offsite",
-                            p.from,
-                            p.to
-                        );
-                    }
-                }
+    // Every piece of the segments both sides have, in log order, with the local size.
+    let mut pieces: Vec<(i64, usize, Piece, u64)> = Vec::new();
+    for (base, entry) in m.segments.range(first_local..) {
+        if let Some(l) = view.segments.iter().find(|s| s.base == *base) {
+            for (i, p) in entry.pieces.iter().enumerate() {
+                pieces.push((*base, i, *p, l.size));
             }
         }
     }
+    let holds = |(base, _, p, size): &(i64, usize, Piece, u64)| -> Result<bool> {
+        let path = view.dir.join(file_name(*base, "log"));
+        Ok(p.to <= *size && crc32c::crc32c(&read_range(&path, p.from, p.to)?) == p.crc)
+    };
+    let mut first_stale = pieces.len();
+    if let Some(last) = pieces.last()
+        && !holds(last)?
+    {
+        let (mut kept, mut stale) = (0usize, pieces.len() - 1);
+        while kept < stale {
+            let mid = kept + (stale - kept) / 2;
+            match pieces.get(mid) {
+                Some(p) if holds(p)? => kept = mid + 1,
+                _ => stale = mid,
+            }
+        }
+        first_stale = stale;
+    }
+    let mut changed = false;
+    let cut = pieces.get(first_stale).copied();
+    if let Some((base, index, p, size)) = cut {
+        // The local bytes from the stale piece's start: the kept batches, then those
+        // appended since.
+        let path = view.dir.join(file_name(base, "log"));
+        let upto = p.to.min(size);
+        walk_window(&read_range(&path, p.from, upto)?, |_, _| true).with_context(|| {
+            format!(
+                "bytes {}..{upto} of segment {base} differ from their copy offsite, and the local ones are not whole batches",
+                p.from
+            )
+        })?;
+        if let Some(entry) = m.segments.get_mut(&base) {
+            entry.pieces.truncate(index);
+            entry.size = entry.pieces.last().map_or(0, |q| q.to);
+            entry.next_offset = match entry.pieces.last() {
+                Some(q) => last_offset_in(&path, q.from, q.to)?.map_or(base, |o| o + 1),
+                None => base,
+            };
+            entry.indexes = None;
+            crate::log_info!(
+                "offsite: {}: segment {base} was truncated locally; the next manifest keeps its first {} bytes offsite, the rest goes up again",
+                view.key.describe(),
+                entry.size
+            );
+            if entry.pieces.is_empty() {
+                m.segments.remove(&base);
+            }
+            changed = true;
+        }
+    }
+    // Segments after the cut, or past the local log's last one, were truncated away.
+    let stale_from = cut.map_or(i64::MAX, |c| c.0);
+    let gone: Vec<i64> = m
+        .segments
+        .range(first_local..)
+        .map(|(b, _)| *b)
+        .filter(|b| {
+            *b > stale_from || (*b > last_local && !view.segments.iter().any(|s| s.base == *b))
+        })
+        .collect();
+    for base in gone {
+        crate::log_info!(
+            "offsite: {}: segment {base} was truncated away locally; the next manifest leaves it out (its committed batches are in diverged/)",
+            view.key.describe()
+        );
+        m.segments.remove(&base);
+        changed = true;
+    }
     Ok(changed)
+}
+
+/// The last offset of the batches in bytes [from, to) of a segment file.
+fn last_offset_in(path: &std::path::Path, from: u64, to: u64) -> Result<Option<i64>> {
+    let mut last = None;
+    walk_batches(&read_range(path, from, to)?, |h, _| {
+        last = Some(h.last_offset);
+        true
+    })?;
+    Ok(last)
 }
 
 /// Takes into the manifest the pieces a killed run uploaded after its last manifest, when

@@ -251,6 +251,11 @@ fn restore_partition(
                     ("timeindex", ix.timeindex),
                     ("txnindex", ix.txnindex),
                 ] {
+                    // A segment without aborted transactions has no `.txnindex` (the log
+                    // creates one with its first entry): an empty one is not written.
+                    if kind == "txnindex" && sum.size == 0 {
+                        continue;
+                    }
                     let bytes = fetch(o, &m.key.index(*base, kind, &sum), Some(&sum))?;
                     write_synced(&work.join(file_name(*base, kind)), &bytes)?;
                 }
@@ -260,10 +265,10 @@ fn restore_partition(
     }
     // Segments uploaded without indexes (the active one) of a live history are recovered by
     // the log's own loader once in place (indexes, aborted transactions, producer state);
-    // an archived history's are rebuilt from their batches here.
+    // an archived history's are rebuilt from their batches here (an aborted-transaction
+    // index only where the archive has one).
     let open_base = rebuild.first().copied();
     for base in rebuild.into_iter().filter(|_| m.archived) {
-        write_synced(&work.join(file_name(base, "txnindex")), &[])?;
         let (seg, _) = Segment::open(&work, base, index_interval_bytes, now, true, false)
             .with_context(|| format!("cannot rebuild the indexes of segment {base}"))?;
         drop(seg);

@@ -12,6 +12,7 @@ mod missing_topic_is_loud;
 mod mock_cluster;
 mod mock_crc0_markers;
 mod offset_out_of_range;
+mod offsite_history;
 mod real_leaders_selftest;
 mod reload;
 mod start_and_versions;
