@@ -207,27 +207,59 @@ pub struct LogManager {
 
 /// How far retention may go in each log while another copy (the offsite one) must hold a
 /// segment before it is deleted here: each log's floor is the offset below which every
-/// segment is held there. A log without a floor loses nothing to retention.
+/// segment is held there, as found for one history (its topic id) and one state of its
+/// bytes (its generation, which every truncation moves). A log without a floor, or whose
+/// topic id or generation is not the floor's (a re-created topic, a truncation since),
+/// loses nothing to retention.
 #[derive(Debug, Default)]
 pub struct RetentionHold {
-    floors: Mutex<BTreeMap<TopicPartition, i64>>,
+    floors: Mutex<BTreeMap<TopicPartition, HeldFloor>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HeldFloor {
+    topic_id: Option<crate::protocol::uuid::Uuid>,
+    generation: u64,
+    floor: i64,
 }
 
 impl RetentionHold {
-    /// Every segment of `tp` that ends at or below `floor` is held elsewhere.
-    pub fn set(&self, tp: &TopicPartition, floor: i64) {
+    /// Every segment of `tp` that ends at or below `floor` is held elsewhere, for the log of
+    /// `topic_id` at `generation`.
+    pub fn set(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Option<crate::protocol::uuid::Uuid>,
+        generation: u64,
+        floor: i64,
+    ) {
         self.floors
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(tp.clone(), floor);
+            .insert(
+                tp.clone(),
+                HeldFloor {
+                    topic_id,
+                    generation,
+                    floor,
+                },
+            );
     }
-    pub fn floor(&self, tp: &TopicPartition) -> i64 {
+    /// The floor of `log`, if one was found for its history and bytes as they are.
+    pub fn floor(&self, log: &PartitionLog) -> i64 {
         self.floors
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(tp)
-            .copied()
-            .unwrap_or(i64::MIN)
+            .get(&log.tp)
+            .filter(|h| h.topic_id == log.topic_id() && h.generation == log.generation())
+            .map_or(i64::MIN, |h| h.floor)
+    }
+    /// Forgets `tp`'s floor (its directory was archived).
+    pub fn forget(&self, tp: &TopicPartition) {
+        self.floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(tp);
     }
 }
 
@@ -758,6 +790,9 @@ impl LogManager {
         if let Err(e) = log.flush() {
             logs.insert(tp.clone(), shared.clone());
             return Err(e);
+        }
+        if let Some(h) = &self.hold {
+            h.forget(tp);
         }
         let to = identity::archive_path(&self.data_dir, &tp.dir_name(), log.topic_id());
         if let Err(e) = fs::rename(&log.dir, &to) {

@@ -184,24 +184,25 @@ fn walk(
     Ok(pos)
 }
 
-/// Where the durable bytes of the view end: (segment base, byte position) of the last
-/// segment with any.
-pub(super) fn durable_end(view: &LocalView) -> (i64, u64) {
-    view.segments
-        .iter()
-        .rev()
-        .find(|s| s.size > 0)
-        .map_or((i64::MIN, 0), |s| (s.base, s.size))
+/// The offset below which the view's bytes are durable (fsynced).
+pub(super) fn durable_offset(view: &LocalView) -> i64 {
+    let end = view
+        .segments
+        .last()
+        .map_or(view.log_start, |s| s.next_offset);
+    end.min(view.durable)
 }
 
-/// Where the bytes offsite stop being contiguous with the local log: the first local
-/// segment not wholly offsite, and how much of it is.
-pub(super) fn offsite_end(m: &Manifest, view: &LocalView) -> (i64, u64) {
+/// The offset up to which the copy holds the local log without a gap: past the first local
+/// segment it does not hold whole, only what it holds of that one.
+pub(super) fn offsite_offset(m: &Manifest, view: &LocalView) -> i64 {
+    let mut at = view.log_start;
     for s in &view.segments {
-        let have = m.segments.get(&s.base).map_or(0, |e| e.size);
-        if have < s.size {
-            return (s.base, have);
+        match m.segments.get(&s.base) {
+            Some(e) if e.size >= s.size => at = s.next_offset,
+            Some(e) => return e.next_offset.max(at),
+            None => return at.max(s.base),
         }
     }
-    (i64::MAX, 0)
+    at
 }

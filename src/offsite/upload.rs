@@ -16,7 +16,7 @@
 
 use super::bucket;
 use super::local::{
-    LocalSegment, LocalView, archived_view, durable_end, live_view, offsite_end, read_range,
+    LocalSegment, LocalView, archived_view, durable_offset, live_view, offsite_offset, read_range,
     walk_batches, walk_window,
 };
 use super::manifest::{FileSum, Indexes, Manifest, PartitionKey, Piece, SegmentEntry};
@@ -48,9 +48,6 @@ struct PartState {
     checked: Option<u64>,
     /// Orphan pieces (uploaded before a kill, in no manifest) were looked for.
     adopted: bool,
-    /// (when first seen, position) of durable ends, oldest first: the first whose position
-    /// is past what is offsite tells how long the oldest pending byte has waited.
-    marks: VecDeque<(i64, (i64, u64))>,
     /// name → (len, mtime, sum) of the files beside the log, so that unchanged ones are not
     /// read again.
     files_seen: BTreeMap<String, (u64, i64, FileSum)>,
@@ -58,9 +55,17 @@ struct PartState {
     stopped: Option<String>,
     /// An archived history that is wholly offsite: not looked at again.
     done: bool,
-    /// Figures of the last round.
-    pending_bytes: u64,
-    pending_segments: u64,
+}
+
+/// How far one partition history's copy is behind its local log, found every round from
+/// the local files and the last manifest written, whether or not the store answers.
+#[derive(Debug, Default)]
+struct Lag {
+    /// (when first seen, offset) of durable log ends, oldest first: the first past what is
+    /// offsite tells how long the oldest byte not offsite has waited.
+    marks: VecDeque<(i64, i64)>,
+    bytes: u64,
+    segments: u64,
 }
 
 pub struct UploaderOptions {
@@ -127,6 +132,9 @@ struct Worker {
     live: &'static Live,
     stop: Arc<(Mutex<bool>, Condvar)>,
     parts: BTreeMap<PartitionKey, PartState>,
+    lag: BTreeMap<PartitionKey, Lag>,
+    /// Partitions whose last round failed on a local problem, with what was said.
+    local_errors: BTreeMap<PartitionKey, String>,
     figures: OffsiteLive,
     /// What the current failure was said as, while uploads fail.
     failing: Option<String>,
@@ -155,6 +163,8 @@ impl Worker {
             live: opts.live,
             stop,
             parts: BTreeMap::new(),
+            lag: BTreeMap::new(),
+            local_errors: BTreeMap::new(),
             figures,
             failing: None,
             said_error: None,
@@ -246,8 +256,8 @@ impl Worker {
 
     fn publish(&mut self) {
         let mut f = self.figures.clone();
-        f.pending_bytes = self.parts.values().map(|p| p.pending_bytes).sum();
-        f.pending_segments = self.parts.values().map(|p| p.pending_segments).sum();
+        f.pending_bytes = self.lag.values().map(|l| l.bytes).sum();
+        f.pending_segments = self.lag.values().map(|l| l.segments).sum();
         f.stopped = self
             .parts
             .iter()
@@ -258,10 +268,10 @@ impl Worker {
             })
             .collect();
         f.oldest_pending_ms = self
-            .parts
+            .lag
             .values()
-            .filter(|p| p.pending_bytes > 0)
-            .filter_map(|p| p.marks.front().map(|m| m.0))
+            .filter(|l| l.bytes > 0)
+            .filter_map(|l| l.marks.front().map(|m| m.0))
             .min();
         self.figures = f.clone();
         self.live.set_offsite(f);
@@ -277,19 +287,15 @@ impl Worker {
             }
             return Ok(());
         };
+        // Every view first, and the lag of each from the local files and the last manifest,
+        // so status shows how far behind the copy is even while the store fails.
+        let mut views = Vec::new();
         for (tp, log) in self.logs.all() {
-            if self.stopping() {
-                return Ok(());
+            if let Some(view) = live_view(&cluster, &tp, &log) {
+                views.push(view);
             }
-            let Some(view) = live_view(&cluster, &tp, &log) else {
-                continue;
-            };
-            self.partition_or_relist(view)?;
         }
         for a in crate::log::identity::list_archived(&self.data_dir).unwrap_or_default() {
-            if self.stopping() {
-                return Ok(());
-            }
             let key = PartitionKey {
                 cluster_id: cluster.clone(),
                 topic: a.topic.clone(),
@@ -300,19 +306,91 @@ impl Worker {
                 continue;
             }
             match archived_view(key.clone(), &a.path) {
-                Ok(view) => self.partition_or_relist(view)?,
-                Err(e) => crate::log_warn!(
-                    "offsite: archived history `{}` cannot be read: {e:#}",
-                    a.path.display()
+                Ok(view) => views.push(view),
+                Err(e) => self.local_error(
+                    &key,
+                    format!(
+                        "archived history `{}` cannot be read: {e:#}",
+                        a.path.display()
+                    ),
                 ),
             }
+        }
+        let now = now_ms();
+        self.lag.retain(|k, _| views.iter().any(|v| v.key == *k));
+        for view in &views {
+            self.update_lag(view, now);
+        }
+        for view in views {
+            if self.stopping() {
+                return Ok(());
+            }
+            let key = view.key.clone();
+            match self.partition_or_relist(&view) {
+                Ok(()) => {
+                    if self.local_errors.remove(&key).is_some() {
+                        crate::log_info!("offsite: {} uploads again", key.describe());
+                    }
+                }
+                // The store failing fails every partition: the round ends, and backs off.
+                Err(e) if bucket::store_error(&e).is_some() => return Err(e),
+                // Anything else is this partition's: said once, the others go on.
+                Err(e) => self.local_error(&key, format!("{e:#}")),
+            }
+            self.update_lag(&view, now_ms());
         }
         Ok(())
     }
 
+    /// Says once (WARN) that `key`'s uploads fail on a local problem.
+    fn local_error(&mut self, key: &PartitionKey, why: String) {
+        if self.local_errors.get(key) != Some(&why) {
+            crate::log_warn!(
+                "offsite: {}: {why}; its uploads are tried again each round, the other partitions go on",
+                key.describe()
+            );
+            self.local_errors.insert(key.clone(), why);
+        }
+    }
+
+    /// The lag of `view` against the last manifest written of it (none yet: all of it).
+    fn update_lag(&mut self, view: &LocalView, now: i64) {
+        let empty;
+        let m = match self.parts.get(&view.key) {
+            Some(st) => &st.manifest,
+            None => {
+                empty = Manifest::empty(view.key.clone(), view.archived);
+                &empty
+            }
+        };
+        let (mut bytes, mut segments) = (0, 0);
+        for seg in &view.segments {
+            let have = m.segments.get(&seg.base);
+            let done = have.is_some_and(|e| e.size >= seg.size && (e.is_closed() || !seg.closed));
+            if !done {
+                bytes += seg.size.saturating_sub(have.map_or(0, |e| e.size));
+                segments += 1;
+            }
+        }
+        let offsite = offsite_offset(m, view);
+        let durable = durable_offset(view);
+        let lag = self.lag.entry(view.key.clone()).or_default();
+        if durable > offsite && lag.marks.back().is_none_or(|m| m.1 < durable) {
+            lag.marks.push_back((now, durable));
+        }
+        while lag.marks.front().is_some_and(|m| m.1 <= offsite) {
+            lag.marks.pop_front();
+        }
+        if bytes == 0 {
+            lag.marks.clear();
+        }
+        lag.bytes = bytes;
+        lag.segments = segments;
+    }
+
     /// [`Self::partition`]; after a failure, pieces it uploaded may be in no manifest: the
     /// next round lists them again and takes them, so none is uploaded twice.
-    fn partition_or_relist(&mut self, view: LocalView) -> Result<()> {
+    fn partition_or_relist(&mut self, view: &LocalView) -> Result<()> {
         let key = view.key.clone();
         self.partition(view).inspect_err(|_| {
             if let Some(st) = self.parts.get_mut(&key) {
@@ -323,7 +401,7 @@ impl Worker {
 
     /// One partition's round. Store errors end the round (the caller backs off); a local
     /// problem stops only this partition's uploads.
-    fn partition(&mut self, view: LocalView) -> Result<()> {
+    fn partition(&mut self, view: &LocalView) -> Result<()> {
         if !self.parts.contains_key(&view.key) {
             let manifest = bucket::latest_manifest(&self.o, &view.key)?
                 .unwrap_or_else(|| Manifest::empty(view.key.clone(), view.archived));
@@ -333,12 +411,9 @@ impl Worker {
                     manifest,
                     checked: None,
                     adopted: false,
-                    marks: VecDeque::new(),
                     files_seen: BTreeMap::new(),
                     stopped: None,
                     done: false,
-                    pending_bytes: 0,
-                    pending_segments: 0,
                 },
             );
         }
@@ -353,7 +428,7 @@ impl Worker {
         let mut changed = next.archived != view.archived;
         next.archived = view.archived;
         if st.checked != Some(view.generation) {
-            match reconcile(&mut next, &view) {
+            match reconcile(&mut next, view) {
                 Ok(c) => changed |= c,
                 Err(e) => {
                     crate::log_error!(
@@ -368,26 +443,22 @@ impl Worker {
             st.checked = Some(view.generation);
         }
         if !st.adopted {
-            changed |= adopt_orphans(&o, &mut next, &view)?;
+            changed |= adopt_orphans(&o, &mut next, view)?;
             st.adopted = true;
         }
         // How long the oldest durable byte not offsite has waited.
         let now = now_ms();
-        let durable_end = durable_end(&view);
-        if st.marks.back().is_none_or(|m| m.1 < durable_end) {
-            st.marks.push_back((now, durable_end));
-        }
-        let offsite_end = offsite_end(&next, &view);
-        while st.marks.front().is_some_and(|m| m.1 <= offsite_end) {
-            st.marks.pop_front();
-        }
-        let waited = st.marks.front().map_or(0, |m| now - m.0);
+        let waited = self
+            .lag
+            .get(&view.key)
+            .and_then(|l| l.marks.front())
+            .map_or(0, |m| now - m.0);
         let tail_due = u128::try_from(waited.max(0)).unwrap_or(0) * 2 >= o.max_delay.as_millis();
         let mut uploaded = (0u64, 0u64);
         for seg in &view.segments {
-            changed |= upload_segment(&o, &mut next, &view, seg, tail_due, &mut uploaded)?;
+            changed |= upload_segment(&o, &mut next, view, seg, tail_due, &mut uploaded)?;
         }
-        changed |= upload_files(&o, &mut next, &view, &mut st.files_seen, &mut uploaded)?;
+        changed |= upload_files(&o, &mut next, view, &mut st.files_seen, &mut uploaded)?;
         // Identity, epochs, lost ranges, log start.
         let epochs = merge_epochs(&next.epochs, &view.epochs);
         let mut lost = next.lost.clone();
@@ -438,23 +509,14 @@ impl Worker {
                     _ => break,
                 }
             }
-            self.hold.set(tp, floor);
+            self.hold.set(tp, view.key.topic_id, view.generation, floor);
         }
-        let (mut bytes, mut segs) = (0, 0);
-        for seg in &view.segments {
-            let have = m.segments.get(&seg.base);
-            let done = have.is_some_and(|e| e.size >= seg.size && (e.is_closed() || !seg.closed));
-            if !done {
-                bytes += seg.size.saturating_sub(have.map_or(0, |e| e.size));
-                segs += 1;
-            }
-        }
-        st.pending_bytes = bytes;
-        st.pending_segments = segs;
-        if bytes == 0 {
-            st.marks.clear();
-        }
-        if view.archived && segs == 0 {
+        let whole = view.segments.iter().all(|seg| {
+            m.segments
+                .get(&seg.base)
+                .is_some_and(|e| e.size >= seg.size && e.is_closed())
+        });
+        if view.archived && whole {
             st.done = true;
         }
         Ok(())

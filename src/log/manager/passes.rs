@@ -236,7 +236,7 @@ impl LogManager {
             if log.retired {
                 continue; // archived meanwhile: its paths now belong to the new log
             }
-            let floor = self.hold.as_ref().map_or(i64::MAX, |h| h.floor(&tp));
+            let floor = self.hold.as_ref().map_or(i64::MAX, |h| h.floor(&log));
             if log.failed.is_none()
                 && let Err(e) = log.apply_retention_below(now, floor)
             {
