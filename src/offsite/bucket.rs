@@ -15,7 +15,7 @@ pub fn put(o: &Offsite, name: &str, plain: &[u8]) -> Result<Put> {
         .with_context(|| format!("cannot seal object `{name}`"))?;
     let put = o.store.put_new(&o.object(name), &sealed)?;
     if put == Put::Existed {
-        let found = get(o, name)?;
+        let found = get_sized(o, name, plain.len() as u64)?;
         if found.as_deref() != Some(plain) {
             bail!(
                 "object `{}` in {} exists with other bytes than those to upload; objects are never overwritten: move it aside in the bucket (the daemon uploads it again)",
@@ -27,9 +27,38 @@ pub fn put(o: &Offsite, name: &str, plain: &[u8]) -> Result<Put> {
     Ok(put)
 }
 
+/// Writes manifest `m` as its generation. `Some` of the manifest found under that name
+/// when it holds other bytes: the same writer's earlier PUT whose answer was lost (it differs
+/// only in what it was written from), or another writer's.
+pub fn put_manifest(o: &Offsite, m: &Manifest) -> Result<Option<Manifest>> {
+    let name = m.key.manifest(m.generation);
+    let plain = m.render();
+    let sealed = envelope::seal(o.key.as_ref(), &name, plain.as_bytes())
+        .with_context(|| format!("cannot seal object `{name}`"))?;
+    match o.store.put_new(&o.object(&name), &sealed)? {
+        Put::Created => Ok(None),
+        Put::Existed => {
+            let found = read_manifest(o, &m.key, m.generation)?;
+            Ok((found.render() != plain).then_some(found))
+        }
+    }
+}
+
 /// The plaintext of object `name`; `None` when there is no such object.
 pub fn get(o: &Offsite, name: &str) -> Result<Option<Vec<u8>>> {
-    let Some(sealed) = o.store.get(&o.object(name))? else {
+    get_sealed(o, name, o.store.get(&o.object(name))?)
+}
+
+/// [`get`] of an object whose plaintext is `size` bytes (a piece, an index, a part): a
+/// larger object is refused before it is read, and one piece may hold a batch larger than
+/// any fixed limit.
+pub fn get_sized(o: &Offsite, name: &str, size: u64) -> Result<Option<Vec<u8>>> {
+    let max = envelope::sealed_len_at_most(size);
+    get_sealed(o, name, o.store.get_at_most(&o.object(name), max)?)
+}
+
+fn get_sealed(o: &Offsite, name: &str, sealed: Option<Vec<u8>>) -> Result<Option<Vec<u8>>> {
+    let Some(sealed) = sealed else {
         return Ok(None);
     };
     match envelope::open(o.key.as_ref(), name, &sealed) {

@@ -82,6 +82,16 @@ const KEY_ID_LABEL: &[u8] = b"replica-follower offsite key id";
 const HKDF_INFO: &[u8] = b"replica-follower offsite object v1";
 const KEY_ADVICE: &str = "must hold 32 random bytes as 64 hex digits, e.g. `openssl rand -hex 32`";
 
+/// The most bytes an object sealed from `plain_len` bytes of plaintext can take, in either
+/// mode (the encrypted one: its header and a tag per chunk).
+pub fn sealed_len_at_most(plain_len: u64) -> u64 {
+    let chunks = plain_len.div_ceil(u64::from(CHUNK_SIZE)).max(1);
+    plain_len
+        .saturating_add(ENCRYPTED_HEADER_LEN as u64)
+        .saturating_add(chunks.saturating_mul(TAG_LEN as u64))
+        .max(plain_len.saturating_add((PLAIN_HEADER_LEN + CRC_LEN) as u64))
+}
+
 /// The master key of the offsite copies (32 bytes). Its `Debug` shows only its public id.
 #[derive(Clone)]
 pub struct Key {

@@ -79,7 +79,13 @@ pub(super) fn live_view(
 
 /// An archived history, read from its directory: nothing writes to it any more, so every
 /// segment is closed and every byte durable.
-pub(super) fn archived_view(key: PartitionKey, dir: &Path) -> Result<LocalView> {
+/// `previous`, the view of the same directory a round before, spares reading its last
+/// segment again when that is unchanged.
+pub(super) fn archived_view(
+    key: PartitionKey,
+    dir: &Path,
+    previous: Option<&LocalView>,
+) -> Result<LocalView> {
     let bases = crate::log::partition::list_segment_bases(dir)?;
     let mut segments = Vec::new();
     for (i, base) in bases.iter().enumerate() {
@@ -89,7 +95,13 @@ pub(super) fn archived_view(key: PartitionKey, dir: &Path) -> Result<LocalView> 
             .len();
         let next_offset = match bases.get(i + 1) {
             Some(n) => *n,
-            None => last_offset_in(&path, size)?.map_or(*base, |l| l + 1),
+            None => match previous
+                .and_then(|p| p.segments.last())
+                .filter(|l| l.base == *base && l.size == size)
+            {
+                Some(l) => l.next_offset,
+                None => last_offset_in(&path, size)?.map_or(*base, |l| l + 1),
+            },
         };
         segments.push(LocalSegment {
             base: *base,

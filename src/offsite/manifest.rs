@@ -10,7 +10,7 @@
 //! segments/<base, 20 digits>/index-<size>-<crc32c>                  a closed segment's offset index
 //! segments/<base, 20 digits>/timeindex-<size>-<crc32c>              … its time index
 //! segments/<base, 20 digits>/txnindex-<size>-<crc32c>               … its aborted-transaction index
-//! files/<diverged|damaged>/<file name>.<size>-<crc32c>              a copy kept beside the log
+//! files/<diverged|damaged>/<file name>.<size>-<crc32c>.<part>       a copy kept beside the log, in parts of 16 MiB
 //! ```
 //!
 //! Objects are never overwritten: a name says what it holds (range, size and CRC-32C of the
@@ -55,7 +55,15 @@ pub struct FileSum {
     pub crc: u32,
 }
 
+/// The most bytes in one part of a file kept beside the log (`diverged/`, `damaged/`).
+pub const FILE_PART: u64 = 16 << 20;
+
 impl FileSum {
+    /// How many parts of at most [`FILE_PART`] bytes the file goes up in (an empty file: one).
+    pub fn parts(&self) -> u64 {
+        self.size.div_ceil(FILE_PART).max(1)
+    }
+
     pub fn of(bytes: &[u8]) -> FileSum {
         FileSum {
             size: bytes.len() as u64,
@@ -159,8 +167,15 @@ impl PartitionKey {
             sum.crc
         )
     }
-    pub fn file(&self, name: &str, sum: &FileSum) -> String {
-        format!("{}files/{name}.{}-{:08x}", self.root(), sum.size, sum.crc)
+    /// Part `part` of a file kept beside the log: files go up in parts of at most
+    /// [`FILE_PART`] bytes, [`FileSum::parts`] of them.
+    pub fn file(&self, name: &str, sum: &FileSum, part: u64) -> String {
+        format!(
+            "{}files/{name}.{}-{:08x}.{part}",
+            self.root(),
+            sum.size,
+            sum.crc
+        )
     }
     /// `topic-partition`, or the archived directory's name for an archived history.
     pub fn describe(&self) -> String {

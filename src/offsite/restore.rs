@@ -36,6 +36,22 @@ pub fn is_key_error(e: &anyhow::Error) -> bool {
     text.contains("offsite.encryption_key_file")
 }
 
+/// Kafka's rule for topic names (1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`): a name read
+/// from the bucket becomes a directory name.
+fn legal_topic(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// A cluster id as Kafka makes them (URL-safe base64), or any id without a path separator.
+fn legal_cluster_id(c: &str) -> bool {
+    !c.is_empty() && c != "." && c != ".." && !c.contains('/') && !c.contains('\0')
+}
+
 /// The directory a history is restored to.
 fn dir_name(m: &Manifest) -> String {
     let tp = TopicPartition::new(m.key.topic.clone(), m.key.partition);
@@ -62,7 +78,11 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
             .with_context(|| format!("cannot read `{}`", to.display()))?
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n != "lost+found");
+            // What an interrupted restore leaves: partition directories being made (each
+            // replaced when reached again).
+            .filter(|n| {
+                n != "lost+found" && !(n.starts_with('.') && n.ends_with(DataDir::CREATING_SUFFIX))
+            });
         if let Some(first) = entries.next() {
             bail!(
                 "`{}` is not empty (it holds `{first}`): restore into a new or empty directory",
@@ -106,6 +126,15 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
     if !opts.topics.is_empty() {
         keys.retain(|k| opts.topics.contains(&k.topic));
     }
+    for k in &keys {
+        if !legal_topic(&k.topic) || !legal_cluster_id(&k.cluster_id) {
+            bail!(
+                "{} holds a history under `{}`, whose cluster id or topic is not one Kafka allows: refusing to make a directory of it",
+                o.location,
+                o.object(&k.root())
+            );
+        }
+    }
     let mut manifests = Vec::new();
     for k in &keys {
         if let Some(m) = bucket::latest_manifest(o, k)? {
@@ -134,7 +163,6 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
         }
     }
     fs::create_dir_all(to).with_context(|| format!("cannot create `{}`", to.display()))?;
-    crate::log::identity::write_cluster_id(to, &cluster)?;
     let mut hw = BTreeMap::new();
     let mut starts = BTreeMap::new();
     let mut total = 0u64;
@@ -159,6 +187,8 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
     crate::checkpoint::write_offsets(&to.join(DataDir::REPLICATION_OFFSET), &hw)?;
     crate::checkpoint::write_offsets(&to.join(DataDir::RECOVERY_POINT), &hw)?;
     crate::checkpoint::write_offsets(&to.join(DataDir::LOG_START_OFFSET), &starts)?;
+    // Last: until it is there, a run that stopped part-way may simply be run again.
+    crate::log::identity::write_cluster_id(to, &cluster)?;
     fsync_dir(to)?;
     writeln!(
         out,
@@ -171,7 +201,9 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
 
 /// Fetches object `name` and checks it against `sum`.
 fn fetch(o: &Offsite, name: &str, sum: Option<&FileSum>) -> Result<Vec<u8>> {
-    let bytes = bucket::get(o, name)?
+    // Its plaintext is as large as the manifest says (a part of a file: at most a part).
+    let size = sum.map_or(super::manifest::FILE_PART, |s| s.size);
+    let bytes = bucket::get_sized(o, name, size)?
         .with_context(|| format!("object `{}` is missing from {}", o.object(name), o.location))?;
     if let Some(s) = sum
         && FileSum::of(&bytes) != *s
@@ -290,13 +322,30 @@ fn restore_partition(
         crate::log::identity::write_topic_id(&work, id)?;
     }
     for (fname, sum) in &m.files {
-        let bytes = fetch(o, &m.key.file(fname, sum), Some(sum))?;
         let path = work.join(fname);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create `{}`", parent.display()))?;
         }
-        write_synced(&path, &bytes)?;
+        let mut f = fs::File::create(&path)
+            .with_context(|| format!("cannot create `{}`", path.display()))?;
+        let mut got = FileSum { size: 0, crc: 0 };
+        for part in 0..sum.parts() {
+            let bytes = fetch(o, &m.key.file(fname, sum, part), None)?;
+            got.size += bytes.len() as u64;
+            got.crc = crc32c::crc32c_append(got.crc, &bytes);
+            f.write_all(&bytes)
+                .with_context(|| format!("cannot write `{}`", path.display()))?;
+        }
+        if got != *sum {
+            bail!(
+                "the parts of `{fname}` offsite do not add up to what the manifest says ({} bytes, CRC-32C {:08x})",
+                sum.size,
+                sum.crc
+            );
+        }
+        f.sync_all()
+            .with_context(|| format!("cannot fsync `{}`", path.display()))?;
         if let Some(parent) = path.parent() {
             fsync_dir(parent)?;
         }

@@ -322,12 +322,18 @@ impl Store {
 
     /// The object `key`, or `None` when S3 says NoSuchKey.
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get_at_most(key, MAX_OBJECT_BYTES)
+    }
+
+    /// [`Self::get`] of an object known to hold at most `max` bytes (a larger one is an
+    /// error, never read whole).
+    pub fn get_at_most(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>, StoreError> {
         let url = self
             .bucket
             .get_object(Some(&self.credentials), key)
             .sign(PRESIGN_VALIDITY);
         let sent = self.agent.get(url.as_str()).call();
-        let reply = self.read("GET", key, sent, MAX_OBJECT_BYTES)?;
+        let reply = self.read("GET", key, sent, max)?;
         match reply.status {
             200 => Ok(Some(reply.body)),
             404 if s3_code(&reply.body).as_deref() == Some("NoSuchKey") => Ok(None),

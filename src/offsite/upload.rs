@@ -19,7 +19,7 @@ use super::local::{
     LocalSegment, LocalView, archived_view, durable_offset, live_view, offsite_offset, read_range,
     walk_batches, walk_window,
 };
-use super::manifest::{FileSum, Indexes, Manifest, PartitionKey, Piece, SegmentEntry};
+use super::manifest::{FILE_PART, FileSum, Indexes, Manifest, PartitionKey, Piece, SegmentEntry};
 use super::reconcile::{adopt_orphans, merge_epochs, reconcile};
 use super::settings::Offsite;
 use crate::live::{Live, OffsiteLive};
@@ -133,6 +133,8 @@ struct Worker {
     stop: Arc<(Mutex<bool>, Condvar)>,
     parts: BTreeMap<PartitionKey, PartState>,
     lag: BTreeMap<PartitionKey, Lag>,
+    /// Each archived directory's view of the last round.
+    archived_seen: BTreeMap<PathBuf, LocalView>,
     /// Partitions whose last round failed on a local problem, with what was said.
     local_errors: BTreeMap<PartitionKey, String>,
     figures: OffsiteLive,
@@ -164,6 +166,7 @@ impl Worker {
             stop,
             parts: BTreeMap::new(),
             lag: BTreeMap::new(),
+            archived_seen: BTreeMap::new(),
             local_errors: BTreeMap::new(),
             figures,
             failing: None,
@@ -305,8 +308,11 @@ impl Worker {
             if self.parts.get(&key).is_some_and(|p| p.done) {
                 continue;
             }
-            match archived_view(key.clone(), &a.path) {
-                Ok(view) => views.push(view),
+            match archived_view(key.clone(), &a.path, self.archived_seen.get(&a.path)) {
+                Ok(view) => {
+                    self.archived_seen.insert(a.path.clone(), view.clone());
+                    views.push(view);
+                }
                 Err(e) => self.local_error(
                     &key,
                     format!(
@@ -483,15 +489,28 @@ impl Worker {
         if changed || next.generation == 0 {
             next.generation += 1;
             next.written_ms = now;
-            let name = view.key.manifest(next.generation);
-            // Existed: a PUT whose answer was lost, its bytes read back equal. Other bytes
-            // under that name: another writer, or this one's view is stale; the next round
-            // starts again from what the bucket holds.
-            if let Err(e) = bucket::put(&o, &name, next.render().as_bytes()) {
-                if !bucket::is_transient(&e) {
-                    self.parts.remove(&view.key);
+            match bucket::put_manifest(&o, &next) {
+                Ok(None) => {}
+                Ok(Some(found)) => {
+                    // An earlier PUT of this generation whose answer was lost, or another
+                    // writer: go on from what the bucket holds, checked against the log.
+                    crate::log_info!(
+                        "offsite: {}: manifest generation {} is in the bucket already (written at {} ms); going on from it",
+                        view.key.describe(),
+                        found.generation,
+                        found.written_ms
+                    );
+                    st.manifest = found;
+                    st.checked = None;
+                    st.adopted = false;
+                    return Ok(());
                 }
-                return Err(e);
+                Err(e) => {
+                    if !bucket::is_transient(&e) {
+                        self.parts.remove(&view.key);
+                    }
+                    return Err(e);
+                }
             }
             uploaded.0 += 1;
             self.figures.last_manifest_ms = Some(now);
@@ -720,13 +739,25 @@ fn upload_files(
             {
                 continue;
             }
-            let bytes = fs::read(entry.path())
-                .with_context(|| format!("cannot read `{}`", entry.path().display()))?;
-            let sum = FileSum::of(&bytes);
+            // Read a part at a time: such a copy may be as large as the segments it came from.
+            let path = entry.path();
+            let size = md.len();
+            let mut crc = 0u32;
+            let mut at = 0;
+            while at < size {
+                let to = size.min(at + FILE_PART);
+                crc = crc32c::crc32c_append(crc, &read_range(&path, at, to)?);
+                at = to;
+            }
+            let sum = FileSum { size, crc };
             if m.files.get(&name) != Some(&sum) {
-                bucket::put(o, &view.key.file(&name, &sum), &bytes)?;
-                uploaded.0 += 1;
-                uploaded.1 += sum.size;
+                for part in 0..sum.parts() {
+                    let from = part * FILE_PART;
+                    let bytes = read_range(&path, from, size.min(from + FILE_PART))?;
+                    bucket::put(o, &view.key.file(&name, &sum, part), &bytes)?;
+                    uploaded.0 += 1;
+                    uploaded.1 += bytes.len() as u64;
+                }
                 m.files.insert(name.clone(), sum);
                 changed = true;
             }

@@ -10,7 +10,7 @@
 
 use super::bucket;
 use super::local::{read_range, walk_batches};
-use super::manifest::{FileSum, PartitionKey};
+use super::manifest::{FILE_PART, FileSum, PartitionKey};
 use super::settings::Offsite;
 use crate::log::data_dir::DataDir;
 use crate::log::format::segment::file_name;
@@ -68,9 +68,21 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
         writeln!(out, "{line}")?;
         Ok(())
     };
+    let local_keys: Vec<PartitionKey> = dirs.iter().map(|d| d.0.clone()).collect();
     for (key, dir, label) in dirs {
         outcome.partitions += 1;
-        let Some(m) = bucket::latest_manifest(o, &key)? else {
+        let m = match bucket::latest_manifest(o, &key) {
+            Ok(m) => m,
+            Err(e) if super::restore::is_key_error(&e) || bucket::store_error(&e).is_some() => {
+                return Err(e);
+            }
+            Err(e) => {
+                outcome.differences += 1;
+                said(out, format!("{label}: {e:#}"))?;
+                continue;
+            }
+        };
+        let Some(m) = m else {
             outcome.differences += 1;
             said(
                 out,
@@ -121,7 +133,7 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
             }
             for (p, upto) in seg.used() {
                 let name = key.piece(*base, &p);
-                let remote = match bucket::get(o, &name) {
+                let remote = match bucket::get_sized(o, &name, p.to - p.from) {
                     Ok(Some(b)) => b,
                     Ok(None) => {
                         outcome.differences += 1;
@@ -208,7 +220,7 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                     ("txnindex", ix.txnindex),
                 ] {
                     let name = key.index(*base, kind, &sum);
-                    match bucket::get(o, &name) {
+                    match bucket::get_sized(o, &name, sum.size) {
                         Ok(Some(b)) if FileSum::of(&b) == sum => {}
                         Ok(_) => {
                             outcome.differences += 1;
@@ -255,6 +267,34 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
             }
         }
         for (fname, sum) in &m.files {
+            let mut got = FileSum { size: 0, crc: 0 };
+            let mut failed = None;
+            for part in 0..sum.parts() {
+                match bucket::get_sized(o, &key.file(fname, sum, part), FILE_PART) {
+                    Ok(Some(b)) => {
+                        got.size += b.len() as u64;
+                        got.crc = crc32c::crc32c_append(got.crc, &b);
+                    }
+                    Ok(None) => {
+                        failed = Some(format!("its part {part} is missing"));
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(format!("{e:#}"));
+                        break;
+                    }
+                }
+            }
+            if failed.is_none() && got != *sum {
+                failed = Some("its parts do not add up to what the manifest says".into());
+            }
+            if let Some(why) = failed {
+                outcome.differences += 1;
+                said(
+                    out,
+                    format!("{label}: the copy of `{fname}` offsite: {why}"),
+                )?;
+            }
             match fs::read(dir.join(fname)) {
                 Ok(b) if FileSum::of(&b) == *sum => {}
                 Ok(_) => {
@@ -292,6 +332,20 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
                 out,
                 format!(
                     "{label}: {below} segments below the local log start are offsite only (local retention)"
+                ),
+            )?;
+        }
+    }
+    // Histories the bucket holds that this data dir does not (a topic no longer followed,
+    // deleted here): not differences, but said.
+    for key in bucket::partitions(o, Some(&cluster))? {
+        if !local_keys.contains(&key) {
+            said(
+                out,
+                format!(
+                    "{}: offsite only, no local copy (under `{}`)",
+                    key.describe(),
+                    o.object(&key.root())
                 ),
             )?;
         }
