@@ -340,7 +340,7 @@ fn dispatch(args: &Args) -> Result<ExitCode, String> {
 /// `check-config`: the configuration and resolved parts are valid, and the data dir writable.
 fn check_config(args: &Args) -> Result<ExitCode, String> {
     Ok(match load_config(args)? {
-        Ok((cfg, _)) => {
+        Ok((cfg, parts)) => {
             let file = args.req("config")?;
             match replica_follower::log::manager::check_writable(&cfg.data_dir) {
                 Ok(created_in) => {
@@ -352,6 +352,18 @@ fn check_config(args: &Args) -> Result<ExitCode, String> {
                         count(cfg.follow.len(), "topic", "topics"),
                         cfg.data_dir.display()
                     );
+                    if let Some(o) = &parts.offsite {
+                        println!(
+                            "{file}: [offsite] copies to {} under prefix `{}`, {} (credentials and key read; the store is not contacted: `offsite verify` does)",
+                            o.location,
+                            o.prefix,
+                            if o.key.is_some() {
+                                "encrypted"
+                            } else {
+                                "NOT encrypted (offsite.encryption_key_file is not set)"
+                            }
+                        );
+                    }
                     ExitCode::SUCCESS
                 }
                 // What `run` would meet at start: a runtime failure, exit 1 as there.

@@ -453,6 +453,13 @@ fn offsite_copy_survives_faults_and_rebuilds_the_replica_byte_for_byte() {
     }
     let (ok, out) = support::verify(&data);
     assert!(ok, "verify fails on the restored data dir:\n{out}");
+    // The archive of topic configs a restore into Kafka needs is back too.
+    let configs = std::fs::read_to_string(data.join("topic-configs-checkpoint"))
+        .unwrap_or_else(|e| panic!("no topic-configs-checkpoint after the restore ({e}):\n{out}"));
+    assert!(
+        configs.contains(TOPIC),
+        "the restored topic configs lack {TOPIC}:\n{configs}"
+    );
 
     // 5. The daemon resumes on it, and the copy matches the replica.
     let mut d = Daemon::start(&config);

@@ -179,7 +179,7 @@ pub fn leader_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
 pub fn offsite_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
     let o = dd.live.as_ref()?.offsite.as_ref()?;
     let age = o.oldest_pending_ms.map_or_else(
-        || "nothing waits".to_string(),
+        || "nothing durable waits".to_string(),
         |t| {
             format!(
                 "the oldest waits for {}",
@@ -191,14 +191,15 @@ pub fn offsite_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
     );
     let state = match &o.failing {
         Some(why) => format!("FAILING ({why})"),
+        None if o.pending_bytes == 0 => "up to date".to_string(),
         None => "uploading".to_string(),
     };
     Some(
         format!(
-            "offsite: {} {state}; {} bytes in {} segments not offsite yet, {age}; {} bytes in {} objects uploaded since start, {} failed rounds",
+            "offsite: {} {state}; {} bytes in {} not offsite yet, {age}; {} bytes in {} objects uploaded since start, {} failed rounds",
             o.location,
             o.pending_bytes,
-            o.pending_segments,
+            crate::logging::count(o.pending_segments, "segment", "segments"),
             o.uploaded_bytes,
             o.uploaded_objects,
             o.errors

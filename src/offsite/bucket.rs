@@ -2,10 +2,11 @@
 //! opened (and so checked) on the way down, named relative to the configured prefix.
 
 use super::envelope;
-use super::manifest::{Manifest, PartitionKey};
+use super::manifest::{FileSum, Manifest, PartitionKey};
 use super::settings::Offsite;
 use super::store::{Put, StoreError};
 use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
 
 /// Creates object `name` holding `plain` (sealed), unless it exists. One that exists (put
 /// before a kill, or by a PUT whose answer was lost) is read back and must hold `plain`: a
@@ -94,6 +95,15 @@ fn open_error(o: &Offsite, name: &str, e: envelope::OpenError) -> anyhow::Error 
     }
 }
 
+/// The store's first answer, for a command: a refusal says what to check (the bucket, the
+/// credentials, the clock) before the store's own words.
+pub fn check(o: &Offsite) -> Result<()> {
+    o.store.check().map_err(|e| {
+        let advice = e.advice();
+        anyhow::Error::new(e).context(advice)
+    })
+}
+
 /// Whether `e` is a store failure worth retrying (unreachable, timeout, 5xx, SlowDown).
 pub fn is_transient(e: &anyhow::Error) -> bool {
     e.chain()
@@ -106,36 +116,126 @@ pub fn store_error(e: &anyhow::Error) -> Option<&StoreError> {
     e.chain().find_map(|c| c.downcast_ref::<StoreError>())
 }
 
-fn manifest_exists(o: &Offsite, key: &PartitionKey, generation: u64) -> Result<bool> {
-    Ok(o.store.exists(&o.object(&key.manifest(generation)))?)
-}
-
 /// The newest manifest generation of `key` (0: none), found by probing names: generations
 /// are written one after the other from 1, so doubling then halving finds the last in about
 /// 2·log2(n) requests, without listing.
 pub fn latest_generation(o: &Offsite, key: &PartitionKey) -> Result<u64> {
-    if !manifest_exists(o, key, 1)? {
+    latest_of(o, &|g| key.manifest(g), &key.describe())
+}
+
+/// [`latest_generation`] of the manifests named `name(generation)`.
+fn latest_of(o: &Offsite, name: &dyn Fn(u64) -> String, what: &str) -> Result<u64> {
+    let exists = |g: u64| -> Result<bool> { Ok(o.store.exists(&o.object(&name(g)))?) };
+    if !exists(1)? {
         return Ok(0);
     }
     let mut low = 1u64; // exists
     let mut high = 2u64;
-    while manifest_exists(o, key, high)? {
+    while exists(high)? {
         low = high;
         high = high.saturating_mul(2);
         if high == u64::MAX {
-            bail!("{}: manifest generations run past {low}", key.describe());
+            bail!("{what}: manifest generations run past {low}");
         }
     }
     // low exists, high does not.
     while high - low > 1 {
         let mid = low + (high - low) / 2;
-        if manifest_exists(o, key, mid)? {
+        if exists(mid)? {
             low = mid;
         } else {
             high = mid;
         }
     }
     Ok(low)
+}
+
+/// The data dir's own files a restore needs besides the partitions (`topic-configs-checkpoint`,
+/// `group-offsets-checkpoint`), as one cluster's manifest of them lists them: name → sum.
+pub type ClusterFiles = BTreeMap<String, FileSum>;
+
+/// `<cluster>/~cluster/`: beside the topics (`~` is in no topic name).
+pub fn cluster_root(cluster: &str) -> String {
+    format!("{cluster}/~cluster/")
+}
+
+pub fn cluster_file(cluster: &str, name: &str, sum: &FileSum) -> String {
+    format!(
+        "{}files/{name}.{}-{:08x}",
+        cluster_root(cluster),
+        sum.size,
+        sum.crc
+    )
+}
+
+fn cluster_manifest_name(cluster: &str, generation: u64) -> String {
+    format!("{}manifest/{generation:020}", cluster_root(cluster))
+}
+
+const CLUSTER_MAGIC: &str = "replica-follower offsite cluster files 1";
+
+/// The newest generation of `cluster`'s manifest of files and what it lists (0 and none:
+/// no manifest yet).
+pub fn latest_cluster_files(o: &Offsite, cluster: &str) -> Result<(u64, ClusterFiles)> {
+    let g = latest_of(o, &|g| cluster_manifest_name(cluster, g), cluster)?;
+    if g == 0 {
+        return Ok((0, ClusterFiles::new()));
+    }
+    let name = cluster_manifest_name(cluster, g);
+    let bytes = get(o, &name)?.with_context(|| {
+        format!(
+            "manifest `{}` vanished from {}",
+            o.object(&name),
+            o.location
+        )
+    })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("manifest `{}` is not text", o.object(&name)))?;
+    let malformed = || anyhow::anyhow!("manifest `{}` is malformed", o.object(&name));
+    let (body, end) = text.rsplit_once("end ").ok_or_else(malformed)?;
+    if u32::from_str_radix(end.trim_end(), 16).ok() != Some(crc32c::crc32c(body.as_bytes())) {
+        return Err(malformed());
+    }
+    let mut lines = body.lines();
+    if lines.next() != Some(CLUSTER_MAGIC) {
+        return Err(malformed());
+    }
+    let mut files = ClusterFiles::new();
+    for line in lines {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if let ["file", name, size, crc] = parts.as_slice() {
+            let sum = FileSum {
+                size: size.parse().map_err(|_| malformed())?,
+                crc: u32::from_str_radix(crc, 16).map_err(|_| malformed())?,
+            };
+            if name.contains('/') || name.starts_with('.') {
+                return Err(malformed());
+            }
+            files.insert((*name).to_string(), sum);
+        }
+    }
+    Ok((g, files))
+}
+
+/// Writes `files` as generation `generation` of `cluster`'s manifest of files.
+pub fn put_cluster_files(
+    o: &Offsite,
+    cluster: &str,
+    generation: u64,
+    files: &ClusterFiles,
+) -> Result<()> {
+    let mut text = format!("{CLUSTER_MAGIC}\n");
+    for (name, sum) in files {
+        text.push_str(&format!("file {name} {} {:08x}\n", sum.size, sum.crc));
+    }
+    let crc = crc32c::crc32c(text.as_bytes());
+    text.push_str(&format!("end {crc:08x}\n"));
+    put(
+        o,
+        &cluster_manifest_name(cluster, generation),
+        text.as_bytes(),
+    )
+    .map(drop)
 }
 
 /// The newest manifest of `key`, if it has one; checked to be of that partition.
@@ -190,7 +290,7 @@ pub fn partitions(o: &Offsite, cluster: Option<&str>) -> Result<Vec<PartitionKey
     };
     let mut out = Vec::new();
     for c in clusters {
-        for t in children(o, &c)? {
+        for t in children(o, &c)?.into_iter().filter(|t| !t.contains("/~")) {
             for id in children(o, &t)? {
                 for p in children(o, &id)? {
                     let parts: Vec<&str> = p.trim_end_matches('/').split('/').collect();

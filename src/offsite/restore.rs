@@ -90,7 +90,7 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
             );
         }
     }
-    o.store.check()?;
+    bucket::check(o)?;
     let cluster = match opts.cluster {
         Some(c) => c.to_string(),
         None => {
@@ -142,7 +142,21 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
         }
     }
     if manifests.is_empty() {
-        bail!("{} holds no manifest of cluster {cluster}", o.location);
+        let mut clusters: Vec<String> = bucket::partitions(o, None)?
+            .into_iter()
+            .map(|k| k.cluster_id)
+            .collect();
+        clusters.dedup();
+        bail!(
+            "{} holds no replica of cluster {cluster} under prefix `{}` (it holds {})",
+            o.location,
+            o.prefix,
+            if clusters.is_empty() {
+                "none".to_string()
+            } else {
+                format!("those of {}", clusters.join(", "))
+            }
+        );
     }
     // Two live histories of one partition (a re-creation whose old history was not yet
     // marked archived): the newest is the live one.
@@ -184,11 +198,21 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
             starts.insert(tp, m.log_start_offset);
         }
     }
+    // The archive of topic configs and group offsets, which a restore into Kafka needs.
+    let (_, files) = bucket::latest_cluster_files(o, &cluster)?;
+    for (name, sum) in &files {
+        let bytes = fetch(o, &bucket::cluster_file(&cluster, name, sum), Some(sum))?;
+        crate::checkpoint::rewrite_atomic(&to.join(name), &bytes)?;
+        writeln!(out, "{name}: {} bytes", sum.size)?;
+    }
     crate::checkpoint::write_offsets(&to.join(DataDir::REPLICATION_OFFSET), &hw)?;
     crate::checkpoint::write_offsets(&to.join(DataDir::RECOVERY_POINT), &hw)?;
     crate::checkpoint::write_offsets(&to.join(DataDir::LOG_START_OFFSET), &starts)?;
     // Last: until it is there, a run that stopped part-way may simply be run again.
     crate::log::identity::write_cluster_id(to, &cluster)?;
+    // Every file is in place and fsynced, and what the loader recovered is flushed: the data
+    // dir is as a clean stop leaves one.
+    write_synced(&to.join(DataDir::CLEAN_SHUTDOWN_FILE), &[])?;
     fsync_dir(to)?;
     writeln!(
         out,

@@ -133,6 +133,8 @@ struct Worker {
     stop: Arc<(Mutex<bool>, Condvar)>,
     parts: BTreeMap<PartitionKey, PartState>,
     lag: BTreeMap<PartitionKey, Lag>,
+    /// The newest generation of the cluster's manifest of data-dir files, and what it lists.
+    cluster_files: Option<(u64, bucket::ClusterFiles)>,
     /// Each archived directory's view of the last round.
     archived_seen: BTreeMap<PathBuf, LocalView>,
     /// Partitions whose last round failed on a local problem, with what was said.
@@ -167,6 +169,7 @@ impl Worker {
             parts: BTreeMap::new(),
             lag: BTreeMap::new(),
             archived_seen: BTreeMap::new(),
+            cluster_files: None,
             local_errors: BTreeMap::new(),
             figures,
             failing: None,
@@ -269,6 +272,11 @@ impl Worker {
                     .as_ref()
                     .map(|why| format!("{}: {why}", k.describe()))
             })
+            .chain(
+                self.local_errors
+                    .iter()
+                    .map(|(k, why)| format!("{}: {why} (tried again each round)", k.describe())),
+            )
             .collect();
         f.oldest_pending_ms = self
             .lag
@@ -338,13 +346,61 @@ impl Worker {
                         crate::log_info!("offsite: {} uploads again", key.describe());
                     }
                 }
-                // The store failing fails every partition: the round ends, and backs off.
-                Err(e) if bucket::store_error(&e).is_some() => return Err(e),
+                // The store failing, or a key that does not open its objects, fails every
+                // partition: the round ends, and backs off.
+                Err(e) if bucket::store_error(&e).is_some() || super::restore::is_key_error(&e) => {
+                    return Err(e);
+                }
                 // Anything else is this partition's: said once, the others go on.
                 Err(e) => self.local_error(&key, format!("{e:#}")),
             }
             self.update_lag(&view, now_ms());
         }
+        self.upload_cluster_files(&cluster)
+    }
+
+    /// The data dir's archive of topic configs and group offsets, which a restore into Kafka
+    /// needs: uploaded when it changed, with a new generation of the cluster's manifest of
+    /// files.
+    fn upload_cluster_files(&mut self, cluster: &str) -> Result<()> {
+        let o = self.o.clone();
+        let (generation, listed) = match self.cluster_files.take() {
+            Some(c) => c,
+            None => bucket::latest_cluster_files(&o, cluster)?,
+        };
+        let mut files = listed.clone();
+        for name in [DataDir::TOPIC_CONFIGS, DataDir::GROUP_OFFSETS] {
+            let bytes = match fs::read(self.data_dir.join(name)) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    crate::log_warn!(
+                        "offsite: cannot read `{}`: {e}",
+                        self.data_dir.join(name).display()
+                    );
+                    continue;
+                }
+            };
+            let sum = FileSum::of(&bytes);
+            if files.get(name) != Some(&sum) {
+                if let Err(e) = bucket::put(&o, &bucket::cluster_file(cluster, name, &sum), &bytes)
+                {
+                    self.cluster_files = Some((generation, listed));
+                    return Err(e);
+                }
+                self.figures.uploaded_objects += 1;
+                self.figures.uploaded_bytes += sum.size;
+                files.insert(name.to_string(), sum);
+            }
+        }
+        if files == listed {
+            self.cluster_files = Some((generation, listed));
+            return Ok(());
+        }
+        // On failure, what the bucket lists is read again next time.
+        bucket::put_cluster_files(&o, cluster, generation + 1, &files)?;
+        self.figures.uploaded_objects += 1;
+        self.cluster_files = Some((generation + 1, files));
         Ok(())
     }
 

@@ -35,7 +35,7 @@ pub fn verify(o: &Offsite, data_dir: &Path, out: &mut dyn Write) -> Result<Outco
             data_dir.display()
         )
     })?;
-    o.store.check()?;
+    bucket::check(o)?;
     let mut outcome = Outcome::default();
     let mut dirs: Vec<(PartitionKey, std::path::PathBuf, String)> = Vec::new();
     for tp in DataDir::partitions(data_dir)? {
