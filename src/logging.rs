@@ -30,6 +30,15 @@ pub fn init_from_env() {
     JOURNAL.store(stderr_is_journal(), Ordering::Relaxed);
 }
 
+/// For a command whose own output says what it did: without `RF_LOG`, only warnings and
+/// errors are logged (not the storage engine's INFO lines as it loads what the command
+/// wrote).
+pub fn quiet_unless_asked() {
+    if std::env::var_os("RF_LOG").is_none() {
+        LEVEL.store(1, Ordering::Relaxed);
+    }
+}
+
 /// Whether stderr is the journal stream systemd connected: `JOURNAL_STREAM` is
 /// `<device>:<inode>` of it (checked, so a child that inherited the variable but not the
 /// stream keeps timestamps).

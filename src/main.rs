@@ -706,6 +706,7 @@ fn offsite_restore(args: &Args) -> Result<ExitCode, String> {
         Ok(c) => c,
         Err(code) => return Ok(code),
     };
+    logging::quiet_unless_asked();
     let stdout = std::io::stdout();
     let result = replica_follower::offsite::restore::restore(
         &o,

@@ -39,6 +39,8 @@ pub const PIECE_MAX: u64 = 16 << 20;
 /// Backoff after a failed round: doubles from the first to the last, with jitter.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// How long a log without a recorded topic id waits for one before it is copied without.
+const NO_TOPIC_ID_WAIT: Duration = Duration::from_secs(60);
 
 /// What the uploader knows of one partition history.
 #[derive(Debug)]
@@ -135,6 +137,8 @@ struct Worker {
     lag: BTreeMap<PartitionKey, Lag>,
     /// The newest generation of the cluster's manifest of data-dir files, and what it lists.
     cluster_files: Option<(u64, bucket::ClusterFiles)>,
+    /// When the thread started.
+    started: Instant,
     /// Each archived directory's view of the last round.
     archived_seen: BTreeMap<PathBuf, LocalView>,
     /// Partitions whose last round failed on a local problem, with what was said.
@@ -169,6 +173,7 @@ impl Worker {
             parts: BTreeMap::new(),
             lag: BTreeMap::new(),
             archived_seen: BTreeMap::new(),
+            started: Instant::now(),
             cluster_files: None,
             local_errors: BTreeMap::new(),
             figures,
@@ -303,6 +308,12 @@ impl Worker {
         let mut views = Vec::new();
         for (tp, log) in self.logs.all() {
             if let Some(view) = live_view(&cluster, &tp, &log) {
+                // A log whose topic id is not recorded yet (the first fetch records it) would
+                // go up under `-` and then again under its id: it waits a minute for one; a
+                // leader that reports none is copied under `-`.
+                if view.key.topic_id.is_none() && self.started.elapsed() < NO_TOPIC_ID_WAIT {
+                    continue;
+                }
                 views.push(view);
             }
         }
