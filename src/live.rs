@@ -719,7 +719,7 @@ pub struct OffsiteLive {
     pub failing: Option<String>,
     /// When (ms since the epoch) a manifest was last written.
     pub last_manifest_ms: Option<i64>,
-    /// Partitions whose uploads stopped because the local log and the copy disagree, each
+    /// Partitions whose uploads fail on a local problem (tried again each round), each
     /// `name: why`.
     #[serde(default)]
     pub stopped: Vec<String>,

@@ -206,7 +206,7 @@ pub fn offsite_line(dd: &DataDirStatus, now_ms: i64) -> Option<String> {
         ) + &o
             .stopped
             .iter()
-            .map(|s| format!("\noffsite: uploads STOPPED for {s}"))
+            .map(|s| format!("\noffsite: uploads FAIL for {s}"))
             .collect::<String>(),
     )
 }

@@ -111,6 +111,25 @@ pub fn is_transient(e: &anyhow::Error) -> bool {
         .is_some_and(StoreError::is_transient)
 }
 
+/// Whether `e` is the store failing for every object alike (unreachable, slow, failing, no
+/// such bucket, refused credentials or clock), so that a round ends there; a refusal of one
+/// object (access denied to one name, an answer too large) is that partition's.
+pub fn fails_every_object(e: &anyhow::Error) -> bool {
+    use super::store::Kind;
+    store_error(e).is_some_and(|se| {
+        matches!(
+            se.kind,
+            Kind::Unreachable
+                | Kind::Timeout
+                | Kind::Server
+                | Kind::SlowDown
+                | Kind::NoSuchBucket
+                | Kind::BadCredentials
+                | Kind::ClockSkew
+        )
+    })
+}
+
 /// The store error inside `e`, if any.
 pub fn store_error(e: &anyhow::Error) -> Option<&StoreError> {
     e.chain().find_map(|c| c.downcast_ref::<StoreError>())
@@ -208,7 +227,12 @@ pub fn latest_cluster_files(o: &Offsite, cluster: &str) -> Result<(u64, ClusterF
                 size: size.parse().map_err(|_| malformed())?,
                 crc: u32::from_str_radix(crc, 16).map_err(|_| malformed())?,
             };
-            if name.contains('/') || name.starts_with('.') {
+            if ![
+                crate::log::data_dir::DataDir::TOPIC_CONFIGS,
+                crate::log::data_dir::DataDir::GROUP_OFFSETS,
+            ]
+            .contains(name)
+            {
                 return Err(malformed());
             }
             files.insert((*name).to_string(), sum);

@@ -379,7 +379,11 @@ fn restore_partition(
     fs::rename(&work, &dest)
         .with_context(|| format!("cannot rename `{}` to `{}`", work.display(), dest.display()))?;
     fsync_dir(to)?;
-    if let (Some(base), false) = (open_base, m.archived) {
+    // Every live history goes through the loader (the segment without indexes recovered
+    // from its start, else nothing), which leaves a producer snapshot at the end: the
+    // daemon's first start then replays nothing.
+    if !m.archived && !m.segments.is_empty() {
+        let base = open_base.unwrap_or(end);
         let tp = TopicPartition::new(m.key.topic.clone(), m.key.partition);
         let config = crate::log::LogConfig {
             index_interval_bytes,

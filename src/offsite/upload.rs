@@ -39,6 +39,8 @@ pub const PIECE_MAX: u64 = 16 << 20;
 /// Backoff after a failed round: doubles from the first to the last, with jitter.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The most (time, offset) marks kept per partition for the age of the oldest pending byte.
+const MAX_MARKS: usize = 256;
 /// How long a log without a recorded topic id waits for one before it is copied without.
 const NO_TOPIC_ID_WAIT: Duration = Duration::from_secs(60);
 
@@ -53,8 +55,6 @@ struct PartState {
     /// name → (len, mtime, sum) of the files beside the log, so that unchanged ones are not
     /// read again.
     files_seen: BTreeMap<String, (u64, i64, FileSum)>,
-    /// Set when the local log and the bucket disagree: uploads of it stop (ERROR once).
-    stopped: Option<String>,
     /// An archived history that is wholly offsite: not looked at again.
     done: bool,
 }
@@ -137,6 +137,8 @@ struct Worker {
     lag: BTreeMap<PartitionKey, Lag>,
     /// The newest generation of the cluster's manifest of data-dir files, and what it lists.
     cluster_files: Option<(u64, bucket::ClusterFiles)>,
+    /// Rounds run so far.
+    rounds: u64,
     /// When the thread started.
     started: Instant,
     /// Each archived directory's view of the last round.
@@ -174,6 +176,7 @@ impl Worker {
             lag: BTreeMap::new(),
             archived_seen: BTreeMap::new(),
             started: Instant::now(),
+            rounds: 0,
             cluster_files: None,
             local_errors: BTreeMap::new(),
             figures,
@@ -270,18 +273,9 @@ impl Worker {
         f.pending_bytes = self.lag.values().map(|l| l.bytes).sum();
         f.pending_segments = self.lag.values().map(|l| l.segments).sum();
         f.stopped = self
-            .parts
+            .local_errors
             .iter()
-            .filter_map(|(k, p)| {
-                p.stopped
-                    .as_ref()
-                    .map(|why| format!("{}: {why}", k.describe()))
-            })
-            .chain(
-                self.local_errors
-                    .iter()
-                    .map(|(k, why)| format!("{}: {why} (tried again each round)", k.describe())),
-            )
+            .map(|(k, why)| format!("{}: {why} (tried again each round)", k.describe()))
             .collect();
         f.oldest_pending_ms = self
             .lag
@@ -346,6 +340,13 @@ impl Worker {
         for view in &views {
             self.update_lag(view, now);
         }
+        // Each round starts one partition further: one that always fails does not keep those
+        // after it waiting.
+        self.rounds = self.rounds.wrapping_add(1);
+        let start = usize::try_from(self.rounds).unwrap_or(0) % views.len().max(1);
+        views.rotate_left(start);
+        self.local_errors
+            .retain(|k, _| views.iter().any(|v| v.key == *k));
         for view in views {
             if self.stopping() {
                 return Ok(());
@@ -359,7 +360,7 @@ impl Worker {
                 }
                 // The store failing, or a key that does not open its objects, fails every
                 // partition: the round ends, and backs off.
-                Err(e) if bucket::store_error(&e).is_some() || super::restore::is_key_error(&e) => {
+                Err(e) if bucket::fails_every_object(&e) || super::restore::is_key_error(&e) => {
                     return Err(e);
                 }
                 // Anything else is this partition's: said once, the others go on.
@@ -450,6 +451,14 @@ impl Worker {
         let lag = self.lag.entry(view.key.clone()).or_default();
         if durable > offsite && lag.marks.back().is_none_or(|m| m.1 < durable) {
             lag.marks.push_back((now, durable));
+            // While nothing goes up they pile up: every other one goes, the oldest stays.
+            if lag.marks.len() > MAX_MARKS {
+                let mut i = 0;
+                lag.marks.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+            }
         }
         while lag.marks.front().is_some_and(|m| m.1 <= offsite) {
             lag.marks.pop_front();
@@ -485,7 +494,6 @@ impl Worker {
                     checked: None,
                     adopted: false,
                     files_seen: BTreeMap::new(),
-                    stopped: None,
                     done: false,
                 },
             );
@@ -494,25 +502,19 @@ impl Worker {
         let Some(st) = self.parts.get_mut(&view.key) else {
             return Ok(());
         };
-        if st.stopped.is_some() {
-            return Ok(());
-        }
         let mut next = st.manifest.clone();
         let mut changed = next.archived != view.archived;
         next.archived = view.archived;
         if st.checked != Some(view.generation) {
-            match reconcile(&mut next, view) {
-                Ok(c) => changed |= c,
-                Err(e) => {
-                    crate::log_error!(
-                        "offsite: {}: the local log and its copy in {} disagree: {e:#}; uploads of this partition stop (run `replica-follower offsite verify`)",
-                        view.key.describe(),
-                        o.location
-                    );
-                    st.stopped = Some(format!("{e:#}"));
-                    return Ok(());
-                }
-            }
+            // A disagreement may be a view the log has moved past (another truncation since):
+            // it is this partition's error, tried again each round from a new view, while
+            // retention keeps everything of it (its floor is for another generation).
+            changed |= reconcile(&mut next, view).map_err(|e| {
+                e.context(format!(
+                    "the local log and its copy in {} disagree (`replica-follower offsite verify` tells where)",
+                    o.location
+                ))
+            })?;
             st.checked = Some(view.generation);
         }
         if !st.adopted {
@@ -552,6 +554,16 @@ impl Worker {
             next.lost = lost;
             next.log_start_offset = log_start;
             changed = true;
+        }
+        // A truncation since the view was taken: what this round uploaded may mix the log's
+        // two histories; the next round starts again from a new view.
+        if let Some(tp) = &view.tp
+            && let Some(log) = self.logs.get(tp)
+            && crate::log::manager::lock_log(&log).generation() != view.generation
+        {
+            st.checked = None;
+            st.adopted = false;
+            return Ok(());
         }
         if changed || next.generation == 0 {
             next.generation += 1;
