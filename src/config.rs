@@ -216,15 +216,19 @@ fn servers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     Ok(v)
 }
 
-fn topic_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let t = String::deserialize(d)?;
-    let legal = !t.is_empty()
+/// Kafka's rule for topic names: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn is_legal_topic(t: &str) -> bool {
+    !t.is_empty()
         && t.len() <= 249
         && t != "."
         && t != ".."
         && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if !legal {
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+fn topic_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let t = String::deserialize(d)?;
+    if !is_legal_topic(&t) {
         return Err(de::Error::custom(format!(
             "`{t}` is not a legal topic name (1–249 of [a-zA-Z0-9._-], not . or ..)"
         )));

@@ -26,14 +26,14 @@ mod support;
 use replica_follower::checkpoint::TopicPartition;
 use replica_follower::offsite::manifest::{Manifest, PartitionKey};
 use replica_follower::offsite::settings::Offsite;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use support::kafka::{self, KAFKA_4};
-use support::s3::{S3Server, write_key_file};
+use support::s3::{S3Server, first_local_base, offsite_status, write_config, write_key_file};
 use support::{Config, Daemon, Leader, wait_until};
 
 const KEY: [u8; 32] = [
@@ -60,17 +60,6 @@ fn high_watermarks(k: &mut Leader, topic: &str) -> Vec<i64> {
         .iter()
         .map(|w| w[1].as_i64().unwrap())
         .collect()
-}
-
-/// The daemon's configuration with `offsite` (an `[offsite]` section) appended.
-fn write_config(base: &Config, offsite: &str, dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = base.write(dir);
-    let mut text = std::fs::read_to_string(&path).unwrap();
-    text.push('\n');
-    text.push_str(offsite);
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// The `[offsite]` settings of `config`, as the daemon reads them.
@@ -134,17 +123,6 @@ fn held_from_zero(m: &Manifest) -> i64 {
         covered = covered.max(s.next_offset);
     }
     covered
-}
-
-fn first_local_base(dir: &Path) -> Option<i64> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.strip_suffix(".log")?.parse::<i64>().ok()
-        })
-        .min()
 }
 
 /// What the sampler found: the violations, and the deepest first local segment per partition.
@@ -214,10 +192,6 @@ fn produce_for(k: &mut Leader, topic: &str, seed: &mut u64, d: Duration) {
         produce_round(k, topic, seed);
         std::thread::sleep(Duration::from_millis(150));
     }
-}
-
-fn offsite_status(data: &Path) -> Value {
-    support::status(data)["offsite"].clone()
 }
 
 /// Every object decrypts, no record text is in plaintext, and no byte range of a segment

@@ -201,20 +201,10 @@ pub fn latest_cluster_files(o: &Offsite, cluster: &str) -> Result<(u64, ClusterF
         return Ok((0, ClusterFiles::new()));
     }
     let name = cluster_manifest_name(cluster, g);
-    let bytes = get(o, &name)?.with_context(|| {
-        format!(
-            "manifest `{}` vanished from {}",
-            o.object(&name),
-            o.location
-        )
-    })?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("manifest `{}` is not text", o.object(&name)))?;
+    let text = manifest_text(o, &name)?;
     let malformed = || anyhow::anyhow!("manifest `{}` is malformed", o.object(&name));
-    let (body, end) = text.rsplit_once("end ").ok_or_else(malformed)?;
-    if u32::from_str_radix(end.trim_end(), 16).ok() != Some(crc32c::crc32c(body.as_bytes())) {
-        return Err(malformed());
-    }
+    let body = super::manifest::without_end_line(&text)
+        .with_context(|| format!("manifest `{}` is malformed", o.object(&name)))?;
     let mut lines = body.lines();
     if lines.next() != Some(CLUSTER_MAGIC) {
         return Err(malformed());
@@ -252,8 +242,7 @@ pub fn put_cluster_files(
     for (name, sum) in files {
         text.push_str(&format!("file {name} {} {:08x}\n", sum.size, sum.crc));
     }
-    let crc = crc32c::crc32c(text.as_bytes());
-    text.push_str(&format!("end {crc:08x}\n"));
+    let text = super::manifest::with_end_line(text);
     put(
         o,
         &cluster_manifest_name(cluster, generation),
@@ -271,17 +260,17 @@ pub fn latest_manifest(o: &Offsite, key: &PartitionKey) -> Result<Option<Manifes
     read_manifest(o, key, generation).map(Some)
 }
 
+/// The text of manifest object `name`, which must be there.
+fn manifest_text(o: &Offsite, name: &str) -> Result<String> {
+    let bytes = get(o, name)?
+        .with_context(|| format!("manifest `{}` vanished from {}", o.object(name), o.location))?;
+    String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("manifest `{}` is not text", o.object(name)))
+}
+
 pub fn read_manifest(o: &Offsite, key: &PartitionKey, generation: u64) -> Result<Manifest> {
     let name = key.manifest(generation);
-    let bytes = get(o, &name)?.with_context(|| {
-        format!(
-            "manifest `{}` vanished from {}",
-            o.object(&name),
-            o.location
-        )
-    })?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("manifest `{}` is not text", o.object(&name)))?;
+    let text = manifest_text(o, &name)?;
     let m = Manifest::parse(&text, &o.object(&name))?;
     if m.key != *key || m.generation != generation {
         bail!(

@@ -100,7 +100,7 @@ pub(super) fn archived_view(
                 .filter(|l| l.base == *base && l.size == size)
             {
                 Some(l) => l.next_offset,
-                None => last_offset_in(&path, size)?.map_or(*base, |l| l + 1),
+                None => last_offset_in(&path, 0, size)?.map_or(*base, |l| l + 1),
             },
         };
         segments.push(LocalSegment {
@@ -126,9 +126,9 @@ pub(super) fn archived_view(
     })
 }
 
-/// The last offset of the last batch in the first `size` bytes of a segment file.
-fn last_offset_in(path: &Path, size: u64) -> Result<Option<i64>> {
-    let bytes = read_range(path, 0, size)?;
+/// The last offset of the batches in bytes [from, to) of a segment file.
+pub(super) fn last_offset_in(path: &Path, from: u64, to: u64) -> Result<Option<i64>> {
+    let bytes = read_range(path, from, to)?;
     let mut last = None;
     walk_batches(&bytes, |h, _| {
         last = Some(h.last_offset);

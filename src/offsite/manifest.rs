@@ -275,9 +275,7 @@ impl Manifest {
         for (name, f) in &self.files {
             let _ = writeln!(s, "file {name} {} {:08x}", f.size, f.crc);
         }
-        let crc = crc32c::crc32c(s.as_bytes());
-        let _ = writeln!(s, "end {crc:08x}");
-        s
+        with_end_line(s)
     }
 
     /// Parses a manifest; `what` names it in errors.
@@ -303,7 +301,15 @@ fn sum(parts: &mut std::str::SplitWhitespace<'_>) -> Result<FileSum> {
     })
 }
 
-fn parse(text: &str) -> Result<Manifest> {
+/// `text` with its `end <CRC-32C of text>` line, as every manifest ends.
+pub fn with_end_line(mut text: String) -> String {
+    let crc = crc32c::crc32c(text.as_bytes());
+    let _ = writeln!(text, "end {crc:08x}");
+    text
+}
+
+/// The text before the `end` line, once that line is found and its CRC-32C matches.
+pub fn without_end_line(text: &str) -> Result<&str> {
     let Some(body_end) = text.rfind("end ") else {
         bail!("no `end` line: the object is cut short");
     };
@@ -312,6 +318,11 @@ fn parse(text: &str) -> Result<Manifest> {
     if crc32c::crc32c(body.as_bytes()) != want || !end.ends_with('\n') {
         bail!("its CRC-32C does not match its `end` line");
     }
+    Ok(body)
+}
+
+fn parse(text: &str) -> Result<Manifest> {
+    let body = without_end_line(text)?;
     let mut lines = body.lines();
     if lines.next() != Some(MAGIC) {
         bail!("the first line is not `{MAGIC}`");

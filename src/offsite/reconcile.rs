@@ -1,7 +1,7 @@
 //! Keeping a partition's manifest in line with its local log: after a truncation, after a
 //! kill (pieces uploaded but in no manifest), and across local retention (the leader epochs).
 
-use super::local::{LocalView, read_range, walk_batches, walk_window};
+use super::local::{LocalView, last_offset_in, read_range, walk_batches, walk_window};
 use super::manifest::{Manifest, Piece, SegmentEntry};
 use super::settings::Offsite;
 use crate::log::format::segment::file_name;
@@ -108,16 +108,6 @@ pub(super) fn reconcile(m: &mut Manifest, view: &LocalView) -> Result<bool> {
         changed = true;
     }
     Ok(changed)
-}
-
-/// The last offset of the batches in bytes [from, to) of a segment file.
-fn last_offset_in(path: &std::path::Path, from: u64, to: u64) -> Result<Option<i64>> {
-    let mut last = None;
-    walk_batches(&read_range(path, from, to)?, |h, _| {
-        last = Some(h.last_offset);
-        true
-    })?;
-    Ok(last)
 }
 
 /// Takes into the manifest the pieces a killed run uploaded after its last manifest, when

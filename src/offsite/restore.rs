@@ -36,17 +36,6 @@ pub fn is_key_error(e: &anyhow::Error) -> bool {
     text.contains("offsite.encryption_key_file")
 }
 
-/// Kafka's rule for topic names (1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`): a name read
-/// from the bucket becomes a directory name.
-fn legal_topic(t: &str) -> bool {
-    !t.is_empty()
-        && t.len() <= 249
-        && t != "."
-        && t != ".."
-        && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-}
-
 /// A cluster id as Kafka makes them (URL-safe base64), or any id without a path separator.
 fn legal_cluster_id(c: &str) -> bool {
     !c.is_empty() && c != "." && c != ".." && !c.contains('/') && !c.contains('\0')
@@ -127,7 +116,7 @@ pub fn restore(o: &Offsite, opts: &RestoreOptions<'_>, out: &mut dyn Write) -> R
         keys.retain(|k| opts.topics.contains(&k.topic));
     }
     for k in &keys {
-        if !legal_topic(&k.topic) || !legal_cluster_id(&k.cluster_id) {
+        if !crate::config::is_legal_topic(&k.topic) || !legal_cluster_id(&k.cluster_id) {
             bail!(
                 "{} holds a history under `{}`, whose cluster id or topic is not one Kafka allows: refusing to make a directory of it",
                 o.location,

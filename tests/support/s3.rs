@@ -737,3 +737,29 @@ fn pump(shared: &Shared, mut from: TcpStream, mut to: TcpStream) {
         }
     }
 }
+
+/// A daemon configuration: `base` written into `dir`, with `offsite` (an `[offsite]` section,
+/// see [`S3Server::config_toml`]) appended.
+pub fn write_config(base: &super::Config, offsite: &str, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("create the config folder");
+    let path = base.write(dir);
+    let mut text = std::fs::read_to_string(&path).expect("read the config back");
+    text.push('\n');
+    text.push_str(offsite);
+    std::fs::write(&path, text).expect("write the config");
+    path
+}
+
+/// The `offsite` object of `status --json`.
+pub fn offsite_status(data: &Path) -> serde_json::Value {
+    super::status(data)["offsite"].clone()
+}
+
+/// The base offset of the first segment in a partition directory (none while it does not
+/// exist yet).
+pub fn first_local_base(dir: &Path) -> Option<i64> {
+    if !dir.is_dir() {
+        return None;
+    }
+    super::segment_logs(dir).keys().next().copied()
+}

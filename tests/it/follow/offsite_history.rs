@@ -15,7 +15,9 @@
 
 use crate::support;
 use crate::support::batches::BatchSpec;
-use crate::support::s3::{S3Server, write_key_file};
+use crate::support::s3::{
+    S3Server, first_local_base, offsite_status, write_config, write_key_file,
+};
 use crate::support::test_leader::{CLUSTER_ID, TestLeader};
 use crate::support::{Config, Daemon};
 use replica_follower::checkpoint::TopicPartition;
@@ -44,16 +46,6 @@ struct Setup {
     direct: PathBuf,
     offsite: Arc<Offsite>,
     restores: std::cell::Cell<u32>,
-}
-
-fn write_config(base: &Config, offsite: &str, dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = base.write(dir);
-    let mut text = std::fs::read_to_string(&path).unwrap();
-    text.push('\n');
-    text.push_str(offsite);
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 impl Setup {
@@ -279,15 +271,6 @@ fn compare(local: &Path, restored: &Path, from_local_start: bool) -> Result<usiz
         }
     }
     Ok(compared)
-}
-
-/// The `offsite` object of `status --json`.
-fn offsite_status(data: &Path) -> serde_json::Value {
-    support::status(data)["offsite"].clone()
-}
-
-fn first_local_base(dir: &Path) -> Option<i64> {
-    support::segment_logs(dir).keys().next().copied()
 }
 
 /// Follows until the replica ends at the leader's log end and its HW checkpoint says so.
