@@ -130,6 +130,34 @@ impl Setup {
         assert!(files > 3, "only {files} files compared");
         let (ok, out) = support::verify(&to);
         assert!(ok, "verify fails on the restored data dir:\n{out}");
+        // A restore never writes into a directory that holds data: not into this one now,
+        // nor into the daemon's own data dir; neither changes by a byte.
+        for dir in [&to, &self.data] {
+            let before = files_under(dir);
+            let (code, out, err) = support::run_cli(&[
+                "offsite",
+                "restore",
+                "--config",
+                self.direct.to_str().unwrap(),
+                "--to",
+                dir.to_str().unwrap(),
+            ]);
+            assert_eq!(
+                code,
+                Some(1),
+                "a restore into `{}` must be refused:\n{out}{err}",
+                dir.display()
+            );
+            assert!(
+                err.contains("is not empty"),
+                "the refusal does not say why:\n{err}"
+            );
+            assert!(
+                files_under(dir) == before,
+                "a refused restore changed `{}`",
+                dir.display()
+            );
+        }
         to
     }
 
