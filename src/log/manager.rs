@@ -193,6 +193,8 @@ pub struct LogManager {
     visits: PerPass<AtomicUsize>,
     /// Free space of the data dir's filesystem; appends pause while it is full.
     disk: DiskSpace,
+    /// The file-system sync a pass over many logs shares ([`fs_sync`]).
+    fs_sync: fs_sync::FsSync,
     /// Told of each partition marked failed (the fetcher manager, which stops fetching it).
     on_failed: Mutex<Option<FailureListener>>,
     /// Notified by the fetchers after each append; waited on by the serving side.
@@ -446,6 +448,7 @@ impl LogManager {
             retention_candidates: Mutex::new(BTreeSet::new()),
             visits: Default::default(),
             disk: DiskSpace::new(data_dir, 0),
+            fs_sync: fs_sync::FsSync::open(data_dir)?,
             on_failed: Mutex::new(None),
             appended: Arc::default(),
             said_on_demand: AtomicBool::new(false),
@@ -836,6 +839,7 @@ impl LogManager {
     }
 }
 
+mod fs_sync;
 mod passes;
 
 #[cfg(test)]

@@ -339,12 +339,24 @@ fn shutdown_visits_every_log_and_a_restart_checkpoints_the_same_figures() {
 }
 
 /// More logs than one thread visits: the passes share them among threads, and every log's
-/// figures, flush, epochs and snapshot still land, a failed one's as failed.
+/// figures, flush, epochs and snapshot still land, a failed one's as failed; with an fsync
+/// of each log's files, and with one file-system sync for them all.
 #[test]
 fn passes_over_many_logs_cover_each_once_on_several_threads() {
+    passes_over_many_logs(false);
+}
+
+#[test]
+fn passes_over_many_logs_share_two_file_system_syncs() {
+    passes_over_many_logs(true);
+}
+
+fn passes_over_many_logs(by_syncfs: bool) {
     let n = (LOG_IO_INLINE_UP_TO * 3) as i32;
+    assert!(n as usize >= super::fs_sync::SYNCFS_FROM);
     let d = tempfile::tempdir().unwrap();
-    let logs = with_logs(d.path(), cfg(1 << 20), n);
+    let mut logs = with_logs(d.path(), cfg(1 << 20), n);
+    logs.fs_sync.forced = Some(by_syncfs);
     let mut ends = Vec::new();
     for p in 0..n {
         let end = append(&logs, p, p as usize % 3 + 1, p % 2);
@@ -352,7 +364,12 @@ fn passes_over_many_logs_cover_each_once_on_several_threads() {
         ends.push(end);
     }
     // The flush pass moves every recovery point.
+    let syncs = crate::checkpoint::syncs_on_this_thread().1;
     assert_eq!(flush(&logs), n as usize);
+    assert_eq!(
+        crate::checkpoint::syncs_on_this_thread().1 - syncs,
+        u64::from(by_syncfs)
+    );
     for p in 0..n {
         assert_eq!(lock_log(&log(&logs, p)).recovery_point(), ends[p as usize]);
     }
@@ -365,7 +382,13 @@ fn passes_over_many_logs_cover_each_once_on_several_threads() {
     }
     logs.mark_failed(&tp(7), "a test");
     let failed_figures = lock_log(&log(&logs, 7)).summary();
+    let syncs = crate::checkpoint::syncs_on_this_thread().1;
     assert!(!logs.shutdown().unwrap(), "a failed partition: not clean");
+    // One sync for the data and new files, one for their renames.
+    assert_eq!(
+        crate::checkpoint::syncs_on_this_thread().1 - syncs,
+        if by_syncfs { 2 } else { 0 }
+    );
     assert_eq!(logs.last_visits(Pass::Checkpoint), n as usize);
     let written = files(d.path());
     assert_eq!(written.len(), n as usize);
@@ -385,7 +408,54 @@ fn passes_over_many_logs_cover_each_once_on_several_threads() {
         let epochs = std::fs::read_to_string(dir.join(DataDir::LEADER_EPOCH)).unwrap();
         let last = format!("2 {}", epoch_starts[p as usize]);
         assert!(epochs.trim_end().ends_with(&last), "{epochs}");
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
     }
+    // A restart reads back what the pass wrote.
+    drop(logs);
+    let again = LogManager::open(d.path(), cfg(1 << 20)).unwrap();
+    for p in (0..n).filter(|p| *p != 7) {
+        let shared = log(&again, p);
+        let l = lock_log(&shared);
+        assert_eq!(l.log_end_offset(), ends[p as usize]);
+        assert_eq!(
+            l.end_offset_for_epoch(1).map(|(e, _)| e),
+            Some(if p % 2 == 1 { 1 } else { 0 })
+        );
+    }
+}
+
+/// A truncation between the two halves of a pass that shares a file-system sync: the
+/// staged epoch checkpoint, which names epochs the log no longer holds, is not renamed into
+/// place, and the next checkpoint writes the cache as it is.
+#[test]
+fn a_truncation_between_stage_and_commit_drops_the_staged_epochs() {
+    let d = tempfile::tempdir().unwrap();
+    let logs = with_logs(d.path(), cfg(1 << 20), 1);
+    append(&logs, 0, 2, 0);
+    logs.checkpoint().unwrap();
+    let start = append(&logs, 0, 2, 3) - 8;
+    let shared = log(&logs, 0);
+    let epoch_file = d.path().join(tp(0).dir_name()).join(DataDir::LEADER_EPOCH);
+    let before = std::fs::read_to_string(&epoch_file).unwrap();
+    let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
+    assert!(staged.0.exists());
+    lock_log(&shared).truncate_to(start, "a test").unwrap();
+    lock_log(&shared).commit_epochs(staged.clone()).unwrap();
+    assert!(!staged.0.exists(), "the stale staged file is removed");
+    assert_eq!(std::fs::read_to_string(&epoch_file).unwrap(), before);
+    logs.checkpoint().unwrap();
+    let after = std::fs::read_to_string(&epoch_file).unwrap();
+    assert!(!after.contains(&format!("3 {start}")), "{after}");
+    // Without a truncation, the staged file replaces the old one.
+    append(&logs, 0, 1, 4);
+    let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
+    lock_log(&shared).commit_epochs(staged).unwrap();
+    let now = std::fs::read_to_string(&epoch_file).unwrap();
+    assert!(now.trim_end().ends_with(&format!("4 {start}")), "{now}");
 }
 
 #[test]

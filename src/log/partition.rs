@@ -692,6 +692,24 @@ impl PartitionLog {
         }))
     }
 
+    /// [`Self::begin_flush`] for a pass that syncs the whole file system once: the ticket
+    /// holds no descriptor, and its [`FlushTicket::sync`] does nothing.
+    pub fn begin_flush_by_syncfs(&mut self) -> Result<Option<FlushTicket>> {
+        let target = self.log_end_offset();
+        if self.recovery_point >= target {
+            return Ok(None);
+        }
+        let segment = self.active().base_offset;
+        let mark = self.active_mut().prepare_flush_by_syncfs()?;
+        Ok(Some(FlushTicket {
+            files: Vec::new(),
+            target,
+            generation: self.generation,
+            segment,
+            mark,
+        }))
+    }
+
     /// Moves the recovery point to what a synced ticket covered, unless a truncation came
     /// in between (then the next flush covers it).
     pub fn finish_flush(&mut self, ticket: FlushTicket) {
@@ -827,6 +845,33 @@ impl PartitionLog {
             self.epochs.dirty = false;
         }
         Ok(())
+    }
+
+    /// [`Self::checkpoint_epochs`] in two steps around a file-system sync: writes the new
+    /// `leader-epoch-checkpoint` to its temporary file, unsynced, and returns it with the
+    /// log's generation (`None` when the cache did not change).
+    pub fn stage_epochs(&mut self) -> Result<Option<(PathBuf, u64)>> {
+        if !self.epochs.dirty {
+            return Ok(None);
+        }
+        let path = self.dir.join(DataDir::LEADER_EPOCH);
+        let tmp =
+            checkpoint::stage_unsynced(&path, &checkpoint::render_epochs(self.epochs.entries()))?;
+        self.epochs.dirty = false;
+        Ok(Some((tmp, self.generation)))
+    }
+
+    /// Renames a staged epoch checkpoint into place after the file system was synced. A
+    /// truncation since it was staged makes it stale: it is dropped and the cache written at
+    /// the next checkpoint; so is it when the rename fails.
+    pub fn commit_epochs(&mut self, (tmp, generation): (PathBuf, u64)) -> Result<()> {
+        if generation != self.generation {
+            let _ = std::fs::remove_file(&tmp);
+            self.epochs.dirty = true;
+            return Ok(());
+        }
+        let path = self.dir.join(DataDir::LEADER_EPOCH);
+        checkpoint::commit_staged(&tmp, &path).inspect_err(|_| self.epochs.dirty = true)
     }
 
     /// The end offset of `epoch` in this log, as OffsetForLeaderEpoch would answer.
