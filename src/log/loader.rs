@@ -23,11 +23,11 @@ use super::format::segment::{self, Segment};
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::clock::now_ms;
-use crate::logging::count;
+use crate::logging::{NAMED_IN_A_LINE, count};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What the checkpoint files said about one partition (each `None` when absent or unusable).
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,6 +43,137 @@ pub struct LoadReport {
     pub truncated_bytes: u64,
     /// Segments that overlapped the one before, renamed out of the log (never deleted).
     pub set_aside_segments: usize,
+    /// Each segment recovery cut, in offset order: the caller says them (one line for a few
+    /// partitions, a grouped one for many), each is also logged at debug level here.
+    pub cuts: Vec<Cut>,
+}
+
+/// Bytes recovery cut from the end of a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    pub segment: PathBuf,
+    pub bytes: u64,
+    /// Why: `partial batch`, a CRC mismatch, ...
+    pub reason: String,
+}
+
+impl Cut {
+    /// `{tp}: recovery cut 139 bytes from `…/00000000000000000000.log`: partial batch`.
+    pub fn describe(&self, tp: &TopicPartition) -> String {
+        format!(
+            "{tp}: recovery cut {} bytes from `{}`: {}",
+            self.bytes,
+            self.segment.display(),
+            self.reason
+        )
+    }
+}
+
+/// What loading every partition of a data dir found, said in one INFO line (and one WARN
+/// for the cuts): a thousand partitions loaded cleanly are one line, not a thousand. Each
+/// partition's own line is at debug level.
+#[derive(Debug, Default)]
+pub struct Tally {
+    partitions: usize,
+    segments: usize,
+    bytes: u64,
+    /// Partitions recovery scanned, and the segments it scanned in them.
+    recovered: usize,
+    recovered_segments: usize,
+    set_aside_segments: usize,
+    cuts: Vec<(TopicPartition, Cut)>,
+}
+
+impl Tally {
+    pub fn add(&mut self, tp: &TopicPartition, log: &PartitionLog, report: &LoadReport) {
+        let s = log.summary();
+        crate::log_debug!(
+            "{tp}: loaded log {}..{} ({}, {} bytes)",
+            s.log_start_offset,
+            s.log_end_offset,
+            count(s.segments, "segment", "segments"),
+            s.size_bytes
+        );
+        self.partitions += 1;
+        self.segments += s.segments;
+        self.bytes += s.size_bytes;
+        if report.recovered_segments > 0 {
+            self.recovered += 1;
+            self.recovered_segments += report.recovered_segments;
+        }
+        self.set_aside_segments += report.set_aside_segments;
+        self.cuts
+            .extend(report.cuts.iter().map(|c| (tp.clone(), c.clone())));
+    }
+
+    /// The lines that say what was loaded: one INFO with the totals, then what recovery cut
+    /// (each cut on a line of its own for up to [`NAMED_IN_A_LINE`] of them, else one WARN
+    /// naming the first few and counting the rest). Returns them, INFO first.
+    pub fn say(&self, clean: bool, took: std::time::Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.partitions == 0 {
+            return lines;
+        }
+        let mut info = format!(
+            "loaded {} ({}, {} bytes) in {}",
+            count(self.partitions, "partition log", "partition logs"),
+            count(self.segments, "segment", "segments"),
+            self.bytes,
+            crate::logging::Human(took)
+        );
+        let cut_bytes: u64 = self.cuts.iter().map(|(_, c)| c.bytes).sum();
+        let mut cut_from: Vec<&TopicPartition> = self.cuts.iter().map(|(tp, _)| tp).collect();
+        cut_from.dedup();
+        if !clean {
+            info.push_str(&format!(
+                " after an unclean shutdown: recovery scanned {} of {}",
+                count(self.recovered_segments, "segment", "segments"),
+                count(self.recovered, "partition", "partitions"),
+            ));
+        } else if self.recovered_segments > 0 {
+            // A clean shutdown, yet indexes failed their check (each said in a WARN).
+            info.push_str(&format!(
+                "; {} of {} recovered",
+                count(self.recovered_segments, "segment", "segments"),
+                count(self.recovered, "partition", "partitions"),
+            ));
+        }
+        if cut_bytes > 0 {
+            info.push_str(&format!(
+                ", cut {cut_bytes} bytes from {}",
+                count(cut_from.len(), "partition", "partitions")
+            ));
+        }
+        if self.set_aside_segments > 0 {
+            info.push_str(&format!(
+                ", set aside {} that overlapped the one before",
+                count(self.set_aside_segments, "segment", "segments")
+            ));
+        }
+        crate::log_info!("{info}");
+        lines.push(info);
+        if self.cuts.len() <= NAMED_IN_A_LINE {
+            for (tp, cut) in &self.cuts {
+                let line = cut.describe(tp);
+                crate::log_warn!("{line}");
+                lines.push(line);
+            }
+        } else {
+            let named: Vec<String> = self
+                .cuts
+                .iter()
+                .map(|(tp, c)| format!("{tp} ({} bytes: {})", c.bytes, c.reason))
+                .collect();
+            let line = format!(
+                "recovery cut {cut_bytes} bytes from the ends of {}: {}; RF_LOG=debug names each with its file",
+                count(self.cuts.len(), "segment", "segments"),
+                crate::logging::first_few(&named)
+            );
+            crate::log_warn!("{line}");
+            lines.push(line);
+        }
+        lines
+    }
 }
 
 fn remove_leftovers(dir: &Path) -> Result<()> {
@@ -155,12 +286,13 @@ pub fn load(
             if r.truncated_bytes > 0 {
                 // Only this segment is cut; the segments after it are kept (the offsets
                 // between are a hole the leader can fill).
-                crate::log_warn!(
-                    "{tp}: recovery cut {} bytes from `{}`: {}",
-                    r.truncated_bytes,
-                    seg.log_path().display(),
-                    r.reason.as_deref().unwrap_or("partial batch")
-                );
+                let cut = Cut {
+                    segment: seg.log_path().to_path_buf(),
+                    bytes: r.truncated_bytes,
+                    reason: r.reason.clone().unwrap_or_else(|| "partial batch".into()),
+                };
+                crate::log_debug!("{}", cut.describe(tp));
+                report.cuts.push(cut);
             }
         }
         segments.insert(base, seg);
@@ -284,7 +416,7 @@ pub fn load(
             seg.flush()?;
         }
         fsync_dir(&dir)?;
-        crate::log_info!(
+        crate::log_debug!(
             "{tp}: recovered {}, cut {} bytes, set aside {}; log end {leo}",
             count(report.recovered_segments, "segment", "segments"),
             report.truncated_bytes,
@@ -312,6 +444,50 @@ mod tests {
     use super::*;
     use crate::log::partition_tests::{batches, cfg, hints, new_log, tp};
     use crate::record::VerifiedBatches;
+
+    #[test]
+    fn a_load_says_its_totals_in_one_line_and_names_what_recovery_cut() {
+        let cut = |p: i32| {
+            (
+                TopicPartition::new("t", p),
+                Cut {
+                    segment: PathBuf::from(format!("d/t-{p}/0.log")),
+                    bytes: 20,
+                    reason: "partial batch".into(),
+                },
+            )
+        };
+        let mut tally = Tally {
+            partitions: 1000,
+            segments: 1000,
+            bytes: 139_000,
+            ..Tally::default()
+        };
+        let took = std::time::Duration::from_millis(400);
+        assert_eq!(
+            tally.say(true, took),
+            ["loaded 1000 partition logs (1000 segments, 139000 bytes) in 400ms"]
+        );
+        tally.recovered = 1000;
+        tally.recovered_segments = 1000;
+        tally.cuts = vec![cut(3), cut(9)];
+        assert_eq!(
+            tally.say(false, took),
+            [
+                "loaded 1000 partition logs (1000 segments, 139000 bytes) in 400ms after an unclean shutdown: recovery scanned 1000 segments of 1000 partitions, cut 40 bytes from 2 partitions",
+                "t-3: recovery cut 20 bytes from `d/t-3/0.log`: partial batch",
+                "t-9: recovery cut 20 bytes from `d/t-9/0.log`: partial batch",
+            ]
+        );
+        tally.cuts = (0..7).map(cut).collect();
+        let said = tally.say(false, took);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(
+            said[1],
+            "recovery cut 140 bytes from the ends of 7 segments: t-0 (20 bytes: partial batch), t-1 (20 bytes: partial batch), t-2 (20 bytes: partial batch), t-3 (20 bytes: partial batch), t-4 (20 bytes: partial batch) and 2 more; RF_LOG=debug names each with its file"
+        );
+        assert_eq!(Tally::default().say(false, took), Vec::<String>::new());
+    }
 
     #[test]
     fn clean_reload_restores_every_offset() {

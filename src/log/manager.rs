@@ -408,6 +408,8 @@ impl LogManager {
                 first.display()
             ),
         }
+        let started = Instant::now();
+        let mut tally = loader::Tally::default();
         for tp in DataDir::partitions(data_dir)? {
             let hints = CheckpointHints {
                 recovery_point: rp.get(&tp).copied(),
@@ -416,23 +418,13 @@ impl LogManager {
             };
             let loaded = loader::load(data_dir, &tp, config.clone(), hints, clean)
                 .with_context(|| format!("failed to load the log of {tp}"))?;
-            if let Some((mut log, _)) = loaded {
-                crate::log_info!(
-                    "{tp}: loaded log {}..{} ({}, {} bytes){}",
-                    log.log_start_offset(),
-                    log.log_end_offset(),
-                    crate::logging::count(log.summary().segments, "segment", "segments"),
-                    log.size_bytes(),
-                    if clean {
-                        ""
-                    } else {
-                        " after an unclean shutdown"
-                    }
-                );
+            if let Some((mut log, report)) = loaded {
+                tally.add(&tp, &log, &report);
                 log.watch(touched.clone());
                 logs.insert(tp, Arc::new(Mutex::new(log)));
             }
         }
+        tally.say(clean, started.elapsed());
         if clean {
             fs::remove_file(&marker)
                 .with_context(|| format!("failed to remove `{}`", marker.display()))?;
