@@ -218,6 +218,30 @@ pub fn load(
     hints: CheckpointHints,
     clean_shutdown: bool,
 ) -> Result<Option<(PartitionLog, LoadReport)>> {
+    load_with(data_dir, tp, config, hints, clean_shutdown, true)
+}
+
+/// [`load`] for a start that loads many logs: what recovery rewrote (segments cut, indexes
+/// rebuilt) is written but not fsynced; the caller makes one file-system sync for them all
+/// before anything claims the recovery points.
+pub fn load_unsynced(
+    data_dir: &Path,
+    tp: &TopicPartition,
+    config: LogConfig,
+    hints: CheckpointHints,
+    clean_shutdown: bool,
+) -> Result<Option<(PartitionLog, LoadReport)>> {
+    load_with(data_dir, tp, config, hints, clean_shutdown, false)
+}
+
+fn load_with(
+    data_dir: &Path,
+    tp: &TopicPartition,
+    config: LogConfig,
+    hints: CheckpointHints,
+    clean_shutdown: bool,
+    fsync: bool,
+) -> Result<Option<(PartitionLog, LoadReport)>> {
     let dir = data_dir.join(tp.dir_name());
     if !dir.is_dir() {
         return Ok(None);
@@ -413,9 +437,16 @@ pub fn load(
     log.last_snapshot = producer_snapshot_at(&dir, leo);
     if report.recovered_segments > 0 || report.set_aside_segments > 0 {
         for seg in log.segments.values_mut() {
-            seg.flush()?;
+            if fsync {
+                seg.flush()?;
+            } else {
+                // The caller's file-system sync covers them; a later close fsyncs again.
+                seg.prepare_flush_by_syncfs()?;
+            }
         }
-        fsync_dir(&dir)?;
+        if fsync {
+            fsync_dir(&dir)?;
+        }
         crate::log_debug!(
             "{tp}: recovered {}, cut {} bytes, set aside {}; log end {leo}",
             count(report.recovered_segments, "segment", "segments"),
@@ -427,7 +458,11 @@ pub fn load(
     for seg in log.segments.values_mut().take(inactive) {
         seg.close_file();
     }
-    log.checkpoint_epochs()?;
+    if fsync {
+        log.checkpoint_epochs()?;
+    }
+    // Else the cache stays dirty: the manager's first checkpoint, which visits every log,
+    // writes it.
     Ok(Some((log, report)))
 }
 

@@ -410,19 +410,34 @@ impl LogManager {
         }
         let started = Instant::now();
         let mut tally = loader::Tally::default();
-        for tp in DataDir::partitions(data_dir)? {
+        let partitions = DataDir::partitions(data_dir)?;
+        let fs_sync = fs_sync::FsSync::open(data_dir)?;
+        // After a crash, many logs may each need recovery: one file-system sync for all that
+        // recovery rewrote rather than four fsyncs a log.
+        let one_sync = !clean && fs_sync.fits(partitions.len());
+        let mut rewritten = false;
+        for tp in partitions {
             let hints = CheckpointHints {
                 recovery_point: rp.get(&tp).copied(),
                 log_start_offset: ls.get(&tp).copied(),
                 high_watermark: hw.get(&tp).copied(),
             };
-            let loaded = loader::load(data_dir, &tp, config.clone(), hints, clean)
+            let load = if one_sync {
+                loader::load_unsynced
+            } else {
+                loader::load
+            };
+            let loaded = load(data_dir, &tp, config.clone(), hints, clean)
                 .with_context(|| format!("failed to load the log of {tp}"))?;
             if let Some((mut log, report)) = loaded {
+                rewritten |= report.recovered_segments > 0 || report.set_aside_segments > 0;
                 tally.add(&tp, &log, &report);
                 log.watch(touched.clone());
                 logs.insert(tp, Arc::new(Mutex::new(log)));
             }
+        }
+        if rewritten && one_sync {
+            fs_sync.sync();
         }
         tally.say(clean, started.elapsed());
         if clean {
@@ -440,7 +455,7 @@ impl LogManager {
             retention_candidates: Mutex::new(BTreeSet::new()),
             visits: Default::default(),
             disk: DiskSpace::new(data_dir, 0),
-            fs_sync: fs_sync::FsSync::open(data_dir)?,
+            fs_sync,
             on_failed: Mutex::new(None),
             appended: Arc::default(),
             said_on_demand: AtomicBool::new(false),

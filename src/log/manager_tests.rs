@@ -480,3 +480,51 @@ fn a_recovery_point_a_flush_moves_reaches_the_checkpoint() {
     assert_eq!(checkpoint(&logs), 1);
     assert_eq!(figures(d.path(), 2), (0, end, 0));
 }
+
+/// A start after a crash that finds many logs to recover fsyncs none of them: one
+/// file-system sync covers what recovery rewrote, and the logs come back cut to their last
+/// whole batch; with few logs (or on a busy shared disk) each is fsynced as before.
+#[test]
+fn a_recovery_of_many_logs_shares_one_file_system_sync() {
+    for by_syncfs in [true, false] {
+        let n = super::fs_sync::SYNCFS_FROM as i32 + 6;
+        let d = tempfile::tempdir().unwrap();
+        let logs = with_logs(d.path(), cfg(1 << 20), n);
+        let mut ends = Vec::new();
+        for p in 0..n {
+            ends.push(append(&logs, p, 2, 0));
+        }
+        drop(logs); // no shutdown: the next start recovers every log past its recovery point
+        for p in 0..3 {
+            let seg = d
+                .path()
+                .join(tp(p).dir_name())
+                .join(segment::file_name(0, "log"));
+            let f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+            std::io::Write::write_all(&mut &f, b"torn").unwrap();
+        }
+        super::fs_sync::FORCE_ON_THIS_THREAD.with(|c| c.set(Some(by_syncfs)));
+        let before = crate::checkpoint::syncs_on_this_thread();
+        let again = LogManager::open(d.path(), cfg(1 << 20));
+        let after = crate::checkpoint::syncs_on_this_thread();
+        super::fs_sync::FORCE_ON_THIS_THREAD.with(|c| c.set(None));
+        let again = again.unwrap();
+        if by_syncfs {
+            assert_eq!((after.0 - before.0, after.1 - before.1), (0, 1));
+        } else {
+            assert_eq!(after.1 - before.1, 0);
+            assert!(after.0 - before.0 >= n as u64, "{before:?} {after:?}");
+        }
+        for p in 0..n {
+            let shared = log(&again, p);
+            let l = lock_log(&shared);
+            assert_eq!(l.log_end_offset(), ends[p as usize], "{}", tp(p));
+            assert_eq!(l.recovery_point(), ends[p as usize]);
+        }
+        // The first checkpoint claims the recovered ends and writes each epoch cache.
+        again.checkpoint().unwrap();
+        assert_eq!(figures(d.path(), 1).1, ends[1]);
+        let epochs = d.path().join(tp(1).dir_name()).join(DataDir::LEADER_EPOCH);
+        assert_eq!(checkpoint::read_epochs(&epochs).unwrap(), vec![(0, 0)]);
+    }
+}

@@ -32,6 +32,13 @@ pub(super) const SYNCFS_FROM: usize = 64;
 /// to wait for.
 pub(super) const SHARED_DIRTY_LIMIT: u64 = 256 << 20;
 
+#[cfg(test)]
+thread_local! {
+    /// The way managers opened on this thread take, whatever the disk (tests).
+    pub(super) static FORCE_ON_THIS_THREAD: std::cell::Cell<Option<bool>> =
+        const { std::cell::Cell::new(None) };
+}
+
 #[derive(Debug)]
 pub(super) struct FsSync {
     data_dir: PathBuf,
@@ -53,7 +60,7 @@ impl FsSync {
             dir,
             own,
             #[cfg(test)]
-            forced: None,
+            forced: FORCE_ON_THIS_THREAD.with(std::cell::Cell::get),
         })
     }
 
