@@ -221,20 +221,11 @@ pub fn load(
     load_with(data_dir, tp, config, hints, clean_shutdown, true)
 }
 
-/// [`load`] for a start that loads many logs: what recovery rewrote (segments cut, indexes
-/// rebuilt) is written but not fsynced; the caller makes one file-system sync for them all
-/// before anything claims the recovery points.
-pub fn load_unsynced(
-    data_dir: &Path,
-    tp: &TopicPartition,
-    config: LogConfig,
-    hints: CheckpointHints,
-    clean_shutdown: bool,
-) -> Result<Option<(PartitionLog, LoadReport)>> {
-    load_with(data_dir, tp, config, hints, clean_shutdown, false)
-}
-
-fn load_with(
+/// [`load`]; without `fsync`, for a start that loads many logs, what recovery rewrote
+/// (segments cut, indexes rebuilt) is written but not fsynced, and a changed epoch cache is
+/// left dirty: the caller makes one file-system sync for them all, and its first checkpoint
+/// writes the caches, before anything claims the recovery points.
+pub fn load_with(
     data_dir: &Path,
     tp: &TopicPartition,
     config: LogConfig,

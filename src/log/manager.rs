@@ -422,12 +422,7 @@ impl LogManager {
                 log_start_offset: ls.get(&tp).copied(),
                 high_watermark: hw.get(&tp).copied(),
             };
-            let load = if one_sync {
-                loader::load_unsynced
-            } else {
-                loader::load
-            };
-            let loaded = load(data_dir, &tp, config.clone(), hints, clean)
+            let loaded = loader::load_with(data_dir, &tp, config.clone(), hints, clean, !one_sync)
                 .with_context(|| format!("failed to load the log of {tp}"))?;
             if let Some((mut log, report)) = loaded {
                 rewritten |= report.recovered_segments > 0 || report.set_aside_segments > 0;
