@@ -46,6 +46,8 @@ pub struct LoadReport {
     /// Each segment recovery cut, in offset order: the caller says them (one line for a few
     /// partitions, a grouped one for many), each is also logged at debug level here.
     pub cuts: Vec<Cut>,
+    /// Temporary and orphaned files an interrupted write left, removed.
+    pub leftovers_removed: usize,
 }
 
 /// Bytes recovery cut from the end of a segment.
@@ -82,6 +84,7 @@ pub struct Tally {
     recovered_segments: usize,
     set_aside_segments: usize,
     cuts: Vec<(TopicPartition, Cut)>,
+    leftovers_removed: usize,
 }
 
 impl Tally {
@@ -102,6 +105,7 @@ impl Tally {
             self.recovered_segments += report.recovered_segments;
         }
         self.set_aside_segments += report.set_aside_segments;
+        self.leftovers_removed += report.leftovers_removed;
         self.cuts
             .extend(report.cuts.iter().map(|c| (tp.clone(), c.clone())));
     }
@@ -144,6 +148,12 @@ impl Tally {
                 count(cut_from.len(), "partition", "partitions")
             ));
         }
+        if self.leftovers_removed > 0 {
+            info.push_str(&format!(
+                ", removed {} an interrupted write left",
+                count(self.leftovers_removed, "temporary file", "temporary files")
+            ));
+        }
         if self.set_aside_segments > 0 {
             info.push_str(&format!(
                 ", set aside {} that overlapped the one before",
@@ -165,9 +175,10 @@ impl Tally {
                 .map(|(tp, c)| format!("{tp} ({} bytes: {})", c.bytes, c.reason))
                 .collect();
             let line = format!(
-                "recovery cut {cut_bytes} bytes from the ends of {}: {}; RF_LOG=debug names each with its file",
+                "recovery cut {cut_bytes} bytes from the ends of {}: {}; every partition cut: {} (each with its file at debug level)",
                 count(self.cuts.len(), "segment", "segments"),
-                crate::logging::first_few(&named)
+                crate::logging::first_few(&named),
+                partition_list(&cut_from, PARTITION_LIST_MAX)
             );
             crate::log_warn!("{line}");
             lines.push(line);
@@ -176,7 +187,62 @@ impl Tally {
     }
 }
 
-fn remove_leftovers(dir: &Path) -> Result<()> {
+/// The most characters [`partition_list`] writes in a log line before it counts the rest.
+const PARTITION_LIST_MAX: usize = 2000;
+
+/// Partitions in a short form, each topic once with its partitions as ranges
+/// (`orders[0-3,7] events[12]`), cut after about `max` characters with a count of the
+/// partitions left out.
+fn partition_list(tps: &[&TopicPartition], max: usize) -> String {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in tps {
+        by_topic
+            .entry(tp.topic.as_str())
+            .or_default()
+            .push(tp.partition);
+    }
+    let mut out = String::new();
+    let mut left = tps.len();
+    for (topic, mut parts) in by_topic {
+        parts.sort_unstable();
+        parts.dedup();
+        let mut ranges: Vec<(i32, i32)> = Vec::new();
+        for p in &parts {
+            match ranges.last_mut() {
+                Some((_, end)) if *end + 1 == *p => *end = *p,
+                _ => ranges.push((*p, *p)),
+            }
+        }
+        let text: Vec<String> = ranges
+            .iter()
+            .map(|(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        let item = format!("{topic}[{}]", text.join(","));
+        if !out.is_empty() && out.len() + item.len() > max {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&item);
+        left = left.saturating_sub(parts.len());
+    }
+    if left > 0 {
+        out.push_str(&format!(" and {left} more"));
+    }
+    out
+}
+
+/// Removes what an interrupted write left behind; how many files that was (each named at
+/// debug level: after a crash during a checkpoint of many logs, there may be one a log).
+fn remove_leftovers(dir: &Path) -> Result<usize> {
+    let mut removed = 0;
     // A copy into diverged/ or damaged/ that a crash interrupted is made again from the log.
     for sub in [DataDir::DIVERGED_DIR, DataDir::DAMAGED_DIR] {
         let Ok(entries) = fs::read_dir(dir.join(sub)) else {
@@ -184,9 +250,10 @@ fn remove_leftovers(dir: &Path) -> Result<()> {
         };
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().ends_with(".tmp") {
-                crate::log_info!("removing left-over file `{}`", entry.path().display());
+                crate::log_debug!("removing left-over file `{}`", entry.path().display());
                 fs::remove_file(entry.path())
                     .with_context(|| format!("failed to remove `{}`", entry.path().display()))?;
+                removed += 1;
             }
         }
     }
@@ -201,12 +268,13 @@ fn remove_leftovers(dir: &Path) -> Result<()> {
             segment::parse_base_offset(&name, suffix).is_some_and(|b| !bases.contains(&b))
         });
         if temp || orphan {
-            crate::log_info!("removing left-over file `{}`", entry.path().display());
+            crate::log_debug!("removing left-over file `{}`", entry.path().display());
             fs::remove_file(entry.path())
                 .with_context(|| format!("failed to remove `{}`", entry.path().display()))?;
+            removed += 1;
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 /// Loads the log in `data_dir/<topic>-<partition>`. Returns `None` when the directory holds no
@@ -237,14 +305,17 @@ pub fn load_with(
     if !dir.is_dir() {
         return Ok(None);
     }
-    remove_leftovers(&dir)?;
+    let leftovers = remove_leftovers(&dir)?;
     let bases = list_segment_bases(&dir)?;
     let Some(&first_base) = bases.first() else {
         return Ok(None);
     };
     let now = now_ms();
     let recovery_point = hints.recovery_point.unwrap_or(first_base);
-    let mut report = LoadReport::default();
+    let mut report = LoadReport {
+        leftovers_removed: leftovers,
+        ..LoadReport::default()
+    };
     let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
     let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
     let mut first_recovered: Option<i64> = None;
@@ -510,8 +581,15 @@ mod tests {
         assert_eq!(said.len(), 2, "{said:?}");
         assert_eq!(
             said[1],
-            "recovery cut 140 bytes from the ends of 7 segments: t-0 (20 bytes: partial batch), t-1 (20 bytes: partial batch), t-2 (20 bytes: partial batch), t-3 (20 bytes: partial batch), t-4 (20 bytes: partial batch) and 2 more; RF_LOG=debug names each with its file"
+            "recovery cut 140 bytes from the ends of 7 segments: t-0 (20 bytes: partial batch), t-1 (20 bytes: partial batch), t-2 (20 bytes: partial batch), t-3 (20 bytes: partial batch), t-4 (20 bytes: partial batch) and 2 more; every partition cut: t[0-6] (each with its file at debug level)"
         );
+        let tps: Vec<TopicPartition> = [("b", 3), ("a", 1), ("a", 2), ("a", 3), ("a", 7), ("b", 4)]
+            .iter()
+            .map(|(t, p)| TopicPartition::new(*t, *p))
+            .collect();
+        let refs: Vec<&TopicPartition> = tps.iter().collect();
+        assert_eq!(partition_list(&refs, 100), "a[1-3,7] b[3-4]");
+        assert_eq!(partition_list(&refs, 5), "a[1-3,7] and 2 more");
         assert_eq!(Tally::default().say(false, took), Vec::<String>::new());
     }
 

@@ -428,34 +428,55 @@ fn passes_over_many_logs(by_syncfs: bool) {
     }
 }
 
-/// A truncation between the two halves of a pass that shares a file-system sync: the
-/// staged epoch checkpoint, which names epochs the log no longer holds, is not renamed into
-/// place, and the next checkpoint writes the cache as it is.
+/// What happens to a log between the two halves of a pass that shares a file-system sync
+/// reaches its `leader-epoch-checkpoint`: a truncation below the staged epochs drops the
+/// stale staged file; one that leaves the epochs as they were still gets them written; a
+/// new epoch appended meanwhile is written at the next checkpoint. No `.tmp` is left.
 #[test]
-fn a_truncation_between_stage_and_commit_drops_the_staged_epochs() {
+fn what_happens_between_stage_and_commit_reaches_the_epoch_checkpoint() {
     let d = tempfile::tempdir().unwrap();
     let logs = with_logs(d.path(), cfg(1 << 20), 1);
     append(&logs, 0, 2, 0);
     logs.checkpoint().unwrap();
-    let start = append(&logs, 0, 2, 3) - 8;
     let shared = log(&logs, 0);
-    let epoch_file = d.path().join(tp(0).dir_name()).join(DataDir::LEADER_EPOCH);
-    let before = std::fs::read_to_string(&epoch_file).unwrap();
+    let dir = d.path().join(tp(0).dir_name());
+    let epoch_file = dir.join(DataDir::LEADER_EPOCH);
+    let on_disk = || checkpoint::read_epochs(&epoch_file).unwrap();
+    let no_tmp = || {
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    };
+    // A truncation below the staged epoch: the staged file is stale and goes.
+    let start = append(&logs, 0, 2, 3) - 8;
     let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
-    assert!(staged.0.exists());
+    assert!(staged.tmp.exists());
     lock_log(&shared).truncate_to(start, "a test").unwrap();
-    lock_log(&shared).commit_epochs(staged.clone()).unwrap();
-    assert!(!staged.0.exists(), "the stale staged file is removed");
-    assert_eq!(std::fs::read_to_string(&epoch_file).unwrap(), before);
-    logs.checkpoint().unwrap();
-    let after = std::fs::read_to_string(&epoch_file).unwrap();
-    assert!(!after.contains(&format!("3 {start}")), "{after}");
-    // Without a truncation, the staged file replaces the old one.
-    append(&logs, 0, 1, 4);
+    assert!(!lock_log(&shared).commit_epochs(staged).unwrap());
+    no_tmp();
+    assert_eq!(on_disk(), vec![(0, 0)]);
+    // A truncation that leaves the epochs as they are (at the log end): the new epoch
+    // still reaches the file.
+    let end = append(&logs, 0, 2, 5);
     let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
+    lock_log(&shared).truncate_to(end, "a test").unwrap();
     lock_log(&shared).commit_epochs(staged).unwrap();
-    let now = std::fs::read_to_string(&epoch_file).unwrap();
-    assert!(now.trim_end().ends_with(&format!("4 {start}")), "{now}");
+    no_tmp();
+    assert_eq!(on_disk(), vec![(0, 0), (5, start)]);
+    logs.checkpoint().unwrap();
+    assert_eq!(on_disk(), vec![(0, 0), (5, start)]);
+    // A new epoch appended between the halves: the staged file goes in, and the next
+    // checkpoint writes the newer cache.
+    append(&logs, 0, 1, 6);
+    let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
+    append(&logs, 0, 1, 7);
+    assert!(lock_log(&shared).commit_epochs(staged).unwrap());
+    assert_eq!(on_disk(), vec![(0, 0), (5, start), (6, end)]);
+    logs.checkpoint().unwrap();
+    assert_eq!(on_disk(), vec![(0, 0), (5, start), (6, end), (7, end + 4)]);
+    no_tmp();
 }
 
 #[test]

@@ -113,6 +113,15 @@ impl FlushTicket {
     }
 }
 
+/// A `leader-epoch-checkpoint` written to its temporary file, unsynced, by
+/// [`PartitionLog::stage_epochs`].
+#[derive(Debug, Clone)]
+pub struct StagedEpochs {
+    pub tmp: PathBuf,
+    generation: u64,
+    entries: Vec<(i32, i64)>,
+}
+
 /// The figures `status` and checkpoints need, taken under the lock in one go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSummary {
@@ -848,30 +857,40 @@ impl PartitionLog {
     }
 
     /// [`Self::checkpoint_epochs`] in two steps around a file-system sync: writes the new
-    /// `leader-epoch-checkpoint` to its temporary file, unsynced, and returns it with the
-    /// log's generation (`None` when the cache did not change).
-    pub fn stage_epochs(&mut self) -> Result<Option<(PathBuf, u64)>> {
+    /// `leader-epoch-checkpoint` to its temporary file, unsynced, and returns what
+    /// [`Self::commit_epochs`] needs (`None` when the cache did not change). The cache stays
+    /// dirty until the file is in place, so any other writer of it still writes it.
+    pub fn stage_epochs(&mut self) -> Result<Option<StagedEpochs>> {
         if !self.epochs.dirty {
             return Ok(None);
         }
         let path = self.dir.join(DataDir::LEADER_EPOCH);
-        let tmp =
-            checkpoint::stage_unsynced(&path, &checkpoint::render_epochs(self.epochs.entries()))?;
-        self.epochs.dirty = false;
-        Ok(Some((tmp, self.generation)))
+        let entries = self.epochs.entries().to_vec();
+        let tmp = checkpoint::stage_unsynced(&path, &checkpoint::render_epochs(&entries))?;
+        Ok(Some(StagedEpochs {
+            tmp,
+            generation: self.generation,
+            entries,
+        }))
     }
 
-    /// Renames a staged epoch checkpoint into place after the file system was synced. A
-    /// truncation since it was staged makes it stale: it is dropped and the cache written at
-    /// the next checkpoint; so is it when the rename fails.
-    pub fn commit_epochs(&mut self, (tmp, generation): (PathBuf, u64)) -> Result<()> {
-        if generation != self.generation {
-            let _ = std::fs::remove_file(&tmp);
-            self.epochs.dirty = true;
-            return Ok(());
+    /// Renames a staged epoch checkpoint into place after the file system was synced; the
+    /// cache is clean when it still holds what was staged. A truncation since (a new
+    /// generation) makes the staged file stale: it goes, and the cache as it is now is
+    /// written at once, fsynced, as a truncation writes it. Returns whether a file changed
+    /// that the caller's next file-system sync is to make durable.
+    pub fn commit_epochs(&mut self, staged: StagedEpochs) -> Result<bool> {
+        if staged.generation != self.generation {
+            let _ = std::fs::remove_file(&staged.tmp);
+            self.checkpoint_epochs()?;
+            return Ok(false);
         }
         let path = self.dir.join(DataDir::LEADER_EPOCH);
-        checkpoint::commit_staged(&tmp, &path).inspect_err(|_| self.epochs.dirty = true)
+        checkpoint::commit_staged(&staged.tmp, &path)?;
+        if self.epochs.entries() == staged.entries.as_slice() {
+            self.epochs.dirty = false;
+        }
+        Ok(true)
     }
 
     /// The end offset of `epoch` in this log, as OffsetForLeaderEpoch would answer.

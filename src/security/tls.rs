@@ -156,7 +156,7 @@ fn check_signing_key(pk: &PrivateKeyDer<'_>, key_path: &Path, section: &str) -> 
         .map(drop)
         .map_err(|e| {
             anyhow!(
-                "key `{section}.ssl_key_file`: rustls cannot sign with the key in `{}` ({e}); usable keys are RSA of 2048 to 8192 bits, ECDSA on P-256 or P-384, and Ed25519",
+                "key `{section}.ssl_key_file`: rustls cannot sign with the key in `{}` ({e}); usable keys are RSA of 2048 to 4096 bits, ECDSA on P-256 or P-384, and Ed25519",
                 key_path.display()
             )
         })
@@ -546,11 +546,14 @@ impl std::fmt::Display for CertRefused {
                 f,
                 "{which} (or a CA certificate in its chain) is signed with an algorithm rustls does not accept (SHA-1 and MD5 are refused; ECDSA and RSA with SHA-256 or stronger, and Ed25519, are accepted): the broker needs a certificate signed with one of those"
             ),
-            _ if self.cert.as_ref().is_some_and(|c| c.is_ca) => write!(
-                f,
-                "{which} is a CA certificate (basicConstraints CA:TRUE), which rustls refuses as a broker's certificate ({}): the broker needs a certificate issued to it, with basicConstraints CA:FALSE",
-                self.cause_text()
-            ),
+            // rustls passes webpki's own error through as `Other`.
+            CertificateError::Other(o) if format!("{o} {o:?}").contains("CaUsedAsEndEntity") => {
+                write!(
+                    f,
+                    "{which} is a CA certificate (basicConstraints CA:TRUE), which rustls refuses as a broker's certificate ({}): the broker needs a certificate issued to it, with basicConstraints CA:FALSE",
+                    self.cause_text()
+                )
+            }
             other => write!(f, "{which} was refused: {other}"),
         }
     }

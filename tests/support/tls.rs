@@ -61,6 +61,17 @@ fn ca(dir: &Path, name: &str, cn: &str) {
 /// A certificate `name`.pem / `name`.key for subject CN=`cn` and subjectAltName `san`
 /// (`IP:127.0.0.1,DNS:localhost`), signed by CA `ca`, for `usage` (serverAuth or clientAuth).
 fn leaf(dir: &Path, name: &str, cn: &str, san: Option<&str>, ca: &str, usage: &str) {
+    let mut ext =
+        format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage={usage}\n");
+    if let Some(san) = san {
+        ext.push_str(&format!("subjectAltName={san}\n"));
+    }
+    leaf_with(dir, name, cn, ca, &ext);
+}
+
+/// A certificate `name`.pem / `name`.key for subject CN=`cn`, signed by CA `ca`, with the
+/// extensions `ext` (an openssl extension file's text).
+fn leaf_with(dir: &Path, name: &str, cn: &str, ca: &str, ext: &str) {
     openssl(
         dir,
         &[
@@ -78,11 +89,6 @@ fn leaf(dir: &Path, name: &str, cn: &str, san: Option<&str>, ca: &str, usage: &s
             &format!("{name}.csr"),
         ],
     );
-    let mut ext =
-        format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage={usage}\n");
-    if let Some(san) = san {
-        ext.push_str(&format!("subjectAltName={san}\n"));
-    }
     std::fs::write(dir.join(format!("{name}.ext")), ext).expect("write extensions");
     openssl(
         dir,
@@ -164,6 +170,18 @@ impl Pki {
             None,
             "ca-v1",
             "clientAuth",
+        );
+    }
+
+    /// Besides [`Pki::make`]'s: `server-ca` (CN=localhost, for 127.0.0.1), signed by the test
+    /// CA but itself marked a CA (basicConstraints CA:TRUE).
+    pub fn make_ca_as_server(&self) {
+        leaf_with(
+            &self.dir,
+            "server-ca",
+            "localhost",
+            "ca",
+            "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,digitalSignature,keyCertSign\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
         );
     }
 

@@ -652,10 +652,11 @@ impl Segment {
 
     /// [`Self::prepare_flush`] for a flush that one file-system sync covers: pending index
     /// entries are written, no descriptor is taken (a pass over thousands of logs holds none).
+    /// The transaction index stays marked for an fsync: another flush running before the
+    /// sync ends must not take it for durable.
     pub fn prepare_flush_by_syncfs(&mut self) -> Result<SyncMark> {
         self.offset_index.flush(false)?;
         self.time_index.flush(false)?;
-        self.txn_index.written_back();
         Ok(self.log.begin_sync())
     }
 

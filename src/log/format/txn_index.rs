@@ -119,12 +119,6 @@ impl TxnIndex {
             .with_context(|| format!("failed to open `{}`", self.path.display()))
     }
 
-    /// Its writes are covered by a file-system sync the caller makes: nothing is left to
-    /// fsync.
-    pub fn written_back(&mut self) {
-        self.dirty = false;
-    }
-
     pub fn flush(&mut self) -> Result<()> {
         if let Some(f) = self.take_dirty()?
             && let Err(e) = f.sync_data()

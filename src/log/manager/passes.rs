@@ -6,7 +6,7 @@ use super::{LogManager, SharedLog, lock_log};
 use crate::checkpoint::{self, TopicPartition};
 use crate::clock::now_ms;
 use crate::log::data_dir::DataDir;
-use crate::log::partition::{FlushTicket, LogSummary};
+use crate::log::partition::{FlushTicket, LogSummary, StagedEpochs};
 use crate::log::touched::Pass;
 use anyhow::Result;
 use std::sync::Mutex;
@@ -67,7 +67,9 @@ impl LogManager {
                     }
                 },
             );
-            self.fs_sync.sync();
+            if !begun.is_empty() {
+                self.fs_sync.sync();
+            }
             for (log, ticket) in begun {
                 lock_log(&log).finish_flush(ticket);
             }
@@ -149,7 +151,7 @@ impl LogManager {
     /// A checkpoint's second half on one log, after the file system was synced: the
     /// recovery point moves, the epoch checkpoint is renamed into place and the producer
     /// snapshot written (both durable at the pass's second sync).
-    fn commit_one(&self, staged: Staged, final_snapshots: bool) -> LogFigures {
+    fn commit_one(&self, staged: Staged, final_snapshots: bool) -> (LogFigures, bool) {
         let Staged {
             tp,
             shared,
@@ -158,28 +160,30 @@ impl LogManager {
         } = staged;
         let mut log = lock_log(&shared);
         if log.retired {
-            if let Some((tmp, _)) = epochs {
-                let _ = std::fs::remove_file(tmp);
-            }
-            return (tp, None);
+            // Its directory is archived, the staged file with it: the path may be a new
+            // log's now, so nothing is removed.
+            return ((tp, None), false);
         }
         if let Some(t) = ticket {
             log.finish_flush(t);
         }
+        let snapshot = log.last_snapshot;
         let committed = epochs
-            .map_or(Ok(()), |e| log.commit_epochs(e))
+            .map_or(Ok(false), |e| log.commit_epochs(e))
             .map_err(|e| ("writing its leader-epoch checkpoint failed", e))
-            .and_then(|()| {
+            .and_then(|renamed| {
                 log.snapshot_producer_state(final_snapshots)
+                    .map(|()| renamed)
                     .map_err(|e| ("writing its producer snapshot failed", e))
             });
+        let wrote = log.last_snapshot != snapshot || committed.as_ref().is_ok_and(|r| *r);
         if let Err((what, e)) = committed {
             drop(log);
-            return self.after_error(tp, &shared, what, &e);
+            return (self.after_error(tp, &shared, what, &e), wrote);
         }
         let failed = log.failed.is_some();
         let s = log.summary();
-        (tp, Some((s, failed)))
+        ((tp, Some((s, failed))), wrote)
     }
 
     /// A log whose checkpoint work failed: the error is reported, the log tried again at the
@@ -199,10 +203,11 @@ impl LogManager {
         (tp, Some((s, failed)))
     }
 
-    /// The checkpoint work on many logs with two file-system syncs in all (see
+    /// The checkpoint work on many logs with two file-system syncs at most (see
     /// [`super::fs_sync`]): every log staged, one sync for their data and new files, every
-    /// log committed, one sync for the renames. `done` gets each log's figures once they
-    /// are durable.
+    /// log committed, one sync for the renames and snapshots. A sync with nothing to cover
+    /// is skipped (a pass after high watermarks alone moved makes none). `done` gets each
+    /// log's figures once they are durable.
     fn checkpoint_by_syncfs(
         &self,
         logs: Vec<(TopicPartition, SharedLog)>,
@@ -221,18 +226,27 @@ impl LogManager {
                 }
             },
         );
-        self.fs_sync.sync();
+        if staged
+            .iter()
+            .any(|s| s.ticket.is_some() || s.epochs.is_some())
+        {
+            self.fs_sync.sync();
+        }
         (self.heartbeat.0)();
         let mut committed = Vec::with_capacity(staged.len());
+        let mut wrote = false;
         for_each_log_io(
             staged,
             |s| self.commit_one(s, final_snapshots),
-            |r| {
+            |(r, w)| {
                 (self.heartbeat.0)();
+                wrote |= w;
                 committed.push(r);
             },
         );
-        self.fs_sync.sync();
+        if wrote {
+            self.fs_sync.sync();
+        }
         committed.into_iter().for_each(done);
     }
 
@@ -453,7 +467,7 @@ struct Staged {
     shared: SharedLog,
     ticket: Option<FlushTicket>,
     /// The staged `leader-epoch-checkpoint` and the log's generation then.
-    epochs: Option<(std::path::PathBuf, u64)>,
+    epochs: Option<StagedEpochs>,
 }
 
 enum Stage {

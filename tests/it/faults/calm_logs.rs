@@ -177,7 +177,8 @@ fn a_thousand_partitions_start_stop_and_recover_in_a_few_lines() {
         "{fourth:#?}"
     );
 
-    // Torn in 8: one WARN names the first five and counts the rest; debug names each.
+    // Torn in 8: one WARN details the first five, counts the rest and lists every partition
+    // cut; debug names each with its file.
     d.kill9();
     let torn = [1, 2, 3, 500, 501, 502, 997, 998];
     tear(&data, &leader, &torn);
@@ -194,7 +195,8 @@ fn a_thousand_partitions_start_stop_and_recover_in_a_few_lines() {
     assert!(
         warns[0].contains("recovery cut 160 bytes from the ends of 8 segments: calm-1 (20 bytes: ")
             && warns[0].contains("calm-500 (20 bytes")
-            && warns[0].contains("and 3 more"),
+            && warns[0].contains("and 3 more")
+            && warns[0].contains("every partition cut: calm[1-3,500-502,997-998]"),
         "{}",
         warns[0]
     );

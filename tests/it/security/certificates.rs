@@ -210,9 +210,28 @@ fn certificate_and_key_mistakes_name_the_file_at_fault_and_what_to_do() {
         err.contains(&format!(
             "key `security.ssl_key_file`: rustls cannot sign with the key in `{}`",
             path("small.key")
-        )) && err.contains("RSA of 2048 to 8192 bits"),
+        )) && err.contains("RSA of 2048 to 4096 bits"),
         "{err}"
     );
+}
+
+/// The log of a daemon whose broker presents the certificate `cert` of `pki`, once it said
+/// `said`; and the broker's address.
+fn refused_by(pki: &Pki, tmp: &Path, cert: &str, said: &str) -> (String, String) {
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let broker = Terminator::start(pki, cert, free_port(), &nowhere, false);
+    let data = tmp.join("data");
+    let cfg = support::Config::new(&data, &broker.addr)
+        .follow("t")
+        .apply(|c| pki.security(c))
+        .apply(super::tls::quick)
+        .write(tmp);
+    let mut d = support::Daemon::start(&cfg);
+    wait_until(Duration::from_secs(20), "the refusal", || {
+        d.log_text().contains(said)
+    });
+    let _ = d.wait(Duration::from_secs(20));
+    (d.log_text(), broker.addr.clone())
 }
 
 #[test]
@@ -220,25 +239,28 @@ fn a_broker_presenting_a_version_1_certificate_is_told_as_that() {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::make(&tmp.path().join("pki"));
     pki.make_v1();
-    let nowhere = format!("127.0.0.1:{}", free_port());
-    let broker = Terminator::start(&pki, "server-v1", free_port(), &nowhere, false);
-    let data = tmp.path().join("data");
-    let cfg = support::Config::new(&data, &broker.addr)
-        .follow("t")
-        .apply(|c| pki.security(c))
-        .apply(super::tls::quick)
-        .write(tmp.path());
-    let mut d = support::Daemon::start(&cfg);
-    wait_until(Duration::from_secs(20), "the refusal", || {
-        d.log_text().contains("X.509 version")
-    });
-    let _ = d.wait(Duration::from_secs(20));
-    let log = d.log_text();
+    let (log, addr) = refused_by(&pki, tmp.path(), "server-v1", "X.509 version");
     assert!(
-        log.contains(&format!("broker {}: ", broker.addr))
+        log.contains(&format!("broker {addr}: "))
             && log.contains(
                 "its certificate (subject CN=localhost, issued by CN=Test CA) is an X.509 version 1 certificate; rustls accepts only version 3 certificates: the broker's certificate must be re-issued as version 3"
             ),
+        "{log}"
+    );
+}
+
+/// A broker whose certificate is a CA's (basicConstraints CA:TRUE, otherwise fit for it) is
+/// told as that, not as an unknown issuer or a bad key.
+#[test]
+fn a_broker_presenting_a_ca_certificate_is_told_as_that() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::make(&tmp.path().join("pki"));
+    pki.make_ca_as_server();
+    let (log, addr) = refused_by(&pki, tmp.path(), "server-ca", "CA:TRUE");
+    assert!(
+        log.contains(&format!("broker {addr}: "))
+            && log.contains("is a CA certificate (basicConstraints CA:TRUE), which rustls refuses as a broker's certificate")
+            && log.contains("basicConstraints CA:FALSE"),
         "{log}"
     );
 }
