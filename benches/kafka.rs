@@ -15,6 +15,9 @@
 //!   to [1], untimed, until node 2 has deleted its copy. With node 2's default settings and
 //!   with tuned fetch sizes (a restart of node 2 between the two; the order alternates, so
 //!   one restart a repetition);
+//! - `kafka follower, 1 record`: the same for a topic of one record, node 2 as it is: what a
+//!   reassignment costs whatever the partition holds (the controller, node 2 creating the
+//!   log, the ISR change going through the controller and back to the brokers);
 //! - `replica-follower`: from an empty data dir until its log holds every byte of the
 //!   partition (then its log end is checked against the high watermark); wall, CPU, peak RSS.
 //!   With the default settings and with 8 MB fetches;
@@ -146,6 +149,16 @@ impl Driver {
     }
 }
 
+/// Node 2 made a replica of `topic`-0: wall time until it is in the ISR, node 2's CPU.
+fn kafka_follow(kafka: &mut Driver, topic: &str) -> Sample {
+    let v = kafka.ok(json!({"cmd": "follow", "topic": topic, "follower": 2}));
+    Sample {
+        wall: v["wall"].as_f64().unwrap(),
+        cpu: v["cpu"].as_f64().unwrap(),
+        rss_mb: f64::NAN,
+    }
+}
+
 /// `copy` mode: fetch the partition from offset 0 to the high watermark with 8 MB fetches,
 /// one at a time, appending each response's whole batches to `--out` with one `write`; print
 /// bytes, batches, the end offset and the fetches.
@@ -214,7 +227,8 @@ struct Run {
     leader_cpu: f64,
 }
 
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
+    "kafka follower, 1 record",
     "kafka follower, default",
     "kafka follower, tuned",
     "replica-follower, default",
@@ -223,13 +237,16 @@ const NAMES: [&str; 7] = [
     "kcat → file",
     "ConsumerPerformance",
 ];
-const KAFKA_DEFAULT: usize = 0;
-const KAFKA_TUNED_ROW: usize = 1;
-const RF_DEFAULT: usize = 2;
-const RF_TUNED: usize = 3;
-const COPY: usize = 4;
-const KCAT: usize = 5;
-const CONSUMER_PERF: usize = 6;
+const KAFKA_FIXED: usize = 0;
+const KAFKA_DEFAULT: usize = 1;
+const KAFKA_TUNED_ROW: usize = 2;
+const RF_DEFAULT: usize = 3;
+const RF_TUNED: usize = 4;
+const COPY: usize = 5;
+const KCAT: usize = 6;
+const CONSUMER_PERF: usize = 7;
+/// A topic of one record: the time a reassignment takes whatever the partition holds.
+const TINY: &str = "kbench-one-record";
 
 fn main() {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -263,6 +280,7 @@ fn main() {
     // The raw loop and the copy take one bootstrap address.
     let node1 = kafka.node(1, "broker").as_str().unwrap().to_string();
     let raw = raw_args(&node1, TOPIC);
+    kafka.ok(json!({"cmd": "produce", "topic": TINY, "records": 1, "record_size": record_size}));
     let leader = raw_summary(&raw);
     let (total, end) = (leader.bytes, leader.end);
     let mb = total as f64 / 1e6;
@@ -308,17 +326,13 @@ fn main() {
             } else {
                 KAFKA_DEFAULT
             };
-            let r = measure(&mut || {
-                let v = kafka.ok(json!({"cmd": "follow", "topic": TOPIC, "follower": 2}));
-                Sample {
-                    wall: v["wall"].as_f64().unwrap(),
-                    cpu: v["cpu"].as_f64().unwrap(),
-                    rss_mb: f64::NAN,
-                }
-            });
+            let r = measure(&mut || kafka_follow(&mut kafka, TOPIC));
             runs[row].push(r);
             kafka.ok(json!({"cmd": "unfollow", "topic": TOPIC, "follower": 2}));
         }
+        let r = measure(&mut || kafka_follow(&mut kafka, TINY));
+        runs[KAFKA_FIXED].push(r);
+        kafka.ok(json!({"cmd": "unfollow", "topic": TINY, "follower": 2}));
         for (row, tune) in [
             (
                 RF_DEFAULT,
