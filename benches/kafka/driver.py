@@ -36,6 +36,12 @@ KAFKA_JVM = ["-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMilli
              "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true"]
 
 
+# The test clusters log every request (kafka.request.logger at DEBUG, for the tests that read
+# what a client sent): a cost on each node per request that a shipped broker does not pay.
+kafka_cluster.LOG4J2_CONFIG = kafka_cluster.LOG4J2_CONFIG.replace(
+    "logger.requests.level = DEBUG", "logger.requests.level = INFO")
+
+
 class BenchCluster(kafka_cluster.KafkaCluster):
     def _jvm_args(self, log: str, requests: str) -> list[str]:
         args = super()._jvm_args(log, requests)
