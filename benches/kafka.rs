@@ -424,9 +424,13 @@ fn main() {
     for (i, name) in NAMES.iter().enumerate() {
         let rss = med(i, |r| r.s.rss_mb);
         println!(
-            "| {name:<25} | {:>6.2} | {:>4.0} | {:>5.2} | {:>11} | {:>12.2} | {} |",
+            "| {name:<25} | {:>6.2} | {:>4} | {:>5.2} | {:>11} | {:>12.2} | {} |",
             wall(i),
-            mb / wall(i),
+            if i == KAFKA_FIXED {
+                "—".to_string()
+            } else {
+                format!("{:.0}", mb / wall(i))
+            },
             cpu(i),
             if rss.is_nan() {
                 "—".to_string()
