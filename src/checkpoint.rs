@@ -55,6 +55,52 @@ pub fn sync_filesystem(dir: &Path) -> Result<()> {
         .with_context(|| format!("failed to sync the file system of `{}`", dir.display()))
 }
 
+/// `syncfs` on a descriptor held open since the daemon started, so that it also reports a
+/// writeback error of the file system that happened before the call (counted as
+/// [`sync_filesystem`] is).
+pub fn syncfs_on(dir: &File) -> std::io::Result<()> {
+    SYNCS.with(|c| c.set((c.get().0, c.get().1 + 1)));
+    rustix::fs::syncfs(dir).map_err(std::io::Error::from)
+}
+
+/// The first half of [`rewrite_atomic`] for a pass that shares one file-system sync among
+/// many files: writes `<path>.tmp` without an fsync and returns its path. The caller syncs
+/// the file system, then [`commit_staged`] renames it into place.
+pub fn stage_unsynced(path: &Path, contents: &[u8]) -> Result<std::path::PathBuf> {
+    let mut tmp_name = path
+        .file_name()
+        .with_context(|| format!("`{}` has no file name", path.display()))?
+        .to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .with_context(|| format!("failed to create `{}`", tmp.display()))?;
+    if let Err(e) = fault::write_all_at(Step::Checkpoint, &f, contents, 0) {
+        drop(f);
+        let _ = fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("failed to write `{}`", tmp.display()));
+    }
+    Ok(tmp)
+}
+
+/// Renames a file [`stage_unsynced`] wrote, once the file system was synced, over `path`.
+/// The rename is durable at the caller's next file-system sync. On failure the temporary
+/// file goes and the old file stays.
+pub fn commit_staged(tmp: &Path, path: &Path) -> Result<()> {
+    fs::rename(tmp, path).map_err(|e| {
+        let _ = fs::remove_file(tmp);
+        anyhow::Error::from(e).context(format!(
+            "failed to rename `{}` to `{}`",
+            tmp.display(),
+            path.display()
+        ))
+    })
+}
+
 /// Replaces `path` with `contents` atomically and durably: temp file, fsync, rename, fsync dir.
 pub fn rewrite_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     write_atomic(path, contents, None)
@@ -214,8 +260,13 @@ pub fn read_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
 
 /// Writes a leader-epoch checkpoint (`epoch start_offset` lines) atomically.
 pub fn write_epochs(path: &Path, epochs: &[(i32, i64)]) -> Result<()> {
+    rewrite_atomic(path, &render_epochs(epochs))
+}
+
+/// A leader-epoch checkpoint's bytes.
+pub fn render_epochs(epochs: &[(i32, i64)]) -> Vec<u8> {
     let lines: Vec<String> = epochs.iter().map(|(e, o)| format!("{e} {o}")).collect();
-    rewrite_atomic(path, &render(&lines))
+    render(&lines)
 }
 
 /// Reads a leader-epoch checkpoint; entries must grow in both epoch and start offset.

@@ -801,31 +801,138 @@ pub fn run(cfg: Config, parts: Resolved, config_path: Option<PathBuf>) -> Result
     }
     let _ = std::fs::remove_file(cfg.data_dir.join(DataDir::LIVE_STATUS_FILE));
     let clean = logs.shutdown()?;
-    for (tp, s, failed) in logs.summaries() {
-        match failed {
-            None => crate::log_info!(
+    say_stopped(&logs.summaries(), clean);
+    Ok(())
+}
+
+/// The lines of a stop: each partition's figures at debug level; the partitions failed at
+/// the end at WARN, each on a line of its own for a few, else named by the first few and
+/// counted; and one INFO line with the totals. Returns the WARN and INFO lines.
+fn say_stopped(
+    summaries: &[(
+        crate::checkpoint::TopicPartition,
+        crate::log::partition::LogSummary,
+        Option<String>,
+    )],
+    clean: bool,
+) -> Vec<String> {
+    let (mut segments, mut bytes) = (0, 0);
+    let mut failed = Vec::new();
+    for (tp, s, why) in summaries {
+        segments += s.segments;
+        bytes += s.size_bytes;
+        match why {
+            None => crate::log_debug!(
                 "{tp}: log {}..{}, high watermark {}, checkpointed",
                 s.log_start_offset,
                 s.log_end_offset,
                 s.high_watermark
             ),
-            Some(why) => crate::log_warn!(
-                "{tp}: failed ({why}); checkpointed up to its recovery point {}",
-                s.recovery_point
-            ),
+            Some(why) => {
+                crate::log_debug!(
+                    "{tp}: failed ({why}); checkpointed up to its recovery point {}",
+                    s.recovery_point
+                );
+                failed.push((tp, why, s.recovery_point));
+            }
         }
     }
-    if clean {
-        crate::log_info!("clean shutdown complete");
+    let mut lines = Vec::new();
+    if failed.len() <= crate::logging::NAMED_IN_A_LINE {
+        for (tp, why, rp) in &failed {
+            lines.push(format!(
+                "{tp}: failed ({why}); checkpointed up to its recovery point {rp}"
+            ));
+        }
     } else {
-        crate::log_info!("shutdown complete; not marked clean, so the next start recovers");
+        let named: Vec<String> = failed
+            .iter()
+            .map(|(tp, why, _)| format!("{tp} ({why})"))
+            .collect();
+        lines.push(format!(
+            "{} partitions failed, each checkpointed up to its recovery point: {}; `status` lists every one",
+            failed.len(),
+            crate::logging::first_few(&named)
+        ));
     }
-    Ok(())
+    for l in &lines {
+        crate::log_warn!("{l}");
+    }
+    let healthy = summaries.len().saturating_sub(failed.len());
+    let mut info = if clean {
+        "clean shutdown complete".to_string()
+    } else {
+        "shutdown complete; not marked clean, so the next start recovers".to_string()
+    };
+    if !summaries.is_empty() {
+        info.push_str(&format!(
+            ": {} checkpointed ({}, {bytes} bytes)",
+            crate::logging::count(healthy, "partition log", "partition logs"),
+            crate::logging::count(segments, "segment", "segments"),
+        ));
+        if !failed.is_empty() {
+            info.push_str(&format!(", {} failed", failed.len()));
+        }
+    }
+    crate::log_info!("{info}");
+    lines.push(info);
+    lines
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stop_says_its_totals_in_one_line_and_names_the_failed_partitions() {
+        let summary = crate::log::partition::LogSummary {
+            log_start_offset: 0,
+            log_end_offset: 3,
+            high_watermark: 3,
+            recovery_point: 3,
+            leader_epoch: Some(0),
+            segments: 1,
+            size_bytes: 100,
+        };
+        let parts = |failed: i32| {
+            (0..1000)
+                .map(|p| {
+                    let why = (p < failed).then(|| format!("EIO {p}"));
+                    (
+                        crate::checkpoint::TopicPartition::new("t", p),
+                        summary.clone(),
+                        why,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            say_stopped(&parts(0), true),
+            [
+                "clean shutdown complete: 1000 partition logs checkpointed (1000 segments, 100000 bytes)"
+            ]
+        );
+        let two = say_stopped(&parts(2), true);
+        assert_eq!(
+            two,
+            [
+                "t-0: failed (EIO 0); checkpointed up to its recovery point 3",
+                "t-1: failed (EIO 1); checkpointed up to its recovery point 3",
+                "clean shutdown complete: 998 partition logs checkpointed (1000 segments, 100000 bytes), 2 failed",
+            ]
+        );
+        let many = say_stopped(&parts(7), false);
+        assert_eq!(many.len(), 2, "{many:?}");
+        assert_eq!(
+            many[0],
+            "7 partitions failed, each checkpointed up to its recovery point: t-0 (EIO 0), t-1 (EIO 1), t-2 (EIO 2), t-3 (EIO 3), t-4 (EIO 4) and 2 more; `status` lists every one"
+        );
+        assert!(
+            many[1].starts_with("shutdown complete; not marked clean, so the next start recovers: 993 partition logs"),
+            "{}",
+            many[1]
+        );
+    }
 
     #[test]
     fn catching_up_is_reported_every_interval_and_caught_up_once() {

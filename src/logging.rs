@@ -124,6 +124,26 @@ where
     format!("{n} {noun}")
 }
 
+/// How many partitions a grouped line names before it says how many more there are.
+pub const NAMED_IN_A_LINE: usize = 5;
+
+/// The first [`NAMED_IN_A_LINE`] of `items` and a count of the rest, for a line that speaks
+/// of many partitions at once: `a, b, c, d, e and 995 more`; `a and b` when there are two.
+pub fn first_few<T: std::fmt::Display>(items: &[T]) -> String {
+    let shown: Vec<String> = items
+        .iter()
+        .take(NAMED_IN_A_LINE)
+        .map(ToString::to_string)
+        .collect();
+    let rest = items.len().saturating_sub(shown.len());
+    match (shown.split_last(), rest) {
+        (None, _) => String::new(),
+        (Some((last, [])), 0) => last.clone(),
+        (Some((last, before)), 0) => format!("{} and {last}", before.join(", ")),
+        (Some(_), rest) => format!("{} and {rest} more", shown.join(", ")),
+    }
+}
+
 pub fn enabled(level: u8) -> bool {
     level <= LEVEL.load(Ordering::Relaxed)
 }
@@ -202,6 +222,19 @@ mod tests {
         assert_eq!(
             super::plain_chain(&e),
             "failed to read config `f.toml`: No such file or directory"
+        );
+    }
+
+    #[test]
+    fn grouped_lines_name_a_few_and_count_the_rest() {
+        let names = |n: usize| (0..n).map(|i| format!("t-{i}")).collect::<Vec<_>>();
+        assert_eq!(super::first_few(&names(0)), "");
+        assert_eq!(super::first_few(&names(1)), "t-0");
+        assert_eq!(super::first_few(&names(2)), "t-0 and t-1");
+        assert_eq!(super::first_few(&names(5)), "t-0, t-1, t-2, t-3 and t-4");
+        assert_eq!(
+            super::first_few(&names(1000)),
+            "t-0, t-1, t-2, t-3, t-4 and 995 more"
         );
     }
 

@@ -23,11 +23,11 @@ use super::format::segment::{self, Segment};
 use super::partition::{LogConfig, PartitionLog, list_segment_bases};
 use crate::checkpoint::{self, TopicPartition, fsync_dir};
 use crate::clock::now_ms;
-use crate::logging::count;
+use crate::logging::{NAMED_IN_A_LINE, count};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What the checkpoint files said about one partition (each `None` when absent or unusable).
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,9 +43,206 @@ pub struct LoadReport {
     pub truncated_bytes: u64,
     /// Segments that overlapped the one before, renamed out of the log (never deleted).
     pub set_aside_segments: usize,
+    /// Each segment recovery cut, in offset order: the caller says them (one line for a few
+    /// partitions, a grouped one for many), each is also logged at debug level here.
+    pub cuts: Vec<Cut>,
+    /// Temporary and orphaned files an interrupted write left, removed.
+    pub leftovers_removed: usize,
 }
 
-fn remove_leftovers(dir: &Path) -> Result<()> {
+/// Bytes recovery cut from the end of a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    pub segment: PathBuf,
+    pub bytes: u64,
+    /// Why: `partial batch`, a CRC mismatch, ...
+    pub reason: String,
+}
+
+impl Cut {
+    /// `{tp}: recovery cut 139 bytes from `…/00000000000000000000.log`: partial batch`.
+    pub fn describe(&self, tp: &TopicPartition) -> String {
+        format!(
+            "{tp}: recovery cut {} bytes from `{}`: {}",
+            self.bytes,
+            self.segment.display(),
+            self.reason
+        )
+    }
+}
+
+/// What loading every partition of a data dir found, said in one INFO line (and one WARN
+/// for the cuts): a thousand partitions loaded cleanly are one line, not a thousand. Each
+/// partition's own line is at debug level.
+#[derive(Debug, Default)]
+pub struct Tally {
+    partitions: usize,
+    segments: usize,
+    bytes: u64,
+    /// Partitions recovery scanned, and the segments it scanned in them.
+    recovered: usize,
+    recovered_segments: usize,
+    set_aside_segments: usize,
+    cuts: Vec<(TopicPartition, Cut)>,
+    leftovers_removed: usize,
+}
+
+impl Tally {
+    pub fn add(&mut self, tp: &TopicPartition, log: &PartitionLog, report: &LoadReport) {
+        let s = log.summary();
+        crate::log_debug!(
+            "{tp}: loaded log {}..{} ({}, {} bytes)",
+            s.log_start_offset,
+            s.log_end_offset,
+            count(s.segments, "segment", "segments"),
+            s.size_bytes
+        );
+        self.partitions += 1;
+        self.segments += s.segments;
+        self.bytes += s.size_bytes;
+        if report.recovered_segments > 0 {
+            self.recovered += 1;
+            self.recovered_segments += report.recovered_segments;
+        }
+        self.set_aside_segments += report.set_aside_segments;
+        self.leftovers_removed += report.leftovers_removed;
+        self.cuts
+            .extend(report.cuts.iter().map(|c| (tp.clone(), c.clone())));
+    }
+
+    /// The lines that say what was loaded: one INFO with the totals, then what recovery cut
+    /// (each cut on a line of its own for up to [`NAMED_IN_A_LINE`] of them, else one WARN
+    /// naming the first few and counting the rest). Returns them, INFO first.
+    pub fn say(&self, clean: bool, took: std::time::Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.partitions == 0 {
+            return lines;
+        }
+        let mut info = format!(
+            "loaded {} ({}, {} bytes) in {}",
+            count(self.partitions, "partition log", "partition logs"),
+            count(self.segments, "segment", "segments"),
+            self.bytes,
+            crate::logging::Human(took)
+        );
+        let cut_bytes: u64 = self.cuts.iter().map(|(_, c)| c.bytes).sum();
+        let mut cut_from: Vec<&TopicPartition> = self.cuts.iter().map(|(tp, _)| tp).collect();
+        cut_from.dedup();
+        if !clean {
+            info.push_str(&format!(
+                " after an unclean shutdown: recovery scanned {} of {}",
+                count(self.recovered_segments, "segment", "segments"),
+                count(self.recovered, "partition", "partitions"),
+            ));
+        } else if self.recovered_segments > 0 {
+            // A clean shutdown, yet indexes failed their check (each said in a WARN).
+            info.push_str(&format!(
+                "; {} of {} recovered",
+                count(self.recovered_segments, "segment", "segments"),
+                count(self.recovered, "partition", "partitions"),
+            ));
+        }
+        if cut_bytes > 0 {
+            info.push_str(&format!(
+                ", cut {cut_bytes} bytes from {}",
+                count(cut_from.len(), "partition", "partitions")
+            ));
+        }
+        if self.leftovers_removed > 0 {
+            info.push_str(&format!(
+                ", removed {} an interrupted write left",
+                count(self.leftovers_removed, "temporary file", "temporary files")
+            ));
+        }
+        if self.set_aside_segments > 0 {
+            info.push_str(&format!(
+                ", set aside {} that overlapped the one before",
+                count(self.set_aside_segments, "segment", "segments")
+            ));
+        }
+        crate::log_info!("{info}");
+        lines.push(info);
+        if self.cuts.len() <= NAMED_IN_A_LINE {
+            for (tp, cut) in &self.cuts {
+                let line = cut.describe(tp);
+                crate::log_warn!("{line}");
+                lines.push(line);
+            }
+        } else {
+            let named: Vec<String> = self
+                .cuts
+                .iter()
+                .map(|(tp, c)| format!("{tp} ({} bytes: {})", c.bytes, c.reason))
+                .collect();
+            let line = format!(
+                "recovery cut {cut_bytes} bytes from the ends of {}: {}; every partition cut: {} (each with its file at debug level)",
+                count(self.cuts.len(), "segment", "segments"),
+                crate::logging::first_few(&named),
+                partition_list(&cut_from, PARTITION_LIST_MAX)
+            );
+            crate::log_warn!("{line}");
+            lines.push(line);
+        }
+        lines
+    }
+}
+
+/// The most characters [`partition_list`] writes in a log line before it counts the rest.
+const PARTITION_LIST_MAX: usize = 2000;
+
+/// Partitions in a short form, each topic once with its partitions as ranges
+/// (`orders[0-3,7] events[12]`), cut after about `max` characters with a count of the
+/// partitions left out.
+fn partition_list(tps: &[&TopicPartition], max: usize) -> String {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in tps {
+        by_topic
+            .entry(tp.topic.as_str())
+            .or_default()
+            .push(tp.partition);
+    }
+    let mut out = String::new();
+    let mut left = tps.len();
+    for (topic, mut parts) in by_topic {
+        parts.sort_unstable();
+        parts.dedup();
+        let mut ranges: Vec<(i32, i32)> = Vec::new();
+        for p in &parts {
+            match ranges.last_mut() {
+                Some((_, end)) if *end + 1 == *p => *end = *p,
+                _ => ranges.push((*p, *p)),
+            }
+        }
+        let text: Vec<String> = ranges
+            .iter()
+            .map(|(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        let item = format!("{topic}[{}]", text.join(","));
+        if !out.is_empty() && out.len() + item.len() > max {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&item);
+        left = left.saturating_sub(parts.len());
+    }
+    if left > 0 {
+        out.push_str(&format!(" and {left} more"));
+    }
+    out
+}
+
+/// Removes what an interrupted write left behind; how many files that was (each named at
+/// debug level: after a crash during a checkpoint of many logs, there may be one a log).
+fn remove_leftovers(dir: &Path) -> Result<usize> {
+    let mut removed = 0;
     // A copy into diverged/ or damaged/ that a crash interrupted is made again from the log.
     for sub in [DataDir::DIVERGED_DIR, DataDir::DAMAGED_DIR] {
         let Ok(entries) = fs::read_dir(dir.join(sub)) else {
@@ -53,9 +250,10 @@ fn remove_leftovers(dir: &Path) -> Result<()> {
         };
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().ends_with(".tmp") {
-                crate::log_info!("removing left-over file `{}`", entry.path().display());
+                crate::log_debug!("removing left-over file `{}`", entry.path().display());
                 fs::remove_file(entry.path())
                     .with_context(|| format!("failed to remove `{}`", entry.path().display()))?;
+                removed += 1;
             }
         }
     }
@@ -70,12 +268,13 @@ fn remove_leftovers(dir: &Path) -> Result<()> {
             segment::parse_base_offset(&name, suffix).is_some_and(|b| !bases.contains(&b))
         });
         if temp || orphan {
-            crate::log_info!("removing left-over file `{}`", entry.path().display());
+            crate::log_debug!("removing left-over file `{}`", entry.path().display());
             fs::remove_file(entry.path())
                 .with_context(|| format!("failed to remove `{}`", entry.path().display()))?;
+            removed += 1;
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 /// Loads the log in `data_dir/<topic>-<partition>`. Returns `None` when the directory holds no
@@ -87,18 +286,36 @@ pub fn load(
     hints: CheckpointHints,
     clean_shutdown: bool,
 ) -> Result<Option<(PartitionLog, LoadReport)>> {
+    load_with(data_dir, tp, config, hints, clean_shutdown, true)
+}
+
+/// [`load`]; without `fsync`, for a start that loads many logs, what recovery rewrote
+/// (segments cut, indexes rebuilt) is written but not fsynced, and a changed epoch cache is
+/// left dirty: the caller makes one file-system sync for them all, and its first checkpoint
+/// writes the caches, before anything claims the recovery points.
+pub fn load_with(
+    data_dir: &Path,
+    tp: &TopicPartition,
+    config: LogConfig,
+    hints: CheckpointHints,
+    clean_shutdown: bool,
+    fsync: bool,
+) -> Result<Option<(PartitionLog, LoadReport)>> {
     let dir = data_dir.join(tp.dir_name());
     if !dir.is_dir() {
         return Ok(None);
     }
-    remove_leftovers(&dir)?;
+    let leftovers = remove_leftovers(&dir)?;
     let bases = list_segment_bases(&dir)?;
     let Some(&first_base) = bases.first() else {
         return Ok(None);
     };
     let now = now_ms();
     let recovery_point = hints.recovery_point.unwrap_or(first_base);
-    let mut report = LoadReport::default();
+    let mut report = LoadReport {
+        leftovers_removed: leftovers,
+        ..LoadReport::default()
+    };
     let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
     let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
     let mut first_recovered: Option<i64> = None;
@@ -155,12 +372,13 @@ pub fn load(
             if r.truncated_bytes > 0 {
                 // Only this segment is cut; the segments after it are kept (the offsets
                 // between are a hole the leader can fill).
-                crate::log_warn!(
-                    "{tp}: recovery cut {} bytes from `{}`: {}",
-                    r.truncated_bytes,
-                    seg.log_path().display(),
-                    r.reason.as_deref().unwrap_or("partial batch")
-                );
+                let cut = Cut {
+                    segment: seg.log_path().to_path_buf(),
+                    bytes: r.truncated_bytes,
+                    reason: r.reason.clone().unwrap_or_else(|| "partial batch".into()),
+                };
+                crate::log_debug!("{}", cut.describe(tp));
+                report.cuts.push(cut);
             }
         }
         segments.insert(base, seg);
@@ -281,10 +499,17 @@ pub fn load(
     log.last_snapshot = producer_snapshot_at(&dir, leo);
     if report.recovered_segments > 0 || report.set_aside_segments > 0 {
         for seg in log.segments.values_mut() {
-            seg.flush()?;
+            if fsync {
+                seg.flush()?;
+            } else {
+                // The caller's file-system sync covers them; a later close fsyncs again.
+                seg.prepare_flush_by_syncfs()?;
+            }
         }
-        fsync_dir(&dir)?;
-        crate::log_info!(
+        if fsync {
+            fsync_dir(&dir)?;
+        }
+        crate::log_debug!(
             "{tp}: recovered {}, cut {} bytes, set aside {}; log end {leo}",
             count(report.recovered_segments, "segment", "segments"),
             report.truncated_bytes,
@@ -295,7 +520,11 @@ pub fn load(
     for seg in log.segments.values_mut().take(inactive) {
         seg.close_file();
     }
-    log.checkpoint_epochs()?;
+    if fsync {
+        log.checkpoint_epochs()?;
+    }
+    // Else the cache stays dirty: the manager's first checkpoint, which visits every log,
+    // writes it.
     Ok(Some((log, report)))
 }
 
@@ -312,6 +541,57 @@ mod tests {
     use super::*;
     use crate::log::partition_tests::{batches, cfg, hints, new_log, tp};
     use crate::record::VerifiedBatches;
+
+    #[test]
+    fn a_load_says_its_totals_in_one_line_and_names_what_recovery_cut() {
+        let cut = |p: i32| {
+            (
+                TopicPartition::new("t", p),
+                Cut {
+                    segment: PathBuf::from(format!("d/t-{p}/0.log")),
+                    bytes: 20,
+                    reason: "partial batch".into(),
+                },
+            )
+        };
+        let mut tally = Tally {
+            partitions: 1000,
+            segments: 1000,
+            bytes: 139_000,
+            ..Tally::default()
+        };
+        let took = std::time::Duration::from_millis(400);
+        assert_eq!(
+            tally.say(true, took),
+            ["loaded 1000 partition logs (1000 segments, 139000 bytes) in 400ms"]
+        );
+        tally.recovered = 1000;
+        tally.recovered_segments = 1000;
+        tally.cuts = vec![cut(3), cut(9)];
+        assert_eq!(
+            tally.say(false, took),
+            [
+                "loaded 1000 partition logs (1000 segments, 139000 bytes) in 400ms after an unclean shutdown: recovery scanned 1000 segments of 1000 partitions, cut 40 bytes from 2 partitions",
+                "t-3: recovery cut 20 bytes from `d/t-3/0.log`: partial batch",
+                "t-9: recovery cut 20 bytes from `d/t-9/0.log`: partial batch",
+            ]
+        );
+        tally.cuts = (0..7).map(cut).collect();
+        let said = tally.say(false, took);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(
+            said[1],
+            "recovery cut 140 bytes from the ends of 7 segments: t-0 (20 bytes: partial batch), t-1 (20 bytes: partial batch), t-2 (20 bytes: partial batch), t-3 (20 bytes: partial batch), t-4 (20 bytes: partial batch) and 2 more; every partition cut: t[0-6] (each with its file at debug level)"
+        );
+        let tps: Vec<TopicPartition> = [("b", 3), ("a", 1), ("a", 2), ("a", 3), ("a", 7), ("b", 4)]
+            .iter()
+            .map(|(t, p)| TopicPartition::new(*t, *p))
+            .collect();
+        let refs: Vec<&TopicPartition> = tps.iter().collect();
+        assert_eq!(partition_list(&refs, 100), "a[1-3,7] b[3-4]");
+        assert_eq!(partition_list(&refs, 5), "a[1-3,7] and 2 more");
+        assert_eq!(Tally::default().say(false, took), Vec::<String>::new());
+    }
 
     #[test]
     fn clean_reload_restores_every_offset() {

@@ -339,12 +339,24 @@ fn shutdown_visits_every_log_and_a_restart_checkpoints_the_same_figures() {
 }
 
 /// More logs than one thread visits: the passes share them among threads, and every log's
-/// figures, flush, epochs and snapshot still land, a failed one's as failed.
+/// figures, flush, epochs and snapshot still land, a failed one's as failed; with an fsync
+/// of each log's files, and with one file-system sync for them all.
 #[test]
 fn passes_over_many_logs_cover_each_once_on_several_threads() {
+    passes_over_many_logs(false);
+}
+
+#[test]
+fn passes_over_many_logs_share_two_file_system_syncs() {
+    passes_over_many_logs(true);
+}
+
+fn passes_over_many_logs(by_syncfs: bool) {
     let n = (LOG_IO_INLINE_UP_TO * 3) as i32;
+    assert!(n as usize >= super::fs_sync::SYNCFS_FROM);
     let d = tempfile::tempdir().unwrap();
-    let logs = with_logs(d.path(), cfg(1 << 20), n);
+    let mut logs = with_logs(d.path(), cfg(1 << 20), n);
+    logs.fs_sync.forced = Some(by_syncfs);
     let mut ends = Vec::new();
     for p in 0..n {
         let end = append(&logs, p, p as usize % 3 + 1, p % 2);
@@ -352,7 +364,12 @@ fn passes_over_many_logs_cover_each_once_on_several_threads() {
         ends.push(end);
     }
     // The flush pass moves every recovery point.
+    let syncs = crate::checkpoint::syncs_on_this_thread().1;
     assert_eq!(flush(&logs), n as usize);
+    assert_eq!(
+        crate::checkpoint::syncs_on_this_thread().1 - syncs,
+        u64::from(by_syncfs)
+    );
     for p in 0..n {
         assert_eq!(lock_log(&log(&logs, p)).recovery_point(), ends[p as usize]);
     }
@@ -365,7 +382,13 @@ fn passes_over_many_logs_cover_each_once_on_several_threads() {
     }
     logs.mark_failed(&tp(7), "a test");
     let failed_figures = lock_log(&log(&logs, 7)).summary();
+    let syncs = crate::checkpoint::syncs_on_this_thread().1;
     assert!(!logs.shutdown().unwrap(), "a failed partition: not clean");
+    // One sync for the data and new files, one for their renames.
+    assert_eq!(
+        crate::checkpoint::syncs_on_this_thread().1 - syncs,
+        if by_syncfs { 2 } else { 0 }
+    );
     assert_eq!(logs.last_visits(Pass::Checkpoint), n as usize);
     let written = files(d.path());
     assert_eq!(written.len(), n as usize);
@@ -385,7 +408,75 @@ fn passes_over_many_logs_cover_each_once_on_several_threads() {
         let epochs = std::fs::read_to_string(dir.join(DataDir::LEADER_EPOCH)).unwrap();
         let last = format!("2 {}", epoch_starts[p as usize]);
         assert!(epochs.trim_end().ends_with(&last), "{epochs}");
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
     }
+    // A restart reads back what the pass wrote.
+    drop(logs);
+    let again = LogManager::open(d.path(), cfg(1 << 20)).unwrap();
+    for p in (0..n).filter(|p| *p != 7) {
+        let shared = log(&again, p);
+        let l = lock_log(&shared);
+        assert_eq!(l.log_end_offset(), ends[p as usize]);
+        assert_eq!(
+            l.end_offset_for_epoch(1).map(|(e, _)| e),
+            Some(if p % 2 == 1 { 1 } else { 0 })
+        );
+    }
+}
+
+/// What happens to a log between the two halves of a pass that shares a file-system sync
+/// reaches its `leader-epoch-checkpoint`: a truncation below the staged epochs drops the
+/// stale staged file; one that leaves the epochs as they were still gets them written; a
+/// new epoch appended meanwhile is written at the next checkpoint. No `.tmp` is left.
+#[test]
+fn what_happens_between_stage_and_commit_reaches_the_epoch_checkpoint() {
+    let d = tempfile::tempdir().unwrap();
+    let logs = with_logs(d.path(), cfg(1 << 20), 1);
+    append(&logs, 0, 2, 0);
+    logs.checkpoint().unwrap();
+    let shared = log(&logs, 0);
+    let dir = d.path().join(tp(0).dir_name());
+    let epoch_file = dir.join(DataDir::LEADER_EPOCH);
+    let on_disk = || checkpoint::read_epochs(&epoch_file).unwrap();
+    let no_tmp = || {
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    };
+    // A truncation below the staged epoch: the staged file is stale and goes.
+    let start = append(&logs, 0, 2, 3) - 8;
+    let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
+    assert!(staged.tmp.exists());
+    lock_log(&shared).truncate_to(start, "a test").unwrap();
+    assert!(!lock_log(&shared).commit_epochs(staged).unwrap());
+    no_tmp();
+    assert_eq!(on_disk(), vec![(0, 0)]);
+    // A truncation that leaves the epochs as they are (at the log end): the new epoch
+    // still reaches the file.
+    let end = append(&logs, 0, 2, 5);
+    let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
+    lock_log(&shared).truncate_to(end, "a test").unwrap();
+    lock_log(&shared).commit_epochs(staged).unwrap();
+    no_tmp();
+    assert_eq!(on_disk(), vec![(0, 0), (5, start)]);
+    logs.checkpoint().unwrap();
+    assert_eq!(on_disk(), vec![(0, 0), (5, start)]);
+    // A new epoch appended between the halves: the staged file goes in, and the next
+    // checkpoint writes the newer cache.
+    append(&logs, 0, 1, 6);
+    let staged = lock_log(&shared).stage_epochs().unwrap().unwrap();
+    append(&logs, 0, 1, 7);
+    assert!(lock_log(&shared).commit_epochs(staged).unwrap());
+    assert_eq!(on_disk(), vec![(0, 0), (5, start), (6, end)]);
+    logs.checkpoint().unwrap();
+    assert_eq!(on_disk(), vec![(0, 0), (5, start), (6, end), (7, end + 4)]);
+    no_tmp();
 }
 
 #[test]
@@ -409,4 +500,52 @@ fn a_recovery_point_a_flush_moves_reaches_the_checkpoint() {
     lock_log(&log(&logs, 2)).flush().unwrap();
     assert_eq!(checkpoint(&logs), 1);
     assert_eq!(figures(d.path(), 2), (0, end, 0));
+}
+
+/// A start after a crash that finds many logs to recover fsyncs none of them: one
+/// file-system sync covers what recovery rewrote, and the logs come back cut to their last
+/// whole batch; with few logs (or on a busy shared disk) each is fsynced as before.
+#[test]
+fn a_recovery_of_many_logs_shares_one_file_system_sync() {
+    for by_syncfs in [true, false] {
+        let n = super::fs_sync::SYNCFS_FROM as i32 + 6;
+        let d = tempfile::tempdir().unwrap();
+        let logs = with_logs(d.path(), cfg(1 << 20), n);
+        let mut ends = Vec::new();
+        for p in 0..n {
+            ends.push(append(&logs, p, 2, 0));
+        }
+        drop(logs); // no shutdown: the next start recovers every log past its recovery point
+        for p in 0..3 {
+            let seg = d
+                .path()
+                .join(tp(p).dir_name())
+                .join(segment::file_name(0, "log"));
+            let f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+            std::io::Write::write_all(&mut &f, b"torn").unwrap();
+        }
+        super::fs_sync::FORCE_ON_THIS_THREAD.with(|c| c.set(Some(by_syncfs)));
+        let before = crate::checkpoint::syncs_on_this_thread();
+        let again = LogManager::open(d.path(), cfg(1 << 20));
+        let after = crate::checkpoint::syncs_on_this_thread();
+        super::fs_sync::FORCE_ON_THIS_THREAD.with(|c| c.set(None));
+        let again = again.unwrap();
+        if by_syncfs {
+            assert_eq!((after.0 - before.0, after.1 - before.1), (0, 1));
+        } else {
+            assert_eq!(after.1 - before.1, 0);
+            assert!(after.0 - before.0 >= n as u64, "{before:?} {after:?}");
+        }
+        for p in 0..n {
+            let shared = log(&again, p);
+            let l = lock_log(&shared);
+            assert_eq!(l.log_end_offset(), ends[p as usize], "{}", tp(p));
+            assert_eq!(l.recovery_point(), ends[p as usize]);
+        }
+        // The first checkpoint claims the recovered ends and writes each epoch cache.
+        again.checkpoint().unwrap();
+        assert_eq!(figures(d.path(), 1).1, ends[1]);
+        let epochs = d.path().join(tp(1).dir_name()).join(DataDir::LEADER_EPOCH);
+        assert_eq!(checkpoint::read_epochs(&epochs).unwrap(), vec![(0, 0)]);
+    }
 }

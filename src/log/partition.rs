@@ -113,6 +113,15 @@ impl FlushTicket {
     }
 }
 
+/// A `leader-epoch-checkpoint` written to its temporary file, unsynced, by
+/// [`PartitionLog::stage_epochs`].
+#[derive(Debug, Clone)]
+pub struct StagedEpochs {
+    pub tmp: PathBuf,
+    generation: u64,
+    entries: Vec<(i32, i64)>,
+}
+
 /// The figures `status` and checkpoints need, taken under the lock in one go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSummary {
@@ -692,6 +701,24 @@ impl PartitionLog {
         }))
     }
 
+    /// [`Self::begin_flush`] for a pass that syncs the whole file system once: the ticket
+    /// holds no descriptor, and its [`FlushTicket::sync`] does nothing.
+    pub fn begin_flush_by_syncfs(&mut self) -> Result<Option<FlushTicket>> {
+        let target = self.log_end_offset();
+        if self.recovery_point >= target {
+            return Ok(None);
+        }
+        let segment = self.active().base_offset;
+        let mark = self.active_mut().prepare_flush_by_syncfs()?;
+        Ok(Some(FlushTicket {
+            files: Vec::new(),
+            target,
+            generation: self.generation,
+            segment,
+            mark,
+        }))
+    }
+
     /// Moves the recovery point to what a synced ticket covered, unless a truncation came
     /// in between (then the next flush covers it).
     pub fn finish_flush(&mut self, ticket: FlushTicket) {
@@ -827,6 +854,43 @@ impl PartitionLog {
             self.epochs.dirty = false;
         }
         Ok(())
+    }
+
+    /// [`Self::checkpoint_epochs`] in two steps around a file-system sync: writes the new
+    /// `leader-epoch-checkpoint` to its temporary file, unsynced, and returns what
+    /// [`Self::commit_epochs`] needs (`None` when the cache did not change). The cache stays
+    /// dirty until the file is in place, so any other writer of it still writes it.
+    pub fn stage_epochs(&mut self) -> Result<Option<StagedEpochs>> {
+        if !self.epochs.dirty {
+            return Ok(None);
+        }
+        let path = self.dir.join(DataDir::LEADER_EPOCH);
+        let entries = self.epochs.entries().to_vec();
+        let tmp = checkpoint::stage_unsynced(&path, &checkpoint::render_epochs(&entries))?;
+        Ok(Some(StagedEpochs {
+            tmp,
+            generation: self.generation,
+            entries,
+        }))
+    }
+
+    /// Renames a staged epoch checkpoint into place after the file system was synced; the
+    /// cache is clean when it still holds what was staged. A truncation since (a new
+    /// generation) makes the staged file stale: it goes, and the cache as it is now is
+    /// written at once, fsynced, as a truncation writes it. Returns whether a file changed
+    /// that the caller's next file-system sync is to make durable.
+    pub fn commit_epochs(&mut self, staged: StagedEpochs) -> Result<bool> {
+        if staged.generation != self.generation {
+            let _ = std::fs::remove_file(&staged.tmp);
+            self.checkpoint_epochs()?;
+            return Ok(false);
+        }
+        let path = self.dir.join(DataDir::LEADER_EPOCH);
+        checkpoint::commit_staged(&staged.tmp, &path)?;
+        if self.epochs.entries() == staged.entries.as_slice() {
+            self.epochs.dirty = false;
+        }
+        Ok(true)
     }
 
     /// The end offset of `epoch` in this log, as OffsetForLeaderEpoch would answer.

@@ -385,7 +385,10 @@ fn restore_partition(
         };
         let loaded = crate::log::loader::load(to, &tp, config, hints, false)
             .with_context(|| format!("cannot load the restored log of {tp}"))?;
-        if let Some((mut log, _)) = loaded {
+        if let Some((mut log, report)) = loaded {
+            for cut in &report.cuts {
+                crate::log_warn!("{}", cut.describe(&tp));
+            }
             log.flush()?;
             log.snapshot_producer_state(true)?;
             let loaded_end = log.log_end_offset();

@@ -26,6 +26,11 @@ pub struct CertInfo {
     pub issuer: String,
     /// subjectAltName: DNS names and IP addresses.
     pub names: Vec<String>,
+    /// The X.509 version: 1, 2 or 3 (rustls and webpki accept only 3 for a certificate that
+    /// is not a trust anchor).
+    pub version: u8,
+    /// basicConstraints says `CA:TRUE`.
+    pub is_ca: bool,
 }
 
 /// One DER element: its tag byte and contents.
@@ -75,6 +80,9 @@ const CN: &[u8] = &[0x55, 0x04, 0x03];
 const O: &[u8] = &[0x55, 0x04, 0x0a];
 const OU: &[u8] = &[0x55, 0x04, 0x0b];
 const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
+const BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
+const BOOLEAN: u8 = 0x01;
+const INTEGER: u8 = 0x02;
 
 /// A Name as `CN=…, O=…` (CN, O and OU only); `?` for a value that is not text.
 fn name(body: &[u8]) -> Option<String> {
@@ -105,38 +113,54 @@ fn name(body: &[u8]) -> Option<String> {
     })
 }
 
-/// The subjectAltName extension's DNS names and IP addresses.
-fn alt_names(extensions: &[u8], out: &mut Vec<String>) -> Option<()> {
+/// The value (the contents of the OCTET STRING) of extension `oid`, if present.
+fn extension<'a>(extensions: &'a [u8], oid: &[u8]) -> Option<&'a [u8]> {
     // [3] EXPLICIT wraps the SEQUENCE OF Extension.
     let (seq, _) = tlv(extensions)?;
     for ext in children(seq.body)? {
         let parts = children(ext.body)?;
-        if parts
-            .first()
-            .is_none_or(|p| p.tag != OID || p.body != SUBJECT_ALT_NAME)
-        {
-            continue;
+        if parts.first().is_some_and(|p| p.tag == OID && p.body == oid) {
+            return parts
+                .iter()
+                .skip(1)
+                .find(|p| p.tag == OCTET_STRING)
+                .map(|p| p.body);
         }
-        let value = parts.iter().skip(1).find(|p| p.tag == OCTET_STRING)?;
-        let (names, _) = tlv(value.body)?;
-        for gn in children(names.body)? {
-            match gn.tag {
-                0x82 => out.push(String::from_utf8_lossy(gn.body).into_owned()),
-                0x87 => match gn.body.len() {
-                    4 => {
-                        let mut a = [0u8; 4];
-                        a.copy_from_slice(gn.body);
-                        out.push(std::net::Ipv4Addr::from(a).to_string());
-                    }
-                    16 => {
-                        let mut a = [0u8; 16];
-                        a.copy_from_slice(gn.body);
-                        out.push(std::net::Ipv6Addr::from(a).to_string());
-                    }
-                    _ => {}
-                },
+    }
+    None
+}
+
+/// basicConstraints ::= SEQUENCE { cA BOOLEAN DEFAULT FALSE, pathLenConstraint OPTIONAL }
+fn says_ca(extensions: &[u8]) -> Option<bool> {
+    let value = extension(extensions, BASIC_CONSTRAINTS)?;
+    let (seq, _) = tlv(value)?;
+    let first = children(seq.body)?.into_iter().next();
+    Some(first.is_some_and(|b| b.tag == BOOLEAN && b.body.iter().any(|&x| x != 0)))
+}
+
+/// The subjectAltName extension's DNS names and IP addresses.
+fn alt_names(extensions: &[u8], out: &mut Vec<String>) -> Option<()> {
+    let Some(value) = extension(extensions, SUBJECT_ALT_NAME) else {
+        return Some(());
+    };
+    let (names, _) = tlv(value)?;
+    for gn in children(names.body)? {
+        match gn.tag {
+            0x82 => out.push(String::from_utf8_lossy(gn.body).into_owned()),
+            0x87 => match gn.body.len() {
+                4 => {
+                    let mut a = [0u8; 4];
+                    a.copy_from_slice(gn.body);
+                    out.push(std::net::Ipv4Addr::from(a).to_string());
+                }
+                16 => {
+                    let mut a = [0u8; 16];
+                    a.copy_from_slice(gn.body);
+                    out.push(std::net::Ipv6Addr::from(a).to_string());
+                }
                 _ => {}
-            }
+            },
+            _ => {}
         }
     }
     Some(())
@@ -150,18 +174,33 @@ pub fn describe(der: &[u8]) -> Option<CertInfo> {
         return None;
     }
     let fields = children(tbs.body)?;
-    // The version is [0] EXPLICIT and optional (absent in v1 certificates).
-    let skip = usize::from(fields.first()?.tag == 0xa0);
+    // The version is [0] EXPLICIT and optional (absent in v1 certificates): INTEGER 0 is
+    // v1, 1 v2, 2 v3.
+    let first = fields.first()?;
+    let skip = usize::from(first.tag == 0xa0);
+    let version = if skip == 1 {
+        let (v, _) = tlv(first.body)?;
+        match (v.tag, v.body) {
+            (INTEGER, &[n]) if n < 3 => n + 1,
+            _ => return None,
+        }
+    } else {
+        1
+    };
     let issuer = name(fields.get(skip + 2)?.body)?;
     let subject = name(fields.get(skip + 4)?.body)?;
     let mut names = Vec::new();
+    let mut is_ca = false;
     if let Some(ext) = fields.iter().skip(skip + 6).find(|f| f.tag == 0xa3) {
         alt_names(ext.body, &mut names);
+        is_ca = says_ca(ext.body).unwrap_or(false);
     }
     Some(CertInfo {
         subject,
         issuer,
         names,
+        version,
+        is_ca,
     })
 }
 
@@ -186,6 +225,9 @@ mod tests {
         assert_eq!(info.subject, "O=Test, CN=broker-1");
         assert_eq!(info.issuer, "O=Test, CN=broker-1");
         assert_eq!(info.names, ["localhost", "127.0.0.1"]);
+        assert_eq!(info.version, 3);
+        // `req -x509` marks its certificate a CA.
+        assert!(info.is_ca);
     }
 
     #[test]

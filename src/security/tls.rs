@@ -59,12 +59,107 @@ pub fn load_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| anyhow!("key `{key}`: `{}` is not valid PEM: {e}", path.display()))?;
     if certs.is_empty() {
+        let instead = if holds_private_key(&bytes) {
+            " (it holds a private key instead: are the certificate and key files swapped?)"
+        } else {
+            ""
+        };
         bail!(
-            "key `{key}`: no PEM certificate (-----BEGIN CERTIFICATE-----) found in `{}`",
+            "key `{key}`: no PEM certificate (-----BEGIN CERTIFICATE-----) found in `{}`{instead}",
             path.display()
         );
     }
     Ok(certs)
+}
+
+/// Whether a PEM file holds a private key of any kind (`-----BEGIN … PRIVATE KEY-----`).
+fn holds_private_key(pem: &[u8]) -> bool {
+    const END_OF_LABEL: &[u8] = b"PRIVATE KEY-----";
+    pem.windows(END_OF_LABEL.len()).any(|w| w == END_OF_LABEL)
+}
+
+/// How to re-issue a certificate as X.509 version 3: signing its request with any extension
+/// makes openssl write version 3.
+fn reissue_hint(role: Role) -> String {
+    let ext = match role {
+        Role::Client => "basicConstraints=CA:FALSE\\nextendedKeyUsage=clientAuth",
+        Role::Listener | Role::Broker => {
+            "basicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\nsubjectAltName=DNS:HOST"
+        }
+    };
+    format!(
+        "re-issue it as version 3 by signing its request with extensions, e.g. `openssl x509 -req -in REQ.csr -CA ca.pem -CAkey ca.key -days 365 -extfile <(printf '{ext}') -out NEW.pem` (openssl writes version 1 when no extension is given)"
+    )
+}
+
+/// Whose certificate a message is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Ours, offered to brokers (`security.ssl_cert_file`).
+    Client,
+    /// Ours, the serve listener's (`serve.ssl_cert_file`).
+    Listener,
+    /// A broker's, as it presented it.
+    Broker,
+}
+
+/// Our own certificate (the first of the chain in `path`, config key `key`), checked before
+/// rustls takes it: rustls refuses any but an X.509 version 3 certificate, with an error
+/// that reads as if the key were wrong. A CA certificate (basicConstraints CA:TRUE) is
+/// warned of: webpki peers refuse one as a client or server certificate.
+fn check_own_certificate(
+    chain: &[CertificateDer<'_>],
+    path: &Path,
+    key: &str,
+    role: Role,
+) -> Result<()> {
+    let Some(info) = chain.first().and_then(|c| cert_info::describe(c)) else {
+        return Ok(());
+    };
+    if info.version != 3 {
+        bail!(
+            "key `{key}`: the certificate in `{}` (subject {}, issued by {}) is an X.509 version {} certificate; rustls accepts only version 3 certificates: {}",
+            path.display(),
+            info.subject,
+            info.issuer,
+            info.version,
+            reissue_hint(role)
+        );
+    }
+    if info.is_ca {
+        crate::log_warn!(
+            "key `{key}`: the certificate in `{}` (subject {}) is a CA certificate (basicConstraints CA:TRUE); a peer that verifies with webpki (rustls) refuses it as a {} certificate: use a certificate issued to this {}, with basicConstraints CA:FALSE",
+            path.display(),
+            info.subject,
+            if role == Role::Client {
+                "client"
+            } else {
+                "server"
+            },
+            if role == Role::Client {
+                "client"
+            } else {
+                "listener"
+            },
+        );
+    }
+    Ok(())
+}
+
+/// The key in `key_path` (config key `{section}.ssl_key_file`) as rustls will sign with it:
+/// a type or size rustls cannot use is named here rather than as a mismatch with the
+/// certificate.
+fn check_signing_key(pk: &PrivateKeyDer<'_>, key_path: &Path, section: &str) -> Result<()> {
+    provider()
+        .key_provider
+        .load_private_key(pk.clone_key())
+        .map(drop)
+        .map_err(|e| {
+            anyhow!(
+                "key `{section}.ssl_key_file`: rustls cannot sign with the key in `{}` ({e}); usable keys are RSA of 2048 to 4096 bits, ECDSA on P-256 or P-384, and Ed25519",
+                key_path.display()
+            )
+        })
 }
 
 /// A private key others may read is warned of, once per file (not refused: Debian's keys
@@ -94,6 +189,22 @@ fn load_key(path: &Path, key: &str) -> Result<PrivateKeyDer<'static>> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("key `{key}`: cannot read `{}`", path.display()))?;
     warn_if_world_readable(path, key);
+    let text = String::from_utf8_lossy(&bytes);
+    if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+        || text.contains("Proc-Type: 4,ENCRYPTED")
+    {
+        bail!(
+            "key `{key}`: the private key in `{}` is encrypted with a passphrase, which is not supported: write it unencrypted (`openssl pkey -in {} -out NEW.key`, then chmod 600 NEW.key) and name that file",
+            path.display(),
+            path.display()
+        );
+    }
+    if !holds_private_key(&bytes) && text.contains("-----BEGIN CERTIFICATE-----") {
+        bail!(
+            "key `{key}`: `{}` holds a certificate, not a private key: are the certificate and key files swapped?",
+            path.display()
+        );
+    }
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
         anyhow!(
             "key `{key}`: no readable private key in `{}` (PEM PKCS#8, PKCS#1 or SEC1 expected, unencrypted): {e}",
@@ -108,6 +219,12 @@ fn key_pair_error(e: rustls::Error, cert: &Path, key: &Path, section: &str) -> a
         rustls::Error::InconsistentKeys(_) => anyhow!(
             "key `{section}.ssl_key_file`: the key in `{}` does not match the certificate in `{}` ({section}.ssl_cert_file)",
             key.display(),
+            cert.display()
+        ),
+        // Reading the certificate failed (the key was checked before): the certificate's file
+        // is named, not the key's.
+        rustls::Error::InvalidCertificate(c) => anyhow!(
+            "key `{section}.ssl_cert_file`: rustls cannot read the certificate in `{}`: {c:?}",
             cert.display()
         ),
         e => anyhow!(
@@ -196,7 +313,9 @@ impl ClientTls {
         let config = match (&sec.ssl_cert_file, &sec.ssl_key_file) {
             (Some(cert), Some(key)) => {
                 let chain = load_certs(cert, "security.ssl_cert_file")?;
+                check_own_certificate(&chain, cert, "security.ssl_cert_file", Role::Client)?;
                 let pk = load_key(key, "security.ssl_key_file")?;
+                check_signing_key(&pk, key, "security")?;
                 builder
                     .with_client_auth_cert(chain, pk)
                     .map_err(|e| key_pair_error(e, cert, key, "security"))?
@@ -269,7 +388,9 @@ impl ServerTls {
             None => builder.with_no_client_auth(),
         };
         let chain = load_certs(cert, "serve.ssl_cert_file")?;
+        check_own_certificate(&chain, cert, "serve.ssl_cert_file", Role::Listener)?;
         let pk = load_key(key, "serve.ssl_key_file")?;
+        check_signing_key(&pk, key, "serve")?;
         let config = builder
             .with_single_cert(chain, pk)
             .map_err(|e| key_pair_error(e, cert, key, "serve"))?;
@@ -414,12 +535,41 @@ impl std::fmt::Display for CertRefused {
                 "{which} is not valid before {}; check the clocks of both hosts",
                 crate::logging::format_utc(secs_to_ms(not_before.as_secs()))
             ),
+            _ if self.cert.as_ref().is_some_and(|c| c.version != 3) => write!(
+                f,
+                "{which} is an X.509 version {} certificate; rustls accepts only version 3 certificates: the broker's certificate must be re-issued as version 3 ({})",
+                self.cert.as_ref().map_or(1, |c| c.version),
+                reissue_hint(Role::Broker)
+            ),
+            CertificateError::UnsupportedSignatureAlgorithmContext { .. }
+            | CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => write!(
+                f,
+                "{which} (or a CA certificate in its chain) is signed with an algorithm rustls does not accept (SHA-1 and MD5 are refused; ECDSA and RSA with SHA-256 or stronger, and Ed25519, are accepted): the broker needs a certificate signed with one of those"
+            ),
+            // rustls passes webpki's own error through as `Other`.
+            CertificateError::Other(o) if format!("{o} {o:?}").contains("CaUsedAsEndEntity") => {
+                write!(
+                    f,
+                    "{which} is a CA certificate (basicConstraints CA:TRUE), which rustls refuses as a broker's certificate ({}): the broker needs a certificate issued to it, with basicConstraints CA:FALSE",
+                    self.cause_text()
+                )
+            }
             other => write!(f, "{which} was refused: {other}"),
         }
     }
 }
 
 impl std::error::Error for CertRefused {}
+
+impl CertRefused {
+    /// rustls' own words for the refusal (webpki's, for what rustls does not name itself).
+    fn cause_text(&self) -> String {
+        match &self.cause {
+            CertificateError::Other(o) => o.to_string(),
+            c => format!("{c:?}"),
+        }
+    }
+}
 
 fn secs_to_ms(s: u64) -> i64 {
     i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)

@@ -992,7 +992,9 @@ pub fn follow_and_restart(leader: &mut Leader, topic: &str, partitions: i32, per
         assert_byte_identical(&leader.bootstrap, &data, &tp, 0);
     }
     assert!(
-        daemon.log_text().contains("loaded log 0.."),
+        daemon
+            .log_text()
+            .contains(&format!("loaded {partitions} partition log")),
         "restart should load the local logs:\n{}",
         daemon.log_text()
     );

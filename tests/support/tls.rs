@@ -61,6 +61,17 @@ fn ca(dir: &Path, name: &str, cn: &str) {
 /// A certificate `name`.pem / `name`.key for subject CN=`cn` and subjectAltName `san`
 /// (`IP:127.0.0.1,DNS:localhost`), signed by CA `ca`, for `usage` (serverAuth or clientAuth).
 fn leaf(dir: &Path, name: &str, cn: &str, san: Option<&str>, ca: &str, usage: &str) {
+    let mut ext =
+        format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage={usage}\n");
+    if let Some(san) = san {
+        ext.push_str(&format!("subjectAltName={san}\n"));
+    }
+    leaf_with(dir, name, cn, ca, &ext);
+}
+
+/// A certificate `name`.pem / `name`.key for subject CN=`cn`, signed by CA `ca`, with the
+/// extensions `ext` (an openssl extension file's text).
+fn leaf_with(dir: &Path, name: &str, cn: &str, ca: &str, ext: &str) {
     openssl(
         dir,
         &[
@@ -78,11 +89,6 @@ fn leaf(dir: &Path, name: &str, cn: &str, san: Option<&str>, ca: &str, usage: &s
             &format!("{name}.csr"),
         ],
     );
-    let mut ext =
-        format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage={usage}\n");
-    if let Some(san) = san {
-        ext.push_str(&format!("subjectAltName={san}\n"));
-    }
     std::fs::write(dir.join(format!("{name}.ext")), ext).expect("write extensions");
     openssl(
         dir,
@@ -106,7 +112,79 @@ fn leaf(dir: &Path, name: &str, cn: &str, san: Option<&str>, ca: &str, usage: &s
     );
 }
 
+/// A certificate `name`.pem / `name`.key for subject CN=`cn`, signed by CA `ca` (itself
+/// when `ca` is `None`) with no extension, which makes openssl write an X.509 version 1
+/// certificate: what rustls refuses.
+pub fn v1_certificate(dir: &Path, name: &str, cn: &str, ca: Option<&str>) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ],
+    );
+    let (ca_pem, ca_key) = match ca {
+        Some(ca) => (format!("{ca}.pem"), format!("{ca}.key")),
+        None => (String::new(), format!("{name}.key")),
+    };
+    let mut args = vec!["x509", "-req", "-in"];
+    let csr = format!("{name}.csr");
+    let out = format!("{name}.pem");
+    args.push(&csr);
+    if ca.is_some() {
+        args.extend(["-CA", &ca_pem, "-CAkey", &ca_key, "-CAcreateserial"]);
+    } else {
+        args.extend(["-signkey", &ca_key]);
+    }
+    args.extend(["-days", "365", "-out", &out]);
+    openssl(dir, &args);
+}
+
+/// Runs the `openssl` CLI in `dir` with `args`; fails the test if it fails.
+pub fn openssl_in(dir: &Path, args: &[&str]) {
+    openssl(dir, args);
+}
+
 impl Pki {
+    /// Besides [`Pki::make`]'s: `client-v1`, `server-v1` (CN=localhost) signed by the test
+    /// CA as X.509 version 1 certificates, and `ca-v1`, a version 1 CA, with `by-v1-ca`, a
+    /// version 3 client certificate it signed.
+    pub fn make_v1(&self) {
+        v1_certificate(&self.dir, "client-v1", "replica-follower", Some("ca"));
+        v1_certificate(&self.dir, "server-v1", "localhost", Some("ca"));
+        v1_certificate(&self.dir, "ca-v1", "Version 1 CA", None);
+        leaf(
+            &self.dir,
+            "by-v1-ca",
+            "replica-follower",
+            None,
+            "ca-v1",
+            "clientAuth",
+        );
+    }
+
+    /// Besides [`Pki::make`]'s: `server-ca` (CN=localhost, for 127.0.0.1), signed by the test
+    /// CA but itself marked a CA (basicConstraints CA:TRUE).
+    pub fn make_ca_as_server(&self) {
+        leaf_with(
+            &self.dir,
+            "server-ca",
+            "localhost",
+            "ca",
+            "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,digitalSignature,keyCertSign\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        );
+    }
+
     pub fn make(dir: &Path) -> Pki {
         std::fs::create_dir_all(dir).expect("pki dir");
         ca(dir, "ca", "Test CA");

@@ -650,6 +650,16 @@ impl Segment {
         Ok((files, self.log.begin_sync()))
     }
 
+    /// [`Self::prepare_flush`] for a flush that one file-system sync covers: pending index
+    /// entries are written, no descriptor is taken (a pass over thousands of logs holds none).
+    /// The transaction index stays marked for an fsync: another flush running before the
+    /// sync ends must not take it for durable.
+    pub fn prepare_flush_by_syncfs(&mut self) -> Result<SyncMark> {
+        self.offset_index.flush(false)?;
+        self.time_index.flush(false)?;
+        Ok(self.log.begin_sync())
+    }
+
     /// The fsync of a [`Self::prepare_flush`] that returned `mark` has succeeded.
     pub fn synced(&self, mark: SyncMark) {
         self.log.synced(mark);

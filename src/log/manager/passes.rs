@@ -6,7 +6,7 @@ use super::{LogManager, SharedLog, lock_log};
 use crate::checkpoint::{self, TopicPartition};
 use crate::clock::now_ms;
 use crate::log::data_dir::DataDir;
-use crate::log::partition::LogSummary;
+use crate::log::partition::{FlushTicket, LogSummary, StagedEpochs};
 use crate::log::touched::Pass;
 use anyhow::Result;
 use std::sync::Mutex;
@@ -54,6 +54,27 @@ impl LogManager {
             .collect();
         self.set_visits(Pass::Flush, due.len());
         let mut first_err = None;
+        if self.fs_sync.fits(due.len()) {
+            let mut begun = Vec::with_capacity(due.len());
+            for_each_log_io(
+                due,
+                |(tp, log)| self.begin_one_by_syncfs(tp, log),
+                |r| match r {
+                    Ok(Some(b)) => begun.push(b),
+                    Ok(None) => {}
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                },
+            );
+            if !begun.is_empty() {
+                self.fs_sync.sync();
+            }
+            for (log, ticket) in begun {
+                lock_log(&log).finish_flush(ticket);
+            }
+            return first_err.map_or(Ok(()), Err);
+        }
         for_each_log_io(
             due,
             |(tp, log)| {
@@ -68,6 +89,167 @@ impl LogManager {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// [`Self::flush_one`]'s first half for a flush pass that syncs the file system once.
+    fn begin_one_by_syncfs(
+        &self,
+        tp: TopicPartition,
+        log: SharedLog,
+    ) -> Result<Option<(SharedLog, FlushTicket)>> {
+        let mut l = lock_log(&log);
+        l.untouch(Pass::Flush);
+        if l.retired || l.failed.is_some() {
+            return Ok(None);
+        }
+        match l.begin_flush_by_syncfs() {
+            Ok(t) => {
+                drop(l);
+                Ok(t.map(|t| (log, t)))
+            }
+            Err(e) => {
+                l.touch(&[Pass::Flush]);
+                drop(l);
+                self.storage_error(&tp, "flush failed", &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// A checkpoint's first half on one log in a pass that syncs the file system once:
+    /// pending index entries written, a flush begun, its new epoch checkpoint written to a
+    /// temporary file. A log with nothing to sync, failed or archived is done at once.
+    fn stage_one(&self, tp: TopicPartition, shared: SharedLog) -> Stage {
+        let mut log = lock_log(&shared);
+        log.untouch(Pass::Flush);
+        log.untouch(Pass::Checkpoint);
+        if log.retired {
+            return Stage::Done((tp, None));
+        }
+        if log.failed.is_some() {
+            let s = log.summary();
+            return Stage::Done((tp, Some((s, true))));
+        }
+        let staged = log
+            .begin_flush_by_syncfs()
+            .map_err(|e| ("flush failed", e))
+            .and_then(|ticket| {
+                log.stage_epochs()
+                    .map(|epochs| (ticket, epochs))
+                    .map_err(|e| ("writing its leader-epoch checkpoint failed", e))
+            });
+        drop(log);
+        match staged {
+            Ok((ticket, epochs)) => Stage::Staged(Staged {
+                tp,
+                shared,
+                ticket,
+                epochs,
+            }),
+            Err((what, e)) => Stage::Done(self.after_error(tp, &shared, what, &e)),
+        }
+    }
+
+    /// A checkpoint's second half on one log, after the file system was synced: the
+    /// recovery point moves, the epoch checkpoint is renamed into place and the producer
+    /// snapshot written (both durable at the pass's second sync).
+    fn commit_one(&self, staged: Staged, final_snapshots: bool) -> (LogFigures, bool) {
+        let Staged {
+            tp,
+            shared,
+            ticket,
+            epochs,
+        } = staged;
+        let mut log = lock_log(&shared);
+        if log.retired {
+            // Its directory is archived, the staged file with it: the path may be a new
+            // log's now, so nothing is removed.
+            return ((tp, None), false);
+        }
+        if let Some(t) = ticket {
+            log.finish_flush(t);
+        }
+        let snapshot = log.last_snapshot;
+        let committed = epochs
+            .map_or(Ok(false), |e| log.commit_epochs(e))
+            .map_err(|e| ("writing its leader-epoch checkpoint failed", e))
+            .and_then(|renamed| {
+                log.snapshot_producer_state(final_snapshots)
+                    .map(|()| renamed)
+                    .map_err(|e| ("writing its producer snapshot failed", e))
+            });
+        let wrote = log.last_snapshot != snapshot || committed.as_ref().is_ok_and(|r| *r);
+        if let Err((what, e)) = committed {
+            drop(log);
+            return (self.after_error(tp, &shared, what, &e), wrote);
+        }
+        let failed = log.failed.is_some();
+        let s = log.summary();
+        ((tp, Some((s, failed))), wrote)
+    }
+
+    /// A log whose checkpoint work failed: the error is reported, the log tried again at the
+    /// next checkpoint (a full disk fails no partition), its figures kept.
+    fn after_error(
+        &self,
+        tp: TopicPartition,
+        shared: &SharedLog,
+        what: &str,
+        e: &anyhow::Error,
+    ) -> LogFigures {
+        self.storage_error(&tp, what, e);
+        let mut log = lock_log(shared);
+        log.touch(&[Pass::Flush, Pass::Checkpoint]);
+        let failed = log.failed.is_some();
+        let s = log.summary();
+        (tp, Some((s, failed)))
+    }
+
+    /// The checkpoint work on many logs with two file-system syncs at most (see
+    /// [`super::fs_sync`]): every log staged, one sync for their data and new files, every
+    /// log committed, one sync for the renames and snapshots. A sync with nothing to cover
+    /// is skipped (a pass after high watermarks alone moved makes none). `done` gets each
+    /// log's figures once they are durable.
+    fn checkpoint_by_syncfs(
+        &self,
+        logs: Vec<(TopicPartition, SharedLog)>,
+        final_snapshots: bool,
+        done: &mut dyn FnMut(LogFigures),
+    ) {
+        let mut staged = Vec::with_capacity(logs.len());
+        for_each_log_io(
+            logs,
+            |(tp, shared)| self.stage_one(tp, shared),
+            |r| {
+                (self.heartbeat.0)();
+                match r {
+                    Stage::Staged(s) => staged.push(s),
+                    Stage::Done(figures) => done(figures),
+                }
+            },
+        );
+        if staged
+            .iter()
+            .any(|s| s.ticket.is_some() || s.epochs.is_some())
+        {
+            self.fs_sync.sync();
+        }
+        (self.heartbeat.0)();
+        let mut committed = Vec::with_capacity(staged.len());
+        let mut wrote = false;
+        for_each_log_io(
+            staged,
+            |s| self.commit_one(s, final_snapshots),
+            |(r, w)| {
+                (self.heartbeat.0)();
+                wrote |= w;
+                committed.push(r);
+            },
+        );
+        if wrote {
+            self.fs_sync.sync();
+        }
+        committed.into_iter().for_each(done);
+    }
+
     /// A checkpoint's work on one log: flush it, write its leader-epoch checkpoint and (when
     /// due) its producer snapshot. Returns its figures and whether it is failed, or `None`
     /// when it was archived meanwhile.
@@ -76,7 +258,7 @@ impl LogManager {
         tp: TopicPartition,
         shared: &SharedLog,
         final_snapshots: bool,
-    ) -> (TopicPartition, Option<(LogSummary, bool)>) {
+    ) -> LogFigures {
         let flushed = Self::flush_one(shared);
         let mut log = lock_log(shared);
         log.untouch(Pass::Checkpoint);
@@ -101,10 +283,7 @@ impl LogManager {
         };
         if let Err((what, e)) = flushed {
             drop(log);
-            self.storage_error(&tp, what, &e);
-            log = lock_log(shared);
-            // Tried again at the next checkpoint (a full disk fails no partition).
-            log.touch(&[Pass::Flush, Pass::Checkpoint]);
+            return self.after_error(tp, shared, what, &e);
         }
         let failed = log.failed.is_some();
         let s = log.summary();
@@ -166,18 +345,23 @@ impl LogManager {
             }
         }
         let visited = present.len();
-        for_each_log_io(
-            present,
-            |(tp, shared)| self.checkpoint_one(tp, &shared, final_snapshots),
-            |(tp, figures)| {
-                // Many logs, each fsynced: progress for the watchdog as they come.
-                (self.heartbeat.0)();
-                match figures {
-                    Some((s, failed)) => state.set(&tp, &s, failed),
-                    None => state.forget(&tp),
-                }
-            },
-        );
+        let mut record = |(tp, figures): LogFigures| {
+            // Many logs, each fsynced: progress for the watchdog as they come.
+            (self.heartbeat.0)();
+            match figures {
+                Some((s, failed)) => state.set(&tp, &s, failed),
+                None => state.forget(&tp),
+            }
+        };
+        if self.fs_sync.fits(visited) {
+            self.checkpoint_by_syncfs(present, final_snapshots, &mut record);
+        } else {
+            for_each_log_io(
+                present,
+                |(tp, shared)| self.checkpoint_one(tp, &shared, final_snapshots),
+                &mut record,
+            );
+        }
         self.set_visits(Pass::Checkpoint, visited);
         state.structure = Some(structure);
         if state.changed {
@@ -271,6 +455,25 @@ impl LogManager {
         checkpoint::rewrite_atomic(&marker, b"")?;
         Ok(true)
     }
+}
+
+/// A log's figures after a checkpoint's work on it and whether it is failed; `None` when
+/// it was archived meanwhile.
+type LogFigures = (TopicPartition, Option<(LogSummary, bool)>);
+
+/// A log's part of a checkpoint that shares one file-system sync, between the two halves.
+struct Staged {
+    tp: TopicPartition,
+    shared: SharedLog,
+    ticket: Option<FlushTicket>,
+    /// The staged `leader-epoch-checkpoint` and the log's generation then.
+    epochs: Option<StagedEpochs>,
+}
+
+enum Stage {
+    Staged(Staged),
+    /// Nothing to sync (archived, failed or failing): its figures now.
+    Done(LogFigures),
 }
 
 /// Logs a pass visits on the calling thread alone; more are shared among

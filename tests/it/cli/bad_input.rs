@@ -164,6 +164,33 @@ impl Scratch {
         }
     }
 
+    /// A config with `[security]` over SSL: the test CA of a [`support::tls::Pki`] made in
+    /// `pki/` (with its version 1 certificates), `ssl_cert_file` and `ssl_key_file` the files
+    /// `cert` and `key` of it, after `make` added its own; `keyfile` is the key whose file
+    /// is `KEYFILE`.
+    fn tls(&self, keyfile: &str, cert: &str, key: &str, make: impl FnOnce(&Path)) -> Setup {
+        let pki = support::tls::Pki::make(&self.0.path().join("pki"));
+        pki.make_v1();
+        make(&pki.dir);
+        let section = format!(
+            "[security]\nprotocol = \"SSL\"\nssl_ca_file = \"{}\"\nssl_cert_file = \"{}\"\nssl_key_file = \"{}\"\n",
+            pki.path("ca.pem").display(),
+            pki.path(cert).display(),
+            pki.path(key).display()
+        );
+        let text = format!("{BASE}topic = \"orders\"\n{section}")
+            .replace("DIR", &self.dir().display().to_string());
+        let named = if keyfile == "security.ssl_cert_file" {
+            cert
+        } else {
+            key
+        };
+        Setup {
+            keyfile: Some(pki.path(named)),
+            ..self.config_text(&text, None)
+        }
+    }
+
     /// `FILE` holding `text`, read by every command that takes `--config`.
     fn config_text(&self, text: &str, line: Option<usize>) -> Setup {
         std::fs::write(self.file(), text).unwrap();
@@ -666,6 +693,72 @@ const FILE_CASES: &[(&str, MakeCase)] = &[
             s.offsite("encryption_key_file", |creds| {
                 let mode = std::fs::Permissions::from_mode(0o644);
                 std::fs::set_permissions(creds.join("key"), mode).unwrap();
+            })
+        },
+    ),
+    (
+        "`security.ssl_cert_file` an X.509 version 1 certificate (the same for `serve.ssl_cert_file`)",
+        |s| {
+            s.tls(
+                "security.ssl_cert_file",
+                "client-v1.pem",
+                "client-v1.key",
+                |_| {},
+            )
+        },
+    ),
+    (
+        "`security.ssl_key_file` encrypted with a passphrase (the same for `serve.ssl_key_file`)",
+        |s| {
+            s.tls(
+                "security.ssl_key_file",
+                "client.pem",
+                "encrypted.key",
+                |pki| {
+                    support::tls::openssl_in(
+                        pki,
+                        &[
+                            "pkey",
+                            "-in",
+                            "client.key",
+                            "-aes256",
+                            "-passout",
+                            "pass:x",
+                            "-out",
+                            "encrypted.key",
+                        ],
+                    );
+                },
+            )
+        },
+    ),
+    ("`security.ssl_cert_file` and `ssl_key_file` swapped", |s| {
+        s.tls("security.ssl_cert_file", "client.key", "client.pem", |_| {})
+    }),
+    (
+        "`security.ssl_key_file` a key rustls cannot sign with (RSA of 1024 bits)",
+        |s| {
+            s.tls("security.ssl_key_file", "small.pem", "small.key", |pki| {
+                support::tls::openssl_in(
+                    pki,
+                    &[
+                        "req",
+                        "-x509",
+                        "-newkey",
+                        "rsa:1024",
+                        "-nodes",
+                        "-subj",
+                        "/CN=small",
+                        "-days",
+                        "30",
+                        "-addext",
+                        "basicConstraints=CA:FALSE",
+                        "-keyout",
+                        "small.key",
+                        "-out",
+                        "small.pem",
+                    ],
+                );
             })
         },
     ),

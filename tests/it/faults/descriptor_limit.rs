@@ -109,5 +109,10 @@ fn a_thousand_partitions_under_256_descriptors_wait_calmly_and_follow_once_raise
     );
     assert!(d.stop().success(), "{}", d.log_text());
     let log = d.log_text();
-    assert!(log.lines().count() < 1200, "{} lines", log.lines().count());
+    // The stop checkpoints 1,000 logs in one line, not one a partition.
+    assert!(
+        log.lines().count() < 100,
+        "{} lines:\n{log}",
+        log.lines().count()
+    );
 }

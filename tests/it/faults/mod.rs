@@ -1,6 +1,7 @@
 //! Crashes, kills, full disks, storage and descriptor faults, and leaders that misbehave.
 
 mod bounded_memory;
+mod calm_logs;
 mod crash_recovery;
 mod creation_crash;
 mod descriptor_limit;

@@ -186,7 +186,8 @@ fn transactions_are_replicated_with_an_exact_txnindex_and_last_stable_offset() {
 
     // And once more: a crash right after the abort, nothing new from the leader.
     d.kill9();
-    let mut d = support::Daemon::start(&cfg);
+    // At debug level, which names each partition's loaded log.
+    let mut d = support::Daemon::start_with_env(&cfg, &[("RF_LOG", "debug")]);
     support::wait_until(
         Duration::from_secs(20),
         "the restarted daemon to load its log",
