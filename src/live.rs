@@ -131,6 +131,17 @@ impl PartitionLive {
     }
 }
 
+/// How often a partition's `last_fetch_ms` moves when its answers bring nothing new: a
+/// session's leaving it out, or a sessionless leader's answering it with no change.
+pub const LAST_FETCH_EVERY: Duration = Duration::from_secs(30);
+
+/// Whether a last fetch time noted at `at` (ms) is due to move at `now` (ms): it is
+/// [`LAST_FETCH_EVERY`] old, or from the future (the clock was set back).
+fn last_fetch_due(at: i64, now: i64) -> bool {
+    let every = i64::try_from(LAST_FETCH_EVERY.as_millis()).unwrap_or(i64::MAX);
+    at > now || now.saturating_sub(at) >= every
+}
+
 /// Upper bounds (seconds) of the fetch latency histogram's buckets.
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -343,7 +354,6 @@ impl Live {
             changed |= set(&mut p.last_stable_offset, (lso >= 0).then_some(lso));
             changed |= set(&mut p.log_end_offset, Some(log_end));
             changed |= set(&mut p.high_watermark, Some(high_watermark));
-            changed |= set(&mut p.last_fetch_ms, Some(now));
             if let Some(t) = newest_timestamp.filter(|t| *t >= 0) {
                 let newest = p.newest_timestamp_ms.map_or(t, |o| o.max(t));
                 changed |= set(&mut p.newest_timestamp_ms, Some(newest));
@@ -355,6 +365,12 @@ impl Live {
             };
             changed |= set(&mut p.state, state);
             changed |= p.error.take().is_some();
+            // An answer that changed nothing else moves the last fetch time only every
+            // LAST_FETCH_EVERY: a sessionless leader answers for every partition every
+            // round, which would otherwise rewrite `.live-status` every second.
+            if changed || p.last_fetch_ms.is_none_or(|t| last_fetch_due(t, now)) {
+                changed |= set(&mut p.last_fetch_ms, Some(now));
+            }
             changed
         });
     }
@@ -676,26 +692,46 @@ impl Live {
         line
     }
 
-    /// What `status` reads (TOML; unknown values are left out).
+    /// What `status` reads (TOML; unknown values are left out): a [`LiveFile`].
     pub fn render(&self) -> String {
         let missing_topics = lock(&self.missing_topics).iter().cloned().collect();
-        let file = LiveFile {
+        let head = LiveFile {
             pid: std::process::id(),
             written_ms: crate::clock::now_ms(),
             missing_topics,
             leader: Some(self.leader()),
             offsite: self.offsite(),
-            partitions: self
-                .walk()
-                .iter()
-                .map(|(tp, p)| LiveRecord {
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                    live: p.clone(),
-                })
-                .collect(),
+            partitions: Vec::new(),
         };
-        toml::to_string(&file).unwrap_or_default()
+        let mut out = toml::to_string(&head).unwrap_or_default();
+        // Each partition's `[[partitions]]` table on its own: serialized as one document, ten
+        // thousand of them cost the serializer about a second of copying, which grows with
+        // the square of their number.
+        #[derive(serde::Serialize)]
+        struct RecordRef<'a> {
+            topic: &'a str,
+            partition: i32,
+            #[serde(flatten)]
+            live: &'a PartitionLive,
+        }
+        #[derive(serde::Serialize)]
+        struct One<'a> {
+            partitions: [RecordRef<'a>; 1],
+        }
+        for (tp, p) in self.walk().iter() {
+            let one = One {
+                partitions: [RecordRef {
+                    topic: &tp.topic,
+                    partition: tp.partition,
+                    live: p,
+                }],
+            };
+            if let Ok(text) = toml::to_string(&one) {
+                out.push('\n');
+                out.push_str(&text);
+            }
+        }
+        out
     }
 }
 
@@ -735,7 +771,7 @@ pub struct LiveFile {
     /// What the metadata refreshes found (absent from a daemon older than it).
     #[serde(default)]
     pub leader: Option<LeaderLive>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<LiveRecord>,
     /// The offsite copy (absent without `[offsite]`).
     #[serde(default)]
@@ -876,6 +912,71 @@ mod tests {
         assert_eq!(file.partitions[0].live.leader_epoch, Some(3));
         assert_eq!(file.partitions[0].live.lag(), Some(60));
         assert_eq!(file.pid, std::process::id());
+    }
+
+    #[test]
+    fn the_live_file_reads_back_as_written_and_ten_thousand_partitions_render_quickly() {
+        let l = Live::default();
+        for i in 0..10_000 {
+            let tp = TopicPartition::new("many", i);
+            l.assigned(&tp, 1, 3, 0);
+            l.fetched(&tp, 100, 100, 40, 40, Some(7));
+        }
+        let odd = TopicPartition::new("odd \"name\"", 0);
+        l.backing_off(&odd, "invalid_data", "CRC mismatch\nat 5");
+        l.backing_off(&odd, "fetch_failed", "refused");
+        l.set_missing_topics(["gone".to_string()].into_iter().collect());
+        let t0 = Instant::now();
+        let text = l.render();
+        let took = t0.elapsed();
+        let file: LiveFile = toml::from_str(&text).unwrap();
+        let parts = l.partitions();
+        assert_eq!(file.partitions.len(), parts.len());
+        for r in &file.partitions {
+            assert_eq!(
+                Some(&r.live),
+                parts.get(&TopicPartition::new(r.topic.clone(), r.partition))
+            );
+        }
+        assert_eq!(file.missing_topics, ["gone"]);
+        assert!(file.leader.is_some());
+        // Linear in the partitions (about a second, and quadratic, as one document).
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        eprintln!("rendered {} partitions in {took:?}", parts.len());
+    }
+
+    #[test]
+    fn an_answer_that_changes_nothing_moves_the_last_fetch_time_only_every_interval() {
+        let l = Live::default();
+        let tp = TopicPartition::new("quiet", 0);
+        let last_fetch = || l.partitions()[&tp].last_fetch_ms.unwrap();
+        l.fetched(&tp, 10, 10, 10, 10, None);
+        let first = last_fetch();
+        let g = l.generation();
+        std::thread::sleep(Duration::from_millis(3));
+        l.fetched(&tp, 10, 10, 10, 10, None);
+        assert_eq!(
+            l.generation(),
+            g,
+            "nothing changed: no rewrite of .live-status"
+        );
+        assert_eq!(last_fetch(), first);
+        // Any other change sets it to now.
+        l.fetched(&tp, 12, 12, 10, 10, None);
+        assert!(l.generation() > g);
+        assert!(last_fetch() > first);
+        // Once it is LAST_FETCH_EVERY old, an answer with nothing new moves it.
+        let old = crate::clock::now_ms() - 31_000;
+        l.update(&tp, |p| set(&mut p.last_fetch_ms, Some(old)));
+        let g = l.generation();
+        l.fetched(&tp, 12, 12, 10, 10, None);
+        assert!(l.generation() > g);
+        assert!(last_fetch() > old + 30_000);
+        // One from the future (a clock set back) moves too.
+        let ahead = crate::clock::now_ms() + 60_000;
+        l.update(&tp, |p| set(&mut p.last_fetch_ms, Some(ahead)));
+        l.fetched(&tp, 12, 12, 10, 10, None);
+        assert!(last_fetch() < ahead);
     }
 
     #[test]

@@ -375,6 +375,11 @@ pub fn local_log_end(pdir: &Path) -> i64 {
 /// `replica-follower ARGS` under `sh -c 'ulimit -n NOFILE && exec …'` (so the child's pid is
 /// the daemon's), `RF_LOG=info`, stdout and stderr appended to `log`.
 pub fn spawn_limited(args: &[&str], nofile: u32, log: &Path) -> Child {
+    spawn_limited_bin(support::bin(), args, nofile, log)
+}
+
+/// [`spawn_limited`] with another build of the daemon, `bin`.
+pub fn spawn_limited_bin(bin: &str, args: &[&str], nofile: u32, log: &Path) -> Child {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -383,7 +388,7 @@ pub fn spawn_limited(args: &[&str], nofile: u32, log: &Path) -> Child {
     Command::new("sh")
         .arg("-c")
         .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
-        .arg(support::bin())
+        .arg(bin)
         .args(args)
         .env("RF_LOG", "info")
         .stdout(out.try_clone().expect("log"))

@@ -117,7 +117,7 @@ fn test_stall(_shared: &FetcherShared) {}
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// How often partitions a fetch session leaves out of its responses are noted as fetched.
-const SESSION_FETCHED_EVERY: Duration = Duration::from_secs(30);
+const SESSION_FETCHED_EVERY: Duration = crate::live::LAST_FETCH_EVERY;
 
 /// The partitions of a request's or a response's topics.
 fn partitions_in<T>(

@@ -8,7 +8,7 @@ Usage
 -----
     python leaders.py serve --kind tansu|mock|kafka [--brokers N] [--cluster-id ID]
                             [--port P --advertised HOST:PORT] [--client-conf JSON]
-                            [--kafka-version V] [--kafka-security]
+                            [--kafka-version V] [--kafka-security] [--kafka-no-request-log]
     python leaders.py install-kafka [VERSION ...]
 
 ``--kind tansu``
@@ -42,7 +42,9 @@ Usage
     combined broker+controller nodes (default 3) of ``--kafka-version`` (default
     the pinned 4.x), installed from Maven Central into ``target/kafka`` on first
     use. ``--kafka-security`` adds a SASL_SSL (SCRAM-SHA-512) and an mTLS listener
-    to every node. The ready line also carries ``"kafka"``: the version, cluster
+    to every node; ``--kafka-no-request-log`` leaves the request log off (benchmarks:
+    at thousands of partitions it costs the broker more than the requests do).
+    The ready line also carries ``"kafka"``: the version, cluster
     id, classpath, and per node its listeners, log dir, log and request log (and
     with security the CA, client certificate and key, and the SCRAM user).
     ``install-kafka`` only installs (``tests/setup-env.sh`` calls it, so the
@@ -302,8 +304,8 @@ from typing import Any, Callable
 
 from confluent_kafka import (OFFSET_BEGINNING, ConsumerGroupTopicPartitions, Consumer, KafkaError,
                              KafkaException, Producer, TopicCollection, TopicPartition)
-from confluent_kafka.admin import (AdminClient, ConfigResource, ConfigSource, NewTopic,
-                                  ResourceType)
+from confluent_kafka.admin import (AdminClient, ConfigResource, ConfigSource, NewPartitions,
+                                  NewTopic, ResourceType)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kafka_cluster  # noqa: E402
@@ -722,7 +724,8 @@ class Leader:
     def produce_spread(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """``count`` records to each of partitions 0..partitions-1, one producer for all
         (benchmarks: many partitions, or many records). -> ``{"ok": true, "ends": [E...]}``
-        with E = the highest offset delivered + 1 per partition."""
+        with E = the highest offset delivered + 1 per partition. Records go round the
+        partitions one at a time, or, with ``partition_major``, all of a partition's at once."""
         topic = req(cmd, "topic", str)
         partitions = req(cmd, "partitions")
         count = req(cmd, "count")
@@ -735,7 +738,7 @@ class Leader:
         conf = self.client_conf()
         conf.update({
             "compression.type": codec,
-            "linger.ms": 20,
+            "linger.ms": int(cmd.get("linger_ms", 20)),
             "batch.num.messages": batch_records,
             "batch.size": 1_000_000,
             "enable.idempotence": False,
@@ -755,20 +758,31 @@ class Leader:
                 p = msg.partition()
                 ends[p] = max(ends[p], msg.offset() + 1)
 
+        def produce_one(p: int, g: Any) -> None:
+            key, value, _ = next(g)
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, partition=p,
+                                     on_delivery=on_delivery)
+                    return
+                except BufferError:
+                    producer.poll(0.05)
+
         try:
             gens = [make_records(topic, p, count, value_size, "all", False, 7)
                     for p in range(partitions)]
-            for _ in range(count):
+            if cmd.get("partition_major", False):
+                # A partition's records one after another, well within linger.ms: one batch
+                # each (up to batch_records), however slow this loop is.
                 for p, g in enumerate(gens):
-                    key, value, _ = next(g)
-                    while True:
-                        try:
-                            producer.produce(topic, value=value, key=key, partition=p,
-                                             on_delivery=on_delivery)
-                            break
-                        except BufferError:
-                            producer.poll(0.05)
-                producer.poll(0)
+                    for _ in range(count):
+                        produce_one(p, g)
+                    producer.poll(0)
+            else:
+                for _ in range(count):
+                    for p, g in enumerate(gens):
+                        produce_one(p, g)
+                    producer.poll(0)
             deadline = time.monotonic() + timeout_s
             while producer.flush(1.0) > 0:
                 if time.monotonic() > deadline:
@@ -1179,10 +1193,14 @@ class TansuLeader(Leader):
 class KafkaLeader(Leader):
     """Apache Kafka itself: a KRaft cluster run by ``kafka_cluster.KafkaCluster``."""
     kind = "kafka"
+    # The most partitions one CreateTopics or CreatePartitions adds (see create_topic).
+    PARTITIONS_PER_OP = 5000
 
-    def __init__(self, version: str, nodes: int, security: bool) -> None:
+    def __init__(self, version: str, nodes: int, security: bool,
+                 request_log: bool = True) -> None:
         super().__init__()
-        self.cluster = kafka_cluster.KafkaCluster(version, nodes, security)
+        self.cluster = kafka_cluster.KafkaCluster(version, nodes, security,
+                                                  request_log=request_log)
         self.bootstrap = self.cluster.bootstrap()
         deadline = time.monotonic() + 60
         while True:
@@ -1219,8 +1237,11 @@ class KafkaLeader(Leader):
         else:
             partitions = req(cmd, "partitions")
             rf = int(cmd.get("replication_factor", min(3, len(self.cluster.nodes))))
-            new = NewTopic(topic, num_partitions=partitions, replication_factor=rf,
-                           config=config)
+            # Kafka's controller refuses an operation of more than 10,000 records
+            # (POLICY_VIOLATION, "excessively large batch operation"): a topic of more
+            # partitions is created with the first ones and then grown step by step.
+            new = NewTopic(topic, num_partitions=min(partitions, self.PARTITIONS_PER_OP),
+                           replication_factor=rf, config=config)
         # Retried while a node that just came back is being re-registered (librdkafka may
         # drop its broker handle under a request); a retry that finds the topic made is done.
         deadline = time.monotonic() + 60
@@ -1243,8 +1264,16 @@ class KafkaLeader(Leader):
                 self.close_clients()
                 attempt += 1
                 time.sleep(0.5)
+        made = new.num_partitions
+        while made < partitions:
+            made = min(partitions, made + self.PARTITIONS_PER_OP)
+            fut = self.admin().create_partitions([NewPartitions(topic, made)],
+                                                 operation_timeout=60,
+                                                 request_timeout=90)[topic]
+            self._wait(fut, f"create_partitions {topic!r} up to {made}", 120)
         return {"ok": True,
-                "leaders": wait_topic_ready(self.admin(), topic, partitions, 60.0)}
+                "leaders": wait_topic_ready(self.admin(), topic, partitions,
+                                            float(cmd.get("timeout_s", 60)))}
 
     def topic_id(self, cmd: dict[str, Any]) -> dict[str, Any]:
         # A node other than the one that answered create_topic's readiness check may not know
@@ -1719,9 +1748,10 @@ def serve(args: argparse.Namespace) -> int:
         if args.kind == "kafka":
             if args.port is not None or args.cluster_id is not None:
                 raise RuntimeError("--port/--advertised/--cluster-id are not for --kind kafka")
-            leader = KafkaLeader(args.kafka_version, args.brokers, args.kafka_security)
-        elif args.kafka_security:
-            raise RuntimeError("--kafka-security is for --kind kafka")
+            leader = KafkaLeader(args.kafka_version, args.brokers, args.kafka_security,
+                                 request_log=not args.kafka_no_request_log)
+        elif args.kafka_security or args.kafka_no_request_log:
+            raise RuntimeError("--kafka-security/--kafka-no-request-log are for --kind kafka")
         elif args.kind == "tansu":
             leader = TansuLeader(args.cluster_id, args.port, args.advertised)
         elif args.port is not None:
@@ -1784,6 +1814,8 @@ def main() -> int:
                    help=f"kafka only: Apache Kafka's version (default {kafka_cluster.KAFKA_4})")
     p.add_argument("--kafka-security", action="store_true",
                    help="kafka only: add SASL_SSL (SCRAM-SHA-512) and mTLS listeners")
+    p.add_argument("--kafka-no-request-log", action="store_true",
+                   help="kafka only: no request log (benchmarks)")
     i = sub.add_parser("install-kafka", help="install Apache Kafka from Maven Central")
     i.add_argument("versions", nargs="*",
                    default=[kafka_cluster.KAFKA_4, kafka_cluster.KAFKA_3])
