@@ -843,15 +843,16 @@ pub fn render_text(dd: &DataDirStatus, parts: &[PartitionStatus]) -> String {
             s.push_str(&format!("{}: NOT FOLLOWED: {why}\n", p.tp));
         }
         for (path, size) in &p.damaged {
-            // `repair` keeps a rewritten segment's old file as `<segment>.log.<n>`; recovery
-            // keeps what it cut as `<segment>.<byte position>`.
-            let by_repair = path
+            // Both keep `<segment file>.<byte position>`: `repair` a rewritten segment's whole
+            // old file (position 0), recovery what it cut from a position inside one (or a
+            // whole segment that was damaged from its first byte).
+            let from = path
                 .rsplit_once(".log.")
-                .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-            let what = if by_repair {
-                "the old bytes of a damaged segment `repair` rewrote from the leader"
-            } else {
-                "cut from a damaged segment"
+                .and_then(|(_, n)| n.split('.').next()?.parse::<u64>().ok());
+            let what = match from {
+                Some(0) => "the old bytes of a damaged segment, whole (a `repair` rewrite or a recovery cut from its first byte)".to_string(),
+                Some(at) => format!("cut by recovery from byte {at} of a damaged segment"),
+                None => "of a damaged segment".to_string(),
             };
             s.push_str(&format!("{}: {size} bytes {what}, kept in {path}\n", p.tp));
         }

@@ -316,7 +316,7 @@ pub fn load_with(
         leftovers_removed: leftovers,
         ..LoadReport::default()
     };
-    let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
+    let mut segments: BTreeMap<i64, Box<Segment>> = BTreeMap::new();
     let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
     let mut first_recovered: Option<i64> = None;
     // The first offset recovery scanned (inside `first_recovered` when it resumed there).
@@ -326,7 +326,7 @@ pub fn load_with(
         // retention or a lost file leave them. Nothing is cut or deleted for a gap. A segment
         // that starts *inside* the previous one overlaps it: that is damage, and the later
         // file is set aside (renamed, not deleted) so the log stays in order.
-        if let Some(prev_end) = segments.values().next_back().map(Segment::next_offset)
+        if let Some(prev_end) = segments.values().next_back().map(|s| s.next_offset())
             && base < prev_end
         {
             let aside = segment::set_aside(&dir, base, "overlapping")?;
@@ -381,7 +381,7 @@ pub fn load_with(
                 report.cuts.push(cut);
             }
         }
-        segments.insert(base, seg);
+        segments.insert(base, Box::new(seg));
     }
     if segments.is_empty() {
         return Ok(None);
@@ -401,7 +401,7 @@ pub fn load_with(
     let leo = segments
         .values()
         .next_back()
-        .map_or(first_base, Segment::next_offset);
+        .map_or(first_base, |s| s.next_offset());
     // A recovery point past the log end after an unclean shutdown describes a longer log
     // than this one: it proves nothing about these bytes, so every segment is recovered.
     if !clean_shutdown

@@ -58,7 +58,10 @@ pub struct PartitionLog {
     pub tp: TopicPartition,
     pub dir: PathBuf,
     pub config: LogConfig,
-    pub(super) segments: BTreeMap<i64, Segment>,
+    /// Boxed: a map's node holds room for eleven entries, and a segment is some hundred
+    /// bytes, so unboxed every log of one segment would cost about 5 KB for its map alone
+    /// (50 MB for 10,000 partitions).
+    pub(super) segments: BTreeMap<i64, Box<Segment>>,
     pub(super) log_start_offset: i64,
     pub(super) recovery_point: i64,
     pub(super) high_watermark: i64,
@@ -284,7 +287,7 @@ impl PartitionLog {
         seg: Segment,
     ) -> Self {
         let mut segments = BTreeMap::new();
-        segments.insert(start_offset, seg);
+        segments.insert(start_offset, Box::new(seg));
         let dir_id = dir_identity(&dir);
         PartitionLog {
             tp: tp.clone(),
@@ -344,7 +347,7 @@ impl PartitionLog {
     }
     /// Whether the log holds no batch at all.
     pub fn is_empty(&self) -> bool {
-        self.segments.values().all(Segment::is_empty)
+        self.segments().all(Segment::is_empty)
     }
     /// The offset after the last batch the log holds; `None` when it holds none. Below the log
     /// end when the active segment is an empty one that a skip past lost offsets made.
@@ -353,7 +356,7 @@ impl PartitionLog {
             .values()
             .rev()
             .find(|s| !s.is_empty())
-            .map(Segment::next_offset)
+            .map(|s| s.next_offset())
     }
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
@@ -380,10 +383,10 @@ impl PartitionLog {
         &self.epochs
     }
     pub fn segments(&self) -> impl Iterator<Item = &Segment> {
-        self.segments.values()
+        self.segments.values().map(|s| &**s)
     }
     pub fn size_bytes(&self) -> u64 {
-        self.segments.values().map(Segment::size).sum()
+        self.segments().map(Segment::size).sum()
     }
 
     pub fn summary(&self) -> LogSummary {
@@ -461,7 +464,7 @@ impl PartitionLog {
             }
             return Err(e);
         }
-        self.segments.insert(base, seg);
+        self.segments.insert(base, Box::new(seg));
         crate::log_info!("{}: rolled new segment at offset {base}", self.tp);
         Ok(())
     }

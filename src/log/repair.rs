@@ -640,7 +640,7 @@ pub fn fill_hole_in_log(
             false,
         )?;
         seg.close_file();
-        log.segments.insert(w.base, seg);
+        log.segments.insert(w.base, Box::new(seg));
         log.touch(&super::touched::Pass::ALL);
     }
     Ok(written)

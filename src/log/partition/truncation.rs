@@ -108,7 +108,7 @@ impl PartitionLog {
             let old: Vec<i64> = self.segments.keys().copied().collect();
             // The new segment is in the map before any old one leaves it: the map is never
             // empty, even when a delete fails part-way.
-            self.segments.insert(offset, seg);
+            self.segments.insert(offset, Box::new(seg));
             for b in old.iter().rev() {
                 if let Some(s) = self.segments.remove(b) {
                     s.delete()?;
@@ -226,7 +226,7 @@ impl PartitionLog {
                 old.delete()?;
                 fsync_dir(&self.dir)?;
             }
-            self.segments.insert(offset, seg);
+            self.segments.insert(offset, Box::new(seg));
         } else {
             self.roll(offset, now_ms())?;
         }
